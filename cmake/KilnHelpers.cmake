@@ -1,0 +1,30 @@
+# kiln_library(name SRCS_DIR dir DEPS ...): one target per src/ folder.
+# Sources are globbed with CONFIGURE_DEPENDS so a new file needs no build edit.
+# Folders that register things (ops, kernels, passes) are OBJECT libraries so
+# their static registrars are never dropped by the linker.
+function(kiln_library name)
+  cmake_parse_arguments(ARG "OBJECT" "" "DEPS;EXTRA_SRCS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  if(NOT srcs AND NOT ARG_EXTRA_SRCS)
+    # A layer with headers only so far.
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(${name} INTERFACE ${ARG_DEPS})
+    return()
+  elseif(ARG_OBJECT)
+    add_library(${name} OBJECT ${srcs} ${ARG_EXTRA_SRCS})
+  else()
+    add_library(${name} STATIC ${srcs} ${ARG_EXTRA_SRCS})
+  endif()
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# kiln_test(name SRCS ... DEPS ...): a GoogleTest binary registered with CTest.
+function(kiln_test name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${ARG_LABELS}" ENVIRONMENT "KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

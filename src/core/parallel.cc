@@ -1,0 +1,50 @@
+// parallel_for on OpenMP.
+#include "core/parallel.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+namespace kiln {
+namespace {
+
+int threads_from_env() {
+  const char* v = std::getenv("KILN_NUM_THREADS");
+  if (v && *v) {
+    int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  return omp_get_num_procs();
+}
+
+std::atomic<int>& thread_count() {
+  static std::atomic<int> n{threads_from_env()};
+  return n;
+}
+
+}  // namespace
+
+int num_threads() { return thread_count().load(std::memory_order_relaxed); }
+void set_num_threads(int n) { thread_count().store(std::max(1, n)); }
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  if (end <= begin) return;
+  int64_t n = end - begin;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  if (chunks <= 1 || omp_in_parallel()) {
+    fn(begin, end);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t b = begin + n * c / chunks;
+    int64_t e = begin + n * (c + 1) / chunks;
+    if (b < e) fn(b, e);
+  }
+}
+
+}  // namespace kiln

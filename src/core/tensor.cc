@@ -1,0 +1,117 @@
+// Tensors: allocation, views, element access.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+namespace kiln {
+namespace {
+
+// A block of std::string elements constructed in place.
+struct StringBlock {
+  std::vector<std::string> items;
+};
+
+}  // namespace
+
+Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims) {
+  if (dtype == DataType::kUndefined) return invalid_argument("cannot allocate an undefined dtype");
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) return invalid_argument("negative dimension %lld in %s", (long long)d,
+                                       dims_to_string(dims).c_str());
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 8 / d)
+      return resource_exhausted("tensor of shape %s is too large", dims_to_string(dims).c_str());
+    n *= d;
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.num_elements_ = n;
+  if (dtype == DataType::kString) {
+    auto block = std::make_shared<StringBlock>();
+    try {
+      block->items.resize(static_cast<size_t>(n));
+    } catch (const std::bad_alloc&) {
+      return resource_exhausted("out of memory for %lld strings", (long long)n);
+    }
+    t.data_ = block->items.data();
+    t.owner_ = std::move(block);
+    return t;
+  }
+  size_t bytes = dtype_bytes(dtype, n);
+  size_t padded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (padded == 0) padded = kTensorAlignment;
+  void* p = std::aligned_alloc(kTensorAlignment, padded);
+  if (!p) return resource_exhausted("out of memory allocating %zu bytes", padded);
+  std::memset(p, 0, padded);
+  t.data_ = p;
+  t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return t;
+}
+
+Tensor Tensor::make(DataType dtype, std::vector<int64_t> dims) {
+  auto t = allocate(dtype, std::move(dims));
+  KILN_CHECK(t.ok(), "%s", t.status().to_string().c_str());
+  return std::move(t).value();
+}
+
+Tensor Tensor::view(DataType dtype, std::vector<int64_t> dims, void* data,
+                    std::shared_ptr<const void> owner) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.num_elements_ = kiln::num_elements(dims);
+  t.dims_ = std::move(dims);
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
+  Tensor t = *this;
+  t.num_elements_ = kiln::num_elements(dims);
+  t.dims_ = std::move(dims);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = make(dtype_, dims_);
+  if (dtype_ == DataType::kString) {
+    for (int64_t i = 0; i < num_elements_; ++i) t.data<std::string>()[i] = data<std::string>()[i];
+  } else if (size_bytes()) {
+    std::memcpy(t.data_, data_, size_bytes());
+  }
+  return t;
+}
+
+double Tensor::element_as_double(int64_t i) const {
+  switch (dtype_) {
+    case DataType::kFloat16: return fp16_to_float(data<uint16_t>()[i]);
+    case DataType::kBFloat16: return bf16_to_float(data<uint16_t>()[i]);
+    default: break;
+  }
+  double v = 0;
+  dispatch_numeric(dtype_, [&]<typename T>() { v = static_cast<double>(data<T>()[i]); });
+  return v;
+}
+
+int64_t Tensor::element_as_int64(int64_t i) const {
+  if (dtype_is_float(dtype_)) return static_cast<int64_t>(element_as_double(i));
+  int64_t v = 0;
+  dispatch_numeric(dtype_, [&]<typename T>() { v = static_cast<int64_t>(data<T>()[i]); });
+  return v;
+}
+
+std::vector<int64_t> Tensor::to_int64_vector() const {
+  std::vector<int64_t> out(static_cast<size_t>(num_elements_));
+  for (int64_t i = 0; i < num_elements_; ++i) out[static_cast<size_t>(i)] = element_as_int64(i);
+  return out;
+}
+
+std::string Tensor::description() const {
+  return std::string(dtype_name(dtype_)) + dims_to_string(dims_);
+}
+
+}  // namespace kiln

@@ -1,0 +1,90 @@
+// Tensors: a dtype, static dims and a pointer to elements, plus shared ownership of
+// the memory behind them. A Tensor either owns an aligned buffer it allocated or views
+// memory owned by someone else (an mmap'ed .kiln weight section, a user buffer), kept
+// alive by a shared handle. Copying a Tensor copies the handle, not the elements.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/status.h"
+
+namespace kiln {
+
+inline constexpr size_t kTensorAlignment = 64;
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Allocates zero-initialised, 64-byte aligned storage. String tensors hold
+  // default-constructed std::string elements. Fails on overflow or negative dims.
+  static Expected<Tensor> allocate(DataType dtype, std::vector<int64_t> dims);
+  // Like allocate, but a Kiln bug (not bad input) if it fails; for kernels whose
+  // output sizes were already validated.
+  static Tensor make(DataType dtype, std::vector<int64_t> dims);
+  // Views `data` without copying; `owner` keeps it alive (may be null for memory
+  // that outlives the tensor). Not for string tensors.
+  static Tensor view(DataType dtype, std::vector<int64_t> dims, void* data,
+                     std::shared_ptr<const void> owner);
+  // A rank-0 tensor holding one value.
+  template <typename T>
+  static Tensor scalar(T value) {
+    Tensor t = make(DataTypeOf<T>::value, {});
+    *t.data<T>() = value;
+    return t;
+  }
+  // A rank-1 tensor (or `dims` if given) holding `values`.
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, std::vector<int64_t> dims = {}) {
+    if (dims.empty()) dims = {static_cast<int64_t>(values.size())};
+    Tensor t = make(DataTypeOf<T>::value, dims);
+    for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
+    return t;
+  }
+
+  bool defined() const { return dtype_ != DataType::kUndefined; }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[static_cast<size_t>(i)]; }
+  int64_t num_elements() const { return num_elements_; }
+  size_t size_bytes() const { return dtype_bytes(dtype_, num_elements_); }
+  Shape shape() const { return Shape::from_static(dims_); }
+
+  void* raw_data() { return data_; }
+  const void* raw_data() const { return data_; }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+
+  // Same elements, new dims (element count must match; checked by the caller).
+  Tensor reshaped(std::vector<int64_t> dims) const;
+  // A deep copy into fresh storage.
+  Tensor clone() const;
+  // Element i converted to double / int64 (numeric types, fp16, bf16, bool).
+  double element_as_double(int64_t i) const;
+  int64_t element_as_int64(int64_t i) const;
+  // Values of an integer tensor (int32/int64) as int64; for shape-like inputs.
+  std::vector<int64_t> to_int64_vector() const;
+  // "float32[1,3,224,224]"
+  std::string description() const;
+
+ private:
+  DataType dtype_ = DataType::kUndefined;
+  std::vector<int64_t> dims_;
+  int64_t num_elements_ = 0;
+  void* data_ = nullptr;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace kiln

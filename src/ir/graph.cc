@@ -1,0 +1,174 @@
+// The Kiln IR: graph construction, lookup and ordering.
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <functional>
+#include <unordered_set>
+
+namespace kiln::ir {
+
+std::string TensorType::to_string() const {
+  return std::string(dtype_name(dtype)) + shape.to_string();
+}
+
+const Attribute* Node::attr(const std::string& name) const {
+  auto it = attrs_.find(name);
+  return it == attrs_.end() ? nullptr : &it->second;
+}
+
+int64_t Node::attr_int(const std::string& name, int64_t fallback) const {
+  const Attribute* a = attr(name);
+  return a && a->kind == AttrKind::kInt ? a->i : fallback;
+}
+
+float Node::attr_float(const std::string& name, float fallback) const {
+  const Attribute* a = attr(name);
+  if (!a) return fallback;
+  if (a->kind == AttrKind::kFloat) return a->f;
+  if (a->kind == AttrKind::kInt) return static_cast<float>(a->i);
+  return fallback;
+}
+
+std::string Node::attr_string(const std::string& name, const std::string& fallback) const {
+  const Attribute* a = attr(name);
+  return a && a->kind == AttrKind::kString ? a->s : fallback;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& name, std::vector<int64_t> fallback) const {
+  const Attribute* a = attr(name);
+  return a && a->kind == AttrKind::kInts ? a->ints : fallback;
+}
+
+std::vector<float> Node::attr_floats(const std::string& name, std::vector<float> fallback) const {
+  const Attribute* a = attr(name);
+  return a && a->kind == AttrKind::kFloats ? a->floats : fallback;
+}
+
+std::vector<Graph*> Node::subgraphs() const {
+  std::vector<Graph*> out;
+  for (const auto& [name, a] : attrs_) {
+    if (a.kind == AttrKind::kGraph && a.g) out.push_back(a.g.get());
+    if (a.kind == AttrKind::kGraphs)
+      for (const auto& g : a.graphs)
+        if (g) out.push_back(g.get());
+  }
+  return out;
+}
+
+std::string Node::label() const {
+  std::string op = domain_.empty() ? op_type_ : domain_ + "." + op_type_;
+  return "'" + name_ + "' (" + op + ")";
+}
+
+Expected<Value*> Graph::add_value(const std::string& name) {
+  if (by_name_.count(name)) return invalid_argument("value '%s' is defined twice", name.c_str());
+  values_.push_back(std::make_unique<Value>(name));
+  Value* v = values_.back().get();
+  by_name_[name] = v;
+  return v;
+}
+
+Value* Graph::find_value(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Value* Graph::get_or_add_value(const std::string& name) {
+  if (Value* v = find_value(name)) return v;
+  return *add_value(name);
+}
+
+Node* Graph::add_node(std::string name, std::string op_type, std::string domain, int64_t opset,
+                      std::vector<Value*> inputs, std::vector<Value*> outputs) {
+  nodes_.push_back(std::make_unique<Node>(std::move(name), std::move(op_type), std::move(domain), opset));
+  Node* n = nodes_.back().get();
+  n->inputs() = std::move(inputs);
+  n->outputs() = std::move(outputs);
+  for (size_t i = 0; i < n->outputs().size(); ++i)
+    if (n->outputs()[i]) n->outputs()[i]->set_producer(n, static_cast<int>(i));
+  return n;
+}
+
+namespace {
+
+// Adds to `out` every value a node reads, including values its subgraphs read from
+// the enclosing scope (a Loop body reading an outer tensor depends on its producer).
+void collect_reads(const Node& n, std::vector<const Value*>& out, const Graph& owner);
+
+void collect_outer_reads(const Graph& sub, std::vector<std::string>& names) {
+  for (const auto& v : sub.values())
+    if (v->is_outer_scope()) names.push_back(v->name());
+  for (const auto& n : sub.nodes())
+    for (Graph* g : n->subgraphs()) collect_outer_reads(*g, names);
+}
+
+void collect_reads(const Node& n, std::vector<const Value*>& out, const Graph& owner) {
+  for (const Value* v : n.inputs())
+    if (v) out.push_back(v);
+  for (Graph* g : n.subgraphs()) {
+    std::vector<std::string> names;
+    collect_outer_reads(*g, names);
+    for (const auto& name : names)
+      if (const Value* v = owner.find_value(name)) out.push_back(v);
+  }
+}
+
+}  // namespace
+
+Status Graph::topological_sort() {
+  // Kahn's algorithm, stable: among ready nodes the original order wins.
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = i;
+  std::vector<std::vector<size_t>> users(nodes_.size());
+  std::vector<int> pending(nodes_.size(), 0);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    std::vector<const Value*> reads;
+    collect_reads(*nodes_[i], reads, *this);
+    std::unordered_set<const Node*> seen;
+    for (const Value* v : reads) {
+      const Node* p = v->producer();
+      if (!p || !index.count(p) || !seen.insert(p).second) continue;
+      users[index[p]].push_back(i);
+      ++pending[i];
+    }
+  }
+  std::vector<size_t> order;
+  order.reserve(nodes_.size());
+  std::vector<size_t> ready;
+  for (size_t i = nodes_.size(); i-- > 0;)
+    if (pending[i] == 0) ready.push_back(i);
+  // `ready` is a stack kept in descending order so the smallest index pops first.
+  while (!ready.empty()) {
+    size_t i = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (size_t u : users[i]) {
+      if (--pending[u] == 0) {
+        auto pos = std::upper_bound(ready.begin(), ready.end(), u, std::greater<size_t>());
+        ready.insert(pos, u);
+      }
+    }
+  }
+  if (order.size() != nodes_.size()) {
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (pending[i] > 0)
+        return invalid_argument("graph '%s' has a cycle through node %s", name_.c_str(),
+                                nodes_[i]->label().c_str());
+  }
+  std::vector<std::unique_ptr<Node>> sorted;
+  sorted.reserve(nodes_.size());
+  for (size_t i : order) sorted.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(sorted);
+  return ok_status();
+}
+
+size_t Graph::initializer_bytes() const {
+  size_t total = 0;
+  for (const auto& v : values_)
+    if (v->has_initializer()) total += v->initializer()->size_bytes();
+  for (const auto& n : nodes_)
+    for (Graph* g : n->subgraphs()) total += g->initializer_bytes();
+  return total;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,67 @@
+// The .kiln offline model: FlatBuffers metadata plus a page-aligned weight section.
+//
+// File layout (all integers little-endian):
+//   [0, 64)            fixed header: magic "KILNMODL", format version, flags, offsets and
+//                      sizes of the metadata and weight sections, XXH3-64 checksum of
+//                      everything after the header
+//   [64, ...)          FlatBuffers metadata (schema in kiln_model.fbs): Kiln version,
+//                      source-model hash, target ISA features, the graph (values with
+//                      types, nodes in execution order with attributes, subgraphs,
+//                      initializers as (offset, size) into the weight section)
+//   [page-aligned)     weight section: raw tensor bytes, each 64-byte aligned
+//
+// Loading maps the file read-only; initializer tensors view the mapping (no copy). The
+// reader validates every offset, size, index and enum before use: a truncated, corrupted
+// or hostile file is a Status naming what is wrong and where, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+
+namespace kiln::model {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+// What the model was compiled for and from.
+struct ModelInfo {
+  uint32_t format_version = kFormatVersion;
+  std::string kiln_version;     // e.g. "0.1.0"
+  std::string source_hash;      // hex XXH3-64 of the source model bytes
+  std::string source_name;      // file name of the source model
+  std::string producer;         // producer recorded in the source model (e.g. "pytorch 1.13")
+  std::string target_arch;      // "x86_64"
+  std::vector<std::string> target_features;  // CPU ISA features: "avx2", "avx512f", "avx512_bf16", ...
+  uint64_t checksum = 0;        // filled in by the writer / read back by the loader
+};
+
+// The features of the CPU this process runs on (for ModelInfo::target_features).
+std::vector<std::string> host_cpu_features();
+
+// Writes `graph` (already compiled: typed, in execution order) to `path`.
+// Writes to a temporary file and renames, so a failed write never leaves a partial model.
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path);
+
+// A loaded model. The graph's initializer tensors view the file mapping, which lives as
+// long as any of them (or this object) does.
+struct LoadedModel {
+  ModelInfo info;
+  std::shared_ptr<ir::Graph> graph;
+  size_t file_size = 0;
+  size_t weight_bytes = 0;
+};
+
+// Maps and validates `path`. Errors name the file, the section and offset at fault.
+Expected<LoadedModel> load_model(const std::string& path);
+// Same for a model already in memory; the bytes are copied into an aligned buffer
+// (use load_model for the zero-copy path).
+Expected<LoadedModel> load_model_from_memory(const void* data, size_t size);
+
+// True if the bytes start with the .kiln magic (to tell .kiln from .onnx by content).
+bool looks_like_kiln(const void* data, size_t size);
+
+}  // namespace kiln::model

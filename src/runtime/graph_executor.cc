@@ -1,0 +1,199 @@
+// GraphExecutor: reference execution of an IR graph.
+#include "runtime/graph_executor.h"
+
+#include <unordered_set>
+
+namespace kiln::rt {
+
+struct GraphExecutor::Step {
+  const ir::Node* node;
+  const ops::KernelFn* kernel;
+  std::vector<int> inputs;   // slot per input, -1 if omitted
+  std::vector<int> outputs;  // slot per output, -1 if omitted
+  std::vector<int> release;  // slots whose last reader is this step
+};
+
+// Exposes the slots of a running graph to its subgraphs, by name.
+class GraphExecutor::StepScope : public Scope {
+ public:
+  StepScope(const GraphExecutor& ex, const std::vector<Tensor>& slots, const Scope* parent)
+      : ex_(ex), slots_(slots), parent_(parent) {}
+  const Tensor* lookup(const std::string& name) const override {
+    auto it = ex_.slot_by_name_.find(name);
+    if (it != ex_.slot_by_name_.end()) {
+      const Tensor& t = slots_[static_cast<size_t>(it->second)];
+      if (t.defined()) return &t;
+    }
+    return parent_ ? parent_->lookup(name) : nullptr;
+  }
+
+ private:
+  const GraphExecutor& ex_;
+  const std::vector<Tensor>& slots_;
+  const Scope* parent_;
+};
+
+class GraphExecutor::StepSubgraphRunner : public ops::SubgraphRunner {
+ public:
+  StepSubgraphRunner(GraphExecutor& ex, const Scope& scope) : ex_(ex), scope_(scope) {}
+  Expected<std::vector<Tensor>> run(const ir::Graph& body, const std::vector<Tensor>& inputs) override {
+    auto& cached = ex_.subgraph_executors_[&body];
+    if (!cached) {
+      KILN_ASSIGN_OR_RETURN(cached, GraphExecutor::create_for_subgraph(body));
+    }
+    std::vector<Tensor> outputs;
+    KILN_RETURN_IF_ERROR(cached->run_positional(inputs, &outputs, &scope_), "in subgraph '%s'",
+                         body.name().c_str());
+    return outputs;
+  }
+
+ private:
+  GraphExecutor& ex_;
+  const Scope& scope_;
+};
+
+GraphExecutor::GraphExecutor(const ir::Graph& graph) : graph_(&graph) {}
+GraphExecutor::~GraphExecutor() = default;
+
+Expected<std::unique_ptr<GraphExecutor>> GraphExecutor::create(std::shared_ptr<const ir::Graph> graph) {
+  if (!graph) return invalid_argument("no graph to execute");
+  std::unique_ptr<GraphExecutor> ex(new GraphExecutor(*graph));
+  ex->owner_ = std::move(graph);
+  KILN_RETURN_IF_ERROR(ex->prepare());
+  return ex;
+}
+
+Expected<std::unique_ptr<GraphExecutor>> GraphExecutor::create_for_subgraph(const ir::Graph& graph) {
+  std::unique_ptr<GraphExecutor> ex(new GraphExecutor(graph));
+  KILN_RETURN_IF_ERROR(ex->prepare());
+  return ex;
+}
+
+Status GraphExecutor::prepare() {
+  KILN_RETURN_IF_ERROR(ir::verify(*graph_));
+  for (const auto& v : graph_->values()) {
+    int slot = num_slots_++;
+    slot_of_[v.get()] = slot;
+    slot_by_name_[v->name()] = slot;
+    if (v->has_initializer()) constant_slots_.emplace_back(slot, v->initializer());
+    if (v->is_outer_scope()) outer_slots_.emplace_back(slot, v->name());
+  }
+  for (const ir::Value* v : graph_->inputs()) input_slots_.push_back(slot_of_.at(v));
+  for (const ir::Value* v : graph_->outputs()) output_slots_.push_back(slot_of_.at(v));
+
+  std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
+  for (const auto& [slot, t] : constant_slots_) keep.insert(slot);
+  for (const auto& [slot, name] : outer_slots_) keep.insert(slot);
+  std::unordered_map<int, size_t> last_use;
+  for (const auto& n : graph_->nodes()) {
+    KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(*n));
+    KILN_RETURN_IF_ERROR(schema->validate(*n));
+    if (!schema->kernel_fn())
+      return unsupported("node %s: no reference kernel is registered", n->label().c_str());
+    Step step{n.get(), &schema->kernel_fn(), {}, {}, {}};
+    for (const ir::Value* v : n->inputs()) {
+      int slot = v ? slot_of_.at(v) : -1;
+      step.inputs.push_back(slot);
+      if (slot >= 0) last_use[slot] = steps_.size();
+    }
+    // Values a subgraph reads from this scope stay alive until this node has run.
+    for (ir::Graph* g : n->subgraphs())
+      for (const auto& sv : g->values())
+        if (sv->is_outer_scope()) {
+          auto it = slot_by_name_.find(sv->name());
+          if (it != slot_by_name_.end()) last_use[it->second] = steps_.size();
+        }
+    for (const ir::Value* v : n->outputs()) step.outputs.push_back(v ? slot_of_.at(v) : -1);
+    steps_.push_back(std::move(step));
+  }
+  for (const auto& [slot, step] : last_use)
+    if (!keep.count(slot)) steps_[step].release.push_back(slot);
+  return ok_status();
+}
+
+Status GraphExecutor::check_input(const ir::Value& decl, const Tensor& t) const {
+  if (!t.defined()) return invalid_argument("input '%s' has no data", decl.name().c_str());
+  if (decl.dtype() != DataType::kUndefined && t.dtype() != decl.dtype())
+    return invalid_argument("input '%s' has dtype %s, the model expects %s", decl.name().c_str(),
+                            dtype_name(t.dtype()), dtype_name(decl.dtype()));
+  const Shape& s = decl.shape();
+  if (!s.has_rank()) return ok_status();
+  bool match = s.rank() == t.rank();
+  for (int i = 0; match && i < s.rank(); ++i)
+    if (s[i].is_static() && s[i].value != t.dim(i)) match = false;
+  if (!match)
+    return invalid_argument("input '%s' has shape %s, the model expects %s", decl.name().c_str(),
+                            dims_to_string(t.dims()).c_str(), s.to_string().c_str());
+  return ok_status();
+}
+
+Status GraphExecutor::run(const std::vector<NamedTensor>& inputs, std::vector<Tensor>* outputs,
+                          const Scope* outer) {
+  std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
+  for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
+  std::unordered_set<std::string> fed;
+  for (const NamedTensor& in : inputs) {
+    const ir::Value* decl = nullptr;
+    for (const ir::Value* v : graph_->inputs())
+      if (v->name() == in.name) decl = v;
+    if (!decl) {
+      std::string names;
+      for (const ir::Value* v : graph_->inputs()) names += (names.empty() ? "" : ", ") + v->name();
+      return invalid_argument("the model has no input named '%s' (inputs: %s)", in.name.c_str(), names.c_str());
+    }
+    KILN_RETURN_IF_ERROR(check_input(*decl, in.tensor));
+    slots[static_cast<size_t>(slot_of_.at(decl))] = in.tensor;
+    fed.insert(in.name);
+  }
+  for (const ir::Value* v : graph_->inputs())
+    if (!fed.count(v->name()) && !v->has_initializer())
+      return invalid_argument("input '%s' (%s) was not given", v->name().c_str(), v->type().to_string().c_str());
+  KILN_RETURN_IF_ERROR(execute(slots, outer));
+  outputs->clear();
+  for (int slot : output_slots_) outputs->push_back(slots[static_cast<size_t>(slot)]);
+  return ok_status();
+}
+
+Status GraphExecutor::run_positional(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
+                                     const Scope* outer) {
+  std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
+  for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
+  if (inputs.size() > input_slots_.size())
+    return invalid_argument("graph '%s' takes %zu inputs, got %zu", graph_->name().c_str(), input_slots_.size(),
+                            inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(input_slots_[i])] = inputs[i];
+  KILN_RETURN_IF_ERROR(execute(slots, outer));
+  outputs->clear();
+  for (int slot : output_slots_) outputs->push_back(slots[static_cast<size_t>(slot)]);
+  return ok_status();
+}
+
+Status GraphExecutor::execute(std::vector<Tensor>& slots, const Scope* outer) {
+  for (const auto& [slot, name] : outer_slots_) {
+    const Tensor* t = outer ? outer->lookup(name) : nullptr;
+    if (!t) return invalid_argument("graph '%s' reads '%s' from an enclosing graph, which has no such value",
+                                    graph_->name().c_str(), name.c_str());
+    slots[static_cast<size_t>(slot)] = *t;
+  }
+  StepScope scope(*this, slots, outer);
+  StepSubgraphRunner runner(*this, scope);
+  std::vector<const Tensor*> in;
+  for (const Step& step : steps_) {
+    in.clear();
+    for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);
+    std::vector<Tensor> out(step.outputs.size());
+    ops::KernelContext ctx(*step.node, in, &out, &runner);
+    Status st = (*step.kernel)(ctx);
+    if (!st.ok()) return st.add_context("running node %s", step.node->label().c_str());
+    for (size_t i = 0; i < step.outputs.size(); ++i) {
+      if (step.outputs[i] < 0) continue;
+      if (!out[i].defined())
+        return internal_error("node %s did not produce output %zu", step.node->label().c_str(), i);
+      slots[static_cast<size_t>(step.outputs[i])] = std::move(out[i]);
+    }
+    for (int s : step.release) slots[static_cast<size_t>(s)] = Tensor();
+  }
+  return ok_status();
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,71 @@
+// GraphExecutor: runs an IR graph node by node with the reference kernels of the op
+// registry. Prepared once (schema lookup, value slots, last-use points), run many times.
+// This is the minimal runtime of the walking skeleton; streams, events and device
+// memory build on it (issue: runtime API).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "ops/registry.h"
+
+namespace kiln::rt {
+
+// Resolves values of enclosing graphs by name for subgraph execution.
+class Scope {
+ public:
+  virtual ~Scope() = default;
+  virtual const Tensor* lookup(const std::string& name) const = 0;
+};
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+class GraphExecutor {
+ public:
+  // `graph` must outlive the executor (the shared_ptr keeps it alive).
+  static Expected<std::unique_ptr<GraphExecutor>> create(std::shared_ptr<const ir::Graph> graph);
+  // Same, for a subgraph owned by a node of a graph kept alive elsewhere.
+  static Expected<std::unique_ptr<GraphExecutor>> create_for_subgraph(const ir::Graph& graph);
+
+  // Runs the graph. `inputs` are matched to graph inputs by name; graph inputs that have
+  // an initializer may be omitted. Checks dtypes and static dims of every input.
+  // Outputs come back in graph-output order.
+  Status run(const std::vector<NamedTensor>& inputs, std::vector<Tensor>* outputs,
+             const Scope* outer = nullptr);
+  // Positional form used for subgraph bodies (inputs in graph-input order).
+  Status run_positional(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
+                        const Scope* outer);
+
+  const ir::Graph& graph() const { return *graph_; }
+  ~GraphExecutor();
+
+ private:
+  struct Step;
+  class StepScope;
+  class StepSubgraphRunner;
+  explicit GraphExecutor(const ir::Graph& graph);
+  Status prepare();
+  Status check_input(const ir::Value& decl, const Tensor& t) const;
+  Status execute(std::vector<Tensor>& slots, const Scope* outer);
+
+  std::shared_ptr<const ir::Graph> owner_;
+  const ir::Graph* graph_;
+  std::unordered_map<const ir::Value*, int> slot_of_;
+  std::unordered_map<std::string, int> slot_by_name_;
+  std::vector<Step> steps_;
+  std::vector<std::pair<int, const Tensor*>> constant_slots_;
+  std::vector<std::pair<int, std::string>> outer_slots_;
+  std::vector<int> input_slots_;
+  std::vector<int> output_slots_;
+  int num_slots_ = 0;
+  std::unordered_map<const ir::Graph*, std::unique_ptr<GraphExecutor>> subgraph_executors_;
+};
+
+}  // namespace kiln::rt
