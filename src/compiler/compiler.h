@@ -1,0 +1,55 @@
+// The compile driver behind `kiln compile`: ONNX -> IR -> fixed input shapes -> shape and
+// type inference -> dead-node removal -> .kiln. The graph engine's optimisation passes
+// (folding, fusion, layout, memory planning) plug in here as they land.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "frontend/onnx/onnx_importer.h"
+#include "ir/graph.h"
+#include "model/kiln_model.h"
+
+namespace kiln::compiler {
+
+// Input shapes fixed at compile time, as ATC's --input_shape: "x:1,3,224,224;y:1,128".
+using InputShapes = std::map<std::string, std::vector<int64_t>>;
+Expected<InputShapes> parse_input_shapes(const std::string& spec);
+
+struct CompileOptions {
+  InputShapes input_shapes;
+};
+
+// The result of checking a model (ATC --mode=3): everything found, not just the first.
+struct CheckReport {
+  std::vector<std::string> unsupported_nodes;  // "node 'x' op Foo (domain ai.onnx, opset 17)"
+  std::vector<std::string> shape_problems;     // inference errors, one per line
+  std::vector<std::string> notes;              // e.g. symbolic input dims left open
+  bool ok() const { return unsupported_nodes.empty() && shape_problems.empty(); }
+};
+
+struct CompiledModel {
+  std::shared_ptr<ir::Graph> graph;
+  model::ModelInfo info;
+  std::vector<std::string> notes;  // what the compiler did, for the report
+};
+
+// Imports an ONNX file and compiles it. Errors name the file and the node at fault.
+Expected<CompiledModel> compile_onnx_file(const std::string& path, const CompileOptions& options);
+Expected<CompiledModel> compile_onnx_bytes(const void* data, size_t size, const std::string& name,
+                                           const CompileOptions& options);
+// Checks an ONNX file without writing anything (`kiln compile --check`).
+Expected<CheckReport> check_onnx_file(const std::string& path, const CompileOptions& options);
+
+// Fixes input dims: binds symbolic dims of the named inputs to the given extents and
+// substitutes every other use of the same symbol in the graph. Errors on unknown input
+// names, rank mismatches and conflicts with static dims.
+Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes);
+
+// Removes nodes none of whose outputs reach a graph output.
+int remove_dead_nodes(ir::Graph& graph);
+
+}  // namespace kiln::compiler
