@@ -28,8 +28,9 @@ Status verify(const Graph& graph) {
         return invalid_argument("value '%s' is produced twice (again by node %s)", v->name().c_str(),
                                 n->label().c_str());
       if (v->producer() != n.get())
-        return internal_error("value '%s' does not record node %s as its producer", v->name().c_str(),
-                              n->label().c_str());
+        return invalid_argument("value '%s' is produced twice (by node %s and node %s)", v->name().c_str(),
+                                n->label().c_str(),
+                                v->producer() ? v->producer()->label().c_str() : "<none>");
       defined.insert(v);
     }
     for (Graph* g : n->subgraphs())

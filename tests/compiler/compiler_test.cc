@@ -1,0 +1,67 @@
+// The compile driver: --input-shape parsing, fixing symbolic dims, dead-node removal.
+#include "compiler/compiler.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::compiler {
+namespace {
+
+TEST(InputShapeTest, ParsesAtcStyleSpec) {
+  auto s = parse_input_shapes("x:1,3,224,224;input:0:1,128");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->at("x"), (std::vector<int64_t>{1, 3, 224, 224}));
+  EXPECT_EQ(s->at("input:0"), (std::vector<int64_t>{1, 128}));
+  EXPECT_TRUE(parse_input_shapes("")->empty());
+}
+
+TEST(InputShapeTest, RejectsMalformedSpecs) {
+  EXPECT_FALSE(parse_input_shapes("x").ok());
+  EXPECT_FALSE(parse_input_shapes("x:1,a").ok());
+  EXPECT_FALSE(parse_input_shapes("x:1,-3").ok());
+  EXPECT_FALSE(parse_input_shapes("x:1;x:2").ok());
+}
+
+// ids[batch, seq] -> Relu -> y[batch, seq]; mask[batch, 7]
+std::unique_ptr<ir::Graph> symbolic_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* ids = *g->add_value("ids");
+  ids->type() = {DataType::kFloat32, Shape{Dim::symbolic("batch"), Dim::symbolic("seq")}};
+  ir::Value* mask = *g->add_value("mask");
+  mask->type() = {DataType::kFloat32, Shape{Dim::symbolic("batch"), 7}};
+  ir::Value* y = *g->add_value("y");
+  y->type() = {DataType::kFloat32, Shape{Dim::symbolic("batch"), Dim::symbolic("seq")}};
+  ir::Value* unused = *g->add_value("unused");
+  g->inputs() = {ids, mask};
+  g->outputs() = {y};
+  g->add_node("relu", "Relu", "", 14, {ids}, {y});
+  g->add_node("dead", "Relu", "", 14, {mask}, {unused});
+  return g;
+}
+
+TEST(ApplyInputShapesTest, BindsSymbolsEverywhere) {
+  auto g = symbolic_graph();
+  ASSERT_TRUE(apply_input_shapes(*g, {{"ids", {2, 128}}}).ok());
+  EXPECT_EQ(g->inputs()[0]->shape().to_string(), "[2,128]");
+  EXPECT_EQ(g->inputs()[1]->shape().to_string(), "[2,7]");  // same symbol 'batch'
+  EXPECT_EQ(g->outputs()[0]->shape().to_string(), "[2,128]");
+}
+
+TEST(ApplyInputShapesTest, ErrorsNameTheProblem) {
+  auto g = symbolic_graph();
+  Status s = apply_input_shapes(*g, {{"nope", {1}}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.to_string().find("ids"), std::string::npos);  // lists the real inputs
+  EXPECT_FALSE(apply_input_shapes(*g, {{"ids", {1, 2, 3}}}).ok());   // rank
+  EXPECT_FALSE(apply_input_shapes(*g, {{"mask", {1, 8}}}).ok());     // static dim 7
+  EXPECT_FALSE(apply_input_shapes(*g, {{"ids", {1, 4}}, {"mask", {2, 7}}}).ok());  // batch 1 vs 2
+}
+
+TEST(DeadNodeTest, RemovesNodesThatReachNoOutput) {
+  auto g = symbolic_graph();
+  EXPECT_EQ(remove_dead_nodes(*g), 1);
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->name(), "relu");
+}
+
+}  // namespace
+}  // namespace kiln::compiler

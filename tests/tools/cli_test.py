@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The kiln command as a user runs it: compile, run, inspect, their options, outputs and
+errors. Reference values come from NumPy.
+
+usage: cli_test.py KILN_BINARY WORK_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+KILN = None
+WORK = None
+RNG = np.random.default_rng(7)
+W = RNG.standard_normal((4, 6)).astype(np.float32)
+B = RNG.standard_normal(6).astype(np.float32)
+
+
+def kiln(*args, check=True):
+    r = subprocess.run([KILN] + list(args), capture_output=True, text=True, timeout=120)
+    if check and r.returncode != 0:
+        raise AssertionError(f"kiln {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+    return r
+
+
+def save(model, name):
+    path = os.path.join(WORK, name)
+    onnx.save(model, path)
+    return path
+
+
+def linear_model():
+    """x[N,4] -> MatMul W -> Add b -> Relu -> 'scores/relu:0'; ArgMax -> 'label'."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["mm"], name="matmul"),
+        helper.make_node("Add", ["mm", "B"], ["z"], name="add"),
+        helper.make_node("Relu", ["z"], ["scores/relu:0"], name="relu"),
+        helper.make_node("ArgMax", ["scores/relu:0"], ["label"], name="argmax", axis=1, keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes, "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("scores/relu:0", TensorProto.FLOAT, ["N", 6]),
+         helper.make_tensor_value_info("label", TensorProto.INT64, ["N"])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="cli_test")
+    onnx.checker.check_model(m)
+    return m
+
+
+def numpy_linear(x):
+    s = np.maximum(x @ W + B, 0)
+    return s, np.argmax(s, axis=1)
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.onnx_path = save(linear_model(), "linear.onnx")
+        cls.kiln_path = os.path.join(WORK, "linear.kiln")
+        kiln("compile", cls.onnx_path, "-o", cls.kiln_path, "--input-shape", "x:3,4")
+
+    def test_help_for_every_subcommand(self):
+        r = kiln("--help")
+        for sub in ("compile", "run", "inspect"):
+            self.assertIn(sub, r.stdout)
+            h = kiln(sub, "--help")
+            self.assertIn("--", h.stdout)
+        self.assertIn("--input-shape", kiln("compile", "--help").stdout)
+        self.assertIn("--output-dir", kiln("run", "--help").stdout)
+
+    def test_run_writes_outputs_matching_numpy(self):
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        np.save(os.path.join(WORK, "x.npy"), x)
+        out = os.path.join(WORK, "out")
+        kiln("run", self.kiln_path, "--input", "x=" + os.path.join(WORK, "x.npy"), "--output-dir", out)
+        index = json.load(open(os.path.join(out, "outputs.json")))
+        self.assertEqual(index["scores/relu:0"], {"file": "scores_relu_0.npy", "dtype": "float32", "shape": [3, 6]})
+        self.assertEqual(index["label"], {"file": "label.npy", "dtype": "int64", "shape": [3]})
+        scores, label = numpy_linear(x)
+        got = np.load(os.path.join(out, "scores_relu_0.npy"))
+        np.testing.assert_allclose(got, scores, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.load(os.path.join(out, "label.npy")), label)
+
+    def test_run_json_has_outputs_and_latency(self):
+        r = kiln("run", self.kiln_path, "--json", "--loops", "3", "--warmup", "1")
+        j = json.loads(r.stdout)
+        self.assertEqual([o["name"] for o in j["outputs"]], ["scores/relu:0", "label"])
+        self.assertEqual(j["outputs"][0]["shape"], [3, 6])
+        for k in ("median", "min", "max", "p90"):
+            self.assertIn(k, j["latency_ms"])
+        self.assertLessEqual(j["latency_ms"]["min"], j["latency_ms"]["max"])
+
+    def test_run_text_prints_shapes_and_latency(self):
+        r = kiln("run", self.kiln_path, "--loops", "2")
+        self.assertIn("float32[3,6]", r.stdout)
+        self.assertIn("median", r.stdout)
+
+    def test_run_rejects_wrong_input_shape(self):
+        np.save(os.path.join(WORK, "bad.npy"), np.zeros((2, 5), np.float32))
+        r = kiln("run", self.kiln_path, "--input", "x=" + os.path.join(WORK, "bad.npy"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("[2,5]", r.stderr)
+        self.assertIn("[3,4]", r.stderr)
+        r = kiln("run", self.kiln_path, "--input", "nope=" + os.path.join(WORK, "bad.npy"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nope", r.stderr)
+
+    def test_inspect_onnx_and_kiln(self):
+        j = json.loads(kiln("inspect", self.onnx_path, "--json").stdout)
+        self.assertEqual(j["format"], "onnx")
+        self.assertEqual(j["inputs"][0]["shape"], ["N", 4])
+        self.assertEqual(j["op_histogram"], {"MatMul": 1, "Add": 1, "Relu": 1, "ArgMax": 1})
+        self.assertEqual(j["weight_bytes"], W.nbytes + B.nbytes)
+        self.assertIn("cli_test", j["producer"])
+        k = json.loads(kiln("inspect", self.kiln_path, "--json").stdout)
+        self.assertEqual(k["format"], "kiln")
+        self.assertEqual(k["inputs"][0]["shape"], [3, 4])
+        self.assertEqual(k["source_hash"], j["source_hash"])
+        self.assertTrue(k["target"]["features"])
+        self.assertIn("MatMul", kiln("inspect", self.kiln_path).stdout)
+
+    def test_unsupported_ops_are_all_listed(self):
+        nodes = [
+            helper.make_node("Relu", ["x"], ["a"], name="ok_relu"),
+            helper.make_node("NoSuchOp", ["a"], ["b"], name="first_bad"),
+            helper.make_node("Frobnicate", ["b"], ["y"], name="second_bad", domain="com.example"),
+        ]
+        g = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
+        path = save(m, "unsupported.onnx")
+        r = kiln("compile", "--check", path, check=False)
+        self.assertEqual(r.returncode, 1)
+        for text in ("first_bad", "NoSuchOp", "second_bad", "Frobnicate", "com.example"):
+            self.assertIn(text, r.stdout)
+        r = kiln("compile", path, "-o", os.path.join(WORK, "never.kiln"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("first_bad", r.stderr)
+        self.assertIn("second_bad", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(WORK, "never.kiln")))
+
+    def test_check_passes_on_a_good_model(self):
+        r = kiln("compile", "--check", self.onnx_path)
+        self.assertIn("check passed", r.stdout)
+
+    def test_input_shape_errors_are_clear(self):
+        r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--input-shape", "y:1,4", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("'y'", r.stderr)
+        self.assertIn("x[N,4]", r.stderr)
+        r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--input-shape", "x:1,5", check=False)
+        self.assertEqual(r.returncode, 1)
+
+    def test_missing_file_and_bad_usage(self):
+        r = kiln("run", os.path.join(WORK, "missing.kiln"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("missing.kiln", r.stderr)
+        r = kiln("frobnicate", check=False)
+        self.assertEqual(r.returncode, 2)
+
+    def test_run_onnx_directly_compiles_in_memory(self):
+        r = kiln("run", self.onnx_path, "--json")
+        j = json.loads(r.stdout)
+        self.assertEqual(j["outputs"][0]["shape"], [1, 6])  # N left open -> 1
+
+
+if __name__ == "__main__":
+    KILN, WORK = sys.argv[1], sys.argv[2]
+    os.makedirs(WORK, exist_ok=True)
+    unittest.main(argv=[sys.argv[0], "-v"])
