@@ -1,0 +1,653 @@
+// Loads a .kiln file: maps it, validates header, checksum and metadata, rebuilds the graph.
+//
+// Validation runs in layers, each trusting only what the previous one proved:
+//   1. header: size, magic, version, flags, section bounds (no overflow, no overlap);
+//   2. XXH3-64 checksum of the header fields and everything after the header;
+//   3. flatbuffers::Verifier: every offset inside the metadata buffer, bounded depth/tables;
+//   4. semantic checks while rebuilding the ir::Graph: enums, indices, initializer ranges
+//      and sizes, unique producers, subgraph depth; then ir::verify on the result.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <unordered_set>
+
+#include "model/kiln_model.h"
+#include "model/kiln_model_generated.h"
+#include "model/model_format.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace kiln::model {
+
+uint64_t combine_checksum(const void* header_fields_56_bytes, uint64_t body_digest) {
+  return XXH3_64bits_withSeed(header_fields_56_bytes, offsetof(FileHeader, checksum), body_digest);
+}
+
+uint64_t file_checksum(const uint8_t* file, size_t size) {
+  if (size < kHeaderSize) return XXH3_64bits(nullptr, 0);
+  uint64_t body = XXH3_64bits(file + kHeaderSize, size - kHeaderSize);
+  return combine_checksum(file, body);
+}
+
+bool looks_like_kiln(const void* data, size_t size) {
+  return data && size >= sizeof(kMagic) && std::memcmp(data, kMagic, sizeof(kMagic)) == 0;
+}
+
+namespace {
+
+namespace fbs = flatbuffers;
+using ull = unsigned long long;
+
+std::string str(const fbs::String* s) { return s ? s->str() : std::string(); }
+
+// Rebuilds ir::Graphs from verified metadata, checking every field before it is used.
+class GraphParser {
+ public:
+  GraphParser(const uint8_t* weights, uint64_t weight_size, std::shared_ptr<const void> owner,
+              uint64_t payload_budget)
+      : weights_(weights),
+        weight_size_(weight_size),
+        owner_(std::move(owner)),
+        budget_(payload_budget) {}
+
+  Status graph(const fb::Graph& fg, ir::Graph& out, int depth,
+               std::vector<const ir::Graph*>& scopes);
+
+ private:
+  // Charges `bytes` of vector/string payload. A verified buffer can still point many
+  // tables at one large vector; without this bound a small file could make the loader
+  // copy gigabytes. An honest writer stores each payload once, so the sum of payload
+  // bytes never exceeds the metadata size.
+  Status charge(uint64_t bytes) {
+    if (bytes > budget_)
+      return data_loss(
+          "vectors and strings add up to more than the metadata section holds "
+          "(shared or overlapping data)");
+    budget_ -= bytes;
+    return ok_status();
+  }
+  // Every vector passes through here before its elements are read. FlatBuffers 2.0.8's
+  // verifier aligns only a vector's length word, so a hostile file can place 8-byte
+  // elements off their alignment; reading them would be undefined behaviour.
+  template <typename T>
+  Status charge_vector(const fbs::Vector<T>* v) {
+    if (!v) return ok_status();
+    if (v->size() != 0 && reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) != 0)
+      return data_loss("vector of %zu-byte elements is misaligned", sizeof(T));
+    return charge(4 + uint64_t{v->size()} * sizeof(T));
+  }
+  Status charge_string(const fbs::String* s) {
+    return s ? charge(5 + uint64_t{s->size()}) : ok_status();
+  }
+  Status charge_strings(const fbs::Vector<fbs::Offset<fbs::String>>* v) {
+    if (!v) return ok_status();
+    KILN_RETURN_IF_ERROR(charge_vector(v));
+    for (const fbs::String* s : *v) KILN_RETURN_IF_ERROR(charge_string(s));
+    return ok_status();
+  }
+  Expected<std::string> string(const fbs::String* s) {
+    KILN_RETURN_IF_ERROR(charge_string(s));
+    return str(s);
+  }
+  Expected<std::vector<std::string>> strings(const fbs::Vector<fbs::Offset<fbs::String>>* v) {
+    KILN_RETURN_IF_ERROR(charge_strings(v));
+    std::vector<std::string> out;
+    if (v) {
+      out.reserve(v->size());
+      for (const fbs::String* s : *v) out.push_back(str(s));
+    }
+    return out;
+  }
+
+  Expected<Tensor> tensor(const fb::TensorData& ft);
+  Expected<ir::Attribute> attribute(const fb::Attr& fa, int depth,
+                                    std::vector<const ir::Graph*>& scopes);
+  Expected<std::shared_ptr<ir::Graph>> subgraph(const fb::Graph* fg, int depth,
+                                                std::vector<const ir::Graph*>& scopes);
+
+  const uint8_t* weights_;
+  uint64_t weight_size_;
+  std::shared_ptr<const void> owner_;
+  uint64_t budget_;
+};
+
+Expected<Tensor> GraphParser::tensor(const fb::TensorData& ft) {
+  int32_t dt = ft.dtype();
+  if (!dtype_is_valid(dt) || dt == static_cast<int32_t>(DataType::kUndefined))
+    return data_loss("tensor dtype %d is not a valid data type", dt);
+  DataType dtype = static_cast<DataType>(dt);
+  std::vector<int64_t> dims;
+  uint64_t count = 1;
+  if (const auto* fd = ft.dims()) {
+    KILN_RETURN_IF_ERROR(charge_vector(fd));
+    dims.reserve(fd->size());
+    for (uint32_t k = 0; k < fd->size(); ++k) {
+      int64_t d = fd->Get(k);
+      if (d < 0) return data_loss("tensor dim %u is negative (%lld)", k, static_cast<long long>(d));
+      // Element counts stay far below 2^62 so that bytes = count * bits / 8 cannot overflow.
+      if (d != 0 && count > (uint64_t{1} << 56) / static_cast<uint64_t>(d))
+        return data_loss("tensor of shape %s has too many elements", dims_to_string(dims).c_str());
+      count *= static_cast<uint64_t>(d);
+      dims.push_back(d);
+    }
+  }
+  if (dtype == DataType::kString) {
+    const auto* fs = ft.strings();
+    uint64_t have = fs ? fs->size() : 0;
+    if (have != count)
+      return data_loss("string tensor %s holds %llu strings, expected %llu",
+                       dims_to_string(dims).c_str(), static_cast<ull>(have),
+                       static_cast<ull>(count));
+    KILN_RETURN_IF_ERROR(charge_strings(fs));
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, dims));
+    for (uint64_t k = 0; k < count; ++k)
+      t.data<std::string>()[k] = str(fs->Get(static_cast<uint32_t>(k)));
+    return t;
+  }
+  uint64_t expected = (count * static_cast<uint64_t>(dtype_bits(dtype)) + 7) / 8;
+  uint64_t offset = ft.offset(), size = ft.size();
+  if (size != expected)
+    return data_loss("tensor %s%s is %llu bytes in the file, expected %llu", dtype_name(dtype),
+                     dims_to_string(dims).c_str(), static_cast<ull>(size),
+                     static_cast<ull>(expected));
+  if (offset > weight_size_ || size > weight_size_ - offset)
+    return data_loss("tensor data [%llu, +%llu) lies outside the weight section (%llu bytes)",
+                     static_cast<ull>(offset), static_cast<ull>(size),
+                     static_cast<ull>(weight_size_));
+  if (offset % kWeightAlignment != 0)
+    return data_loss("tensor data at weight offset %llu is not %llu-byte aligned",
+                     static_cast<ull>(offset), static_cast<ull>(kWeightAlignment));
+  // The mapping is read-only: kernels never write constants, and a stray write faults
+  // instead of silently changing the model.
+  void* data = const_cast<uint8_t*>(weights_ + offset);
+  return Tensor::view(dtype, std::move(dims), data, owner_);
+}
+
+Expected<std::shared_ptr<ir::Graph>> GraphParser::subgraph(const fb::Graph* fg, int depth,
+                                                           std::vector<const ir::Graph*>& scopes) {
+  if (!fg) return data_loss("graph attribute has no graph");
+  KILN_ASSIGN_OR_RETURN(std::string name, string(fg->name()));
+  auto g = std::make_shared<ir::Graph>(std::move(name));
+  KILN_RETURN_IF_ERROR(graph(*fg, *g, depth + 1, scopes), "in subgraph '%s'", g->name().c_str());
+  return g;
+}
+
+Expected<ir::Attribute> GraphParser::attribute(const fb::Attr& fa, int depth,
+                                               std::vector<const ir::Graph*>& scopes) {
+  int32_t kind = fa.kind();
+  if (kind < 1 || kind > ir::kMaxAttrKind) return data_loss("attribute kind %d is not valid", kind);
+  ir::Attribute a;
+  a.kind = static_cast<ir::AttrKind>(kind);
+  switch (a.kind) {
+    case ir::AttrKind::kFloat:
+      a.f = fa.f();
+      break;
+    case ir::AttrKind::kInt:
+      a.i = fa.i();
+      break;
+    case ir::AttrKind::kString: {
+      KILN_ASSIGN_OR_RETURN(a.s, string(fa.s()));
+      break;
+    }
+    case ir::AttrKind::kFloats:
+      if (const auto* v = fa.floats()) {
+        KILN_RETURN_IF_ERROR(charge_vector(v));
+        a.floats.assign(v->begin(), v->end());
+      }
+      break;
+    case ir::AttrKind::kInts:
+      if (const auto* v = fa.ints()) {
+        KILN_RETURN_IF_ERROR(charge_vector(v));
+        a.ints.assign(v->begin(), v->end());
+      }
+      break;
+    case ir::AttrKind::kStrings: {
+      KILN_ASSIGN_OR_RETURN(a.strings, strings(fa.strings()));
+      break;
+    }
+    case ir::AttrKind::kTensor: {
+      if (!fa.t()) return data_loss("tensor attribute has no tensor");
+      KILN_ASSIGN_OR_RETURN(a.t, tensor(*fa.t()));
+      break;
+    }
+    case ir::AttrKind::kTensors:
+      if (const auto* v = fa.tensors()) {
+        KILN_RETURN_IF_ERROR(charge_vector(v));
+        for (uint32_t k = 0; k < v->size(); ++k) {
+          KILN_ASSIGN_OR_RETURN(Tensor t, tensor(*v->Get(k)), "tensor %u", k);
+          a.tensors.push_back(std::move(t));
+        }
+      }
+      break;
+    case ir::AttrKind::kGraph: {
+      KILN_ASSIGN_OR_RETURN(a.g, subgraph(fa.g(), depth, scopes));
+      break;
+    }
+    case ir::AttrKind::kGraphs:
+      if (const auto* v = fa.graphs()) {
+        KILN_RETURN_IF_ERROR(charge_vector(v));
+        for (uint32_t k = 0; k < v->size(); ++k) {
+          KILN_ASSIGN_OR_RETURN(auto g, subgraph(v->Get(k), depth, scopes), "graph %u", k);
+          a.graphs.push_back(std::move(g));
+        }
+      }
+      break;
+  }
+  return a;
+}
+
+Status GraphParser::graph(const fb::Graph& fg, ir::Graph& out, int depth,
+                          std::vector<const ir::Graph*>& scopes) {
+  if (depth > kMaxSubgraphDepth)
+    return data_loss("subgraphs nest deeper than %d levels", kMaxSubgraphDepth);
+  const char* gname = out.name().c_str();
+
+  // Values.
+  const auto* fvalues = fg.values();
+  const uint32_t num_values = fvalues ? fvalues->size() : 0;
+  if (num_values > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+    return data_loss("graph '%s' has too many values", gname);
+  KILN_RETURN_IF_ERROR(charge_vector(fvalues));
+  std::vector<ir::Value*> values(num_values);
+  for (uint32_t k = 0; k < num_values; ++k) {
+    const fb::ValueDef& fv = *fvalues->Get(k);
+    KILN_ASSIGN_OR_RETURN(std::string name, string(fv.name()));
+    auto added = out.add_value(name);
+    if (!added.ok())
+      return data_loss("graph '%s' value %u: name '%s' is defined twice", gname, k, name.c_str());
+    ir::Value* v = *added;
+    values[k] = v;
+    int32_t dt = fv.dtype();
+    if (!dtype_is_valid(dt))
+      return data_loss("graph '%s' value %u ('%s'): dtype %d is not a valid data type", gname, k,
+                       name.c_str(), dt);
+    v->type().dtype = static_cast<DataType>(dt);
+    const auto* fdims = fv.dims();
+    if (fv.has_rank()) {
+      KILN_RETURN_IF_ERROR(charge_vector(fdims));
+      std::vector<Dim> dims;
+      if (fdims) {
+        dims.reserve(fdims->size());
+        for (uint32_t d = 0; d < fdims->size(); ++d) {
+          const fb::Dim& fd = *fdims->Get(d);
+          Dim dim;
+          dim.value = fd.value();
+          KILN_ASSIGN_OR_RETURN(dim.symbol, string(fd.symbol()));
+          if (dim.value < -1 || (dim.value >= 0 && !dim.symbol.empty()))
+            return data_loss(
+                "graph '%s' value %u ('%s') dim %u is invalid (value %lld, symbol '%s')", gname, k,
+                name.c_str(), d, static_cast<long long>(dim.value), dim.symbol.c_str());
+          dims.push_back(std::move(dim));
+        }
+      }
+      v->type().shape = Shape(std::move(dims));
+    } else if (fdims && fdims->size() != 0) {
+      return data_loss("graph '%s' value %u ('%s') has unknown rank but %u dims", gname, k,
+                       name.c_str(), fdims->size());
+    }
+    if (fv.outer_scope()) {
+      bool found = false;
+      for (const ir::Graph* s : scopes)
+        if (s->find_value(name)) found = true;
+      if (!found)
+        return data_loss(
+            "graph '%s' value %u ('%s') is marked outer-scope but no enclosing "
+            "graph defines it",
+            gname, k, name.c_str());
+      v->set_outer_scope(true);
+    }
+    if (const fb::TensorData* init = fv.initializer()) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor(*init), "graph '%s' value %u ('%s') initializer",
+                            gname, k, name.c_str());
+      v->set_initializer(std::move(t));
+    }
+  }
+
+  // Graph inputs and outputs.
+  auto value_at = [&](int32_t idx) -> ir::Value* {
+    return idx >= 0 && static_cast<uint32_t>(idx) < num_values ? values[static_cast<size_t>(idx)]
+                                                               : nullptr;
+  };
+  std::vector<char> is_input(num_values, 0);
+  if (const auto* fin = fg.inputs()) {
+    KILN_RETURN_IF_ERROR(charge_vector(fin));
+    for (uint32_t k = 0; k < fin->size(); ++k) {
+      ir::Value* v = value_at(fin->Get(k));
+      if (!v)
+        return data_loss("graph '%s' input %u refers to value %d of %u", gname, k, fin->Get(k),
+                         num_values);
+      is_input[static_cast<size_t>(fin->Get(k))] = 1;
+      out.inputs().push_back(v);
+    }
+  }
+  if (const auto* fout = fg.outputs()) {
+    KILN_RETURN_IF_ERROR(charge_vector(fout));
+    for (uint32_t k = 0; k < fout->size(); ++k) {
+      ir::Value* v = value_at(fout->Get(k));
+      if (!v)
+        return data_loss("graph '%s' output %u refers to value %d of %u", gname, k, fout->Get(k),
+                         num_values);
+      out.outputs().push_back(v);
+    }
+  }
+
+  // Nodes, in execution order.
+  scopes.push_back(&out);
+  std::vector<int64_t> produced_by(num_values, -1);
+  const auto* fnodes = fg.nodes();
+  KILN_RETURN_IF_ERROR(charge_vector(fnodes));
+  const uint32_t num_nodes = fnodes ? fnodes->size() : 0;
+  for (uint32_t k = 0; k < num_nodes; ++k) {
+    const fb::Node& fn = *fnodes->Get(k);
+    KILN_ASSIGN_OR_RETURN(std::string name, string(fn.name()));
+    KILN_ASSIGN_OR_RETURN(std::string op_type, string(fn.op_type()));
+    KILN_ASSIGN_OR_RETURN(std::string domain, string(fn.domain()));
+    if (fn.opset() < 0)
+      return data_loss("graph '%s' node %u ('%s') has opset %lld", gname, k, name.c_str(),
+                       static_cast<long long>(fn.opset()));
+    std::vector<ir::Value*> ins, outs;
+    if (const auto* fi = fn.inputs()) {
+      KILN_RETURN_IF_ERROR(charge_vector(fi));
+      for (uint32_t j = 0; j < fi->size(); ++j) {
+        int32_t idx = fi->Get(j);
+        ir::Value* v = value_at(idx);
+        if (!v && idx != -1)
+          return data_loss("graph '%s' node %u ('%s') input %u refers to value %d of %u", gname, k,
+                           name.c_str(), j, idx, num_values);
+        ins.push_back(v);
+      }
+    }
+    if (const auto* fo = fn.outputs()) {
+      KILN_RETURN_IF_ERROR(charge_vector(fo));
+      for (uint32_t j = 0; j < fo->size(); ++j) {
+        int32_t idx = fo->Get(j);
+        ir::Value* v = value_at(idx);
+        if (!v && idx != -1)
+          return data_loss("graph '%s' node %u ('%s') output %u refers to value %d of %u", gname, k,
+                           name.c_str(), j, idx, num_values);
+        if (v) {
+          auto& p = produced_by[static_cast<size_t>(idx)];
+          if (p >= 0)
+            return data_loss(
+                "graph '%s' node %u ('%s') output %u: value %d ('%s') is already "
+                "produced by node %lld",
+                gname, k, name.c_str(), j, idx, v->name().c_str(), static_cast<long long>(p));
+          if (is_input[static_cast<size_t>(idx)] || v->is_outer_scope() || v->has_initializer())
+            return data_loss(
+                "graph '%s' node %u ('%s') output %u: value %d ('%s') is a graph "
+                "input, initializer or outer-scope value",
+                gname, k, name.c_str(), j, idx, v->name().c_str());
+          p = k;
+        }
+        outs.push_back(v);
+      }
+    }
+    ir::AttributeMap attrs;
+    if (const auto* fa = fn.attrs()) {
+      KILN_RETURN_IF_ERROR(charge_vector(fa));
+      for (uint32_t j = 0; j < fa->size(); ++j) {
+        KILN_ASSIGN_OR_RETURN(std::string aname, string(fa->Get(j)->name()));
+        KILN_ASSIGN_OR_RETURN(ir::Attribute a, attribute(*fa->Get(j), depth, scopes),
+                              "graph '%s' node %u ('%s') attribute %u ('%s')", gname, k,
+                              name.c_str(), j, aname.c_str());
+        if (!attrs.emplace(aname, std::move(a)).second)
+          return data_loss("graph '%s' node %u ('%s') has attribute '%s' twice", gname, k,
+                           name.c_str(), aname.c_str());
+      }
+    }
+    ir::Node* node = out.add_node(std::move(name), std::move(op_type), std::move(domain),
+                                  fn.opset(), std::move(ins), std::move(outs));
+    node->attrs() = std::move(attrs);
+  }
+  scopes.pop_back();
+
+  // Opset imports and metadata.
+  if (const auto* fo = fg.opset_imports()) {
+    KILN_RETURN_IF_ERROR(charge_vector(fo));
+    for (uint32_t k = 0; k < fo->size(); ++k) {
+      KILN_ASSIGN_OR_RETURN(std::string domain, string(fo->Get(k)->domain()));
+      int64_t version = fo->Get(k)->version();
+      if (version < 0)
+        return data_loss("graph '%s' opset import %u ('%s') has version %lld", gname, k,
+                         domain.c_str(), static_cast<long long>(version));
+      if (!out.opset_imports().emplace(domain, version).second)
+        return data_loss("graph '%s' imports domain '%s' twice", gname, domain.c_str());
+    }
+  }
+  if (const auto* fm = fg.metadata()) {
+    KILN_RETURN_IF_ERROR(charge_vector(fm));
+    for (uint32_t k = 0; k < fm->size(); ++k) {
+      KILN_ASSIGN_OR_RETURN(std::string key, string(fm->Get(k)->key()));
+      KILN_ASSIGN_OR_RETURN(std::string value, string(fm->Get(k)->value()));
+      if (!out.metadata().emplace(key, std::move(value)).second)
+        return data_loss("graph '%s' metadata key '%s' appears twice", gname, key.c_str());
+    }
+  }
+  return ok_status();
+}
+
+// A one-line error naming the file and the section at fault. Whatever the inner check
+// called it, a model that fails validation is a damaged file (data loss), unless the
+// loader ran out of memory.
+Status at(const std::string& file, const char* section, const Status& s) {
+  StatusCode code = s.code() == StatusCode::kResourceExhausted ? s.code() : StatusCode::kDataLoss;
+  return Status(code, file + ": " + section + ": " + s.to_string());
+}
+
+Expected<LoadedModel> parse(const uint8_t* base, size_t size, std::shared_ptr<const void> owner,
+                            const std::string& file) {
+  const char* f = file.c_str();
+  // 1. Header.
+  if (size < kHeaderSize)
+    return data_loss("%s: truncated: file is %zu bytes, smaller than the %zu-byte header", f, size,
+                     kHeaderSize);
+  if (!looks_like_kiln(base, size))
+    return invalid_argument("%s: not a .kiln model (bad magic at offset 0)", f);
+  FileHeader h;
+  std::memcpy(&h, base, sizeof(h));
+  if (h.format_version != kFormatVersion)
+    return unsupported("%s: format version %u is not supported (this build reads version %u)", f,
+                       h.format_version, kFormatVersion);
+  if (h.flags != 0) return unsupported("%s: header has unknown flags 0x%x (offset 12)", f, h.flags);
+  if (h.file_size > size)
+    return data_loss("%s: truncated: file is %zu bytes, header says %llu", f, size,
+                     static_cast<ull>(h.file_size));
+  if (h.file_size < size)
+    return data_loss("%s: file is %zu bytes, header says %llu (trailing bytes)", f, size,
+                     static_cast<ull>(h.file_size));
+  if (h.metadata_offset != kHeaderSize)
+    return data_loss("%s: metadata section at offset %llu, expected %zu", f,
+                     static_cast<ull>(h.metadata_offset), kHeaderSize);
+  if (h.metadata_size == 0 || h.metadata_size > size - h.metadata_offset)
+    return data_loss("%s: metadata section [%llu, +%llu) lies outside the file (%zu bytes)", f,
+                     static_cast<ull>(h.metadata_offset), static_cast<ull>(h.metadata_size), size);
+  if (h.weight_offset % kWeightSectionAlignment != 0)
+    return data_loss("%s: weight section offset %llu is not %llu-byte aligned", f,
+                     static_cast<ull>(h.weight_offset), static_cast<ull>(kWeightSectionAlignment));
+  const uint64_t metadata_end = h.metadata_offset + h.metadata_size;  // <= size: no overflow
+  if (h.weight_offset < metadata_end)
+    return data_loss("%s: weight section at offset %llu overlaps the metadata section [%llu, %llu)",
+                     f, static_cast<ull>(h.weight_offset), static_cast<ull>(h.metadata_offset),
+                     static_cast<ull>(metadata_end));
+  // The weight section starts at the first page boundary after the metadata: anything
+  // else means a size field was damaged.
+  if (h.weight_offset - metadata_end >= kWeightSectionAlignment)
+    return data_loss(
+        "%s: weight section at offset %llu does not follow the metadata section "
+        "ending at %llu",
+        f, static_cast<ull>(h.weight_offset), static_cast<ull>(metadata_end));
+  if (h.weight_offset > size || h.weight_size != size - h.weight_offset)
+    return data_loss(
+        "%s: weight section [%llu, +%llu) does not end at the end of the file (%zu bytes)", f,
+        static_cast<ull>(h.weight_offset), static_cast<ull>(h.weight_size), size);
+
+  // 2. Checksum.
+  if (file_checksum(base, size) != h.checksum)
+    return data_loss("%s: checksum mismatch (file is corrupted)", f);
+
+  // 3. FlatBuffers structure. Every table takes at least 4 bytes, so a buffer with more
+  // table visits than size/4 shares tables (a DAG that could blow up verification time).
+  const uint8_t* meta = base + h.metadata_offset;
+  const size_t meta_size = static_cast<size_t>(h.metadata_size);
+  if (meta_size >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    return data_loss("%s: metadata section is %zu bytes, larger than FlatBuffers allows", f,
+                     meta_size);
+  // Depth: a subgraph level is Graph -> Node -> Attr -> Graph; leave room for the tables
+  // under a graph so that kMaxSubgraphDepth, checked below, is the limit users meet.
+  flatbuffers::Verifier verifier(meta, meta_size,
+                                 static_cast<flatbuffers::uoffset_t>(3 * kMaxSubgraphDepth + 16),
+                                 static_cast<flatbuffers::uoffset_t>(meta_size / 4 + 16));
+  if (!fb::VerifyModelBuffer(verifier))
+    return data_loss(
+        "%s: metadata section at offset %llu is not a valid model description "
+        "(FlatBuffers verification failed)",
+        f, static_cast<ull>(h.metadata_offset));
+  const fb::Model* fm = fb::GetModel(meta);
+
+  // 4. Semantics, while rebuilding the graph.
+  LoadedModel m;
+  m.file_size = size;
+  m.weight_bytes = static_cast<size_t>(h.weight_size);
+  m.info.format_version = h.format_version;
+  m.info.checksum = h.checksum;
+  m.info.kiln_version = str(fm->kiln_version());
+  m.info.source_hash = str(fm->source_hash());
+  m.info.source_name = str(fm->source_name());
+  m.info.producer = str(fm->producer());
+  m.info.target_arch = str(fm->target_arch());
+  if (const auto* feats = fm->target_features())
+    for (const fbs::String* s : *feats) m.info.target_features.push_back(str(s));
+  if (!fm->graph()) return data_loss("%s: metadata: the model has no graph", f);
+
+  GraphParser parser(base + h.weight_offset, h.weight_size, std::move(owner), h.metadata_size);
+  auto graph = std::make_shared<ir::Graph>(str(fm->graph()->name()));
+  std::vector<const ir::Graph*> scopes;
+  Status s = parser.graph(*fm->graph(), *graph, 0, scopes);
+  if (!s.ok()) return at(file, "metadata", s);
+  s = ir::verify(*graph);
+  if (!s.ok()) return at(file, "metadata: graph fails verification", s);
+  m.graph = std::move(graph);
+  return m;
+}
+
+}  // namespace
+
+Expected<LoadedModel> load_model(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO named like a model must not wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    Status s(err == ENOENT ? StatusCode::kNotFound : StatusCode::kUnavailable,
+             str_format("cannot open '%s': %s", path.c_str(), std::strerror(err)));
+    return s;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return unavailable("cannot stat '%s': %s", path.c_str(), std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument("%s: not a regular file", path.c_str());
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < kHeaderSize) {
+    ::close(fd);
+    return data_loss("%s: truncated: file is %zu bytes, smaller than the %zu-byte header",
+                     path.c_str(), size, kHeaderSize);
+  }
+  // MAP_POPULATE: the checksum reads every page right away; faulting them in one call is
+  // several times cheaper than one fault per page.
+  void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  int err = errno;
+  ::close(fd);  // the mapping keeps the file open
+  if (base == MAP_FAILED)
+    return unavailable("cannot map '%s': %s", path.c_str(), std::strerror(err));
+  std::shared_ptr<const void> owner(
+      base, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  return parse(static_cast<const uint8_t*>(base), size, std::move(owner), path);
+}
+
+Expected<LoadedModel> load_model_from_memory(const void* data, size_t size) {
+  if (!data && size) return invalid_argument("<memory>: null data");
+  // Page alignment keeps the weight section (and so each tensor) aligned as in a mapping.
+  const size_t alloc = (std::max<size_t>(size, 1) + kWeightSectionAlignment - 1) /
+                       kWeightSectionAlignment * kWeightSectionAlignment;
+  void* buf = std::aligned_alloc(kWeightSectionAlignment, alloc);
+  if (!buf) return resource_exhausted("<memory>: cannot allocate %zu bytes for the model", alloc);
+  if (size) std::memcpy(buf, data, size);
+  std::shared_ptr<const void> owner(buf, [](const void* p) { std::free(const_cast<void*>(p)); });
+  return parse(static_cast<const uint8_t*>(buf), size, std::move(owner), "<memory>");
+}
+
+std::vector<std::string> host_cpu_features() {
+  std::vector<std::string> out;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return out;
+  const unsigned max_leaf = a;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return out;
+  const unsigned ecx1 = c;
+  // The CPU having AVX registers is not enough: the OS must save them (XCR0).
+  uint64_t xcr0 = 0;
+  if (ecx1 & (1u << 27)) {  // OSXSAVE
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (uint64_t{hi} << 32) | lo;
+  }
+  const bool ymm = (xcr0 & 0x6) == 0x6;
+  const bool zmm = ymm && (xcr0 & 0xe0) == 0xe0;
+  const bool tiles = (xcr0 & 0x60000) == 0x60000;
+  auto add = [&](bool cond, const char* name) {
+    if (cond) out.emplace_back(name);
+  };
+  add(ecx1 & (1u << 20), "sse4.2");
+  add(ecx1 & (1u << 23), "popcnt");
+  add(ymm && (ecx1 & (1u << 28)), "avx");
+  add(ymm && (ecx1 & (1u << 12)), "fma");
+  add(ymm && (ecx1 & (1u << 29)), "f16c");
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned ebx7 = b, ecx7 = c, edx7 = d, max_sub = a;
+    add(ymm && (ebx7 & (1u << 5)), "avx2");
+    add(ebx7 & (1u << 3), "bmi1");
+    add(ebx7 & (1u << 8), "bmi2");
+    add(zmm && (ebx7 & (1u << 16)), "avx512f");
+    add(zmm && (ebx7 & (1u << 17)), "avx512dq");
+    add(zmm && (ebx7 & (1u << 28)), "avx512cd");
+    add(zmm && (ebx7 & (1u << 30)), "avx512bw");
+    add(zmm && (ebx7 & (1u << 31)), "avx512vl");
+    add(zmm && (ebx7 & (1u << 21)), "avx512_ifma");
+    add(zmm && (ecx7 & (1u << 1)), "avx512_vbmi");
+    add(zmm && (ecx7 & (1u << 6)), "avx512_vbmi2");
+    add(zmm && (ecx7 & (1u << 11)), "avx512_vnni");
+    add(zmm && (ecx7 & (1u << 12)), "avx512_bitalg");
+    add(zmm && (ecx7 & (1u << 14)), "avx512_vpopcntdq");
+    add(zmm && (edx7 & (1u << 23)), "avx512_fp16");
+    unsigned eax71 = 0;
+    if (max_sub >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      eax71 = a;
+    }
+    add(ymm && (eax71 & (1u << 4)), "avx_vnni");
+    add(zmm && (eax71 & (1u << 5)), "avx512_bf16");
+    add(tiles && (edx7 & (1u << 24)), "amx_tile");
+    add(tiles && (edx7 & (1u << 22)), "amx_bf16");
+    add(tiles && (edx7 & (1u << 25)), "amx_int8");
+  }
+#endif
+  return out;
+}
+
+}  // namespace kiln::model

@@ -1,0 +1,364 @@
+// Writes an ir::Graph as a .kiln file: header, FlatBuffers metadata, aligned weight section.
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+
+#include "model/kiln_model.h"
+#include "model/kiln_model_generated.h"
+#include "model/model_format.h"
+
+namespace kiln::model {
+namespace {
+
+namespace fbs = flatbuffers;
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// A tensor's bytes waiting to be written at `offset` of the weight section.
+struct PendingWeight {
+  const uint8_t* data;
+  uint64_t offset;
+  uint64_t size;
+};
+
+// Serialises graphs into a FlatBufferBuilder and lays out the weight section as it goes.
+class MetadataBuilder {
+ public:
+  MetadataBuilder() {
+    // Every scalar is stored even when it equals its default, so that a stored file can
+    // be patched in place (the corruption tests rely on it) and reads are uniform.
+    fbb_.ForceDefaults(true);
+  }
+
+  fbs::FlatBufferBuilder& fbb() { return fbb_; }
+  const std::vector<PendingWeight>& weights() const { return weights_; }
+  uint64_t weight_size() const { return weight_cursor_; }
+
+  Expected<fbs::Offset<fb::TensorData>> tensor(const Tensor& t) {
+    if (!t.defined()) return invalid_argument("tensor has no data type");
+    auto dims = fbb_.CreateVector(t.dims());
+    if (t.dtype() == DataType::kString) {
+      std::vector<fbs::Offset<fbs::String>> items;
+      items.reserve(static_cast<size_t>(t.num_elements()));
+      const std::string* s = t.data<std::string>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) items.push_back(fbb_.CreateString(s[i]));
+      auto strings = fbb_.CreateVector(items);
+      return fb::CreateTensorData(fbb_, static_cast<int32_t>(t.dtype()), dims, 0, 0, strings);
+    }
+    uint64_t size = t.size_bytes();
+    if (size > 0 && !t.raw_data())
+      return invalid_argument("tensor %s has no data", t.description().c_str());
+    const auto* data = static_cast<const uint8_t*>(t.raw_data());
+    // Tensors that share storage (one constant feeding several values) are stored once.
+    uint64_t offset;
+    auto key = std::make_pair(data, size);
+    auto it = dedup_.find(key);
+    if (size > 0 && it != dedup_.end()) {
+      offset = it->second;
+    } else {
+      offset = align_up(weight_cursor_, kWeightAlignment);
+      weight_cursor_ = offset + size;
+      if (size > 0) {
+        weights_.push_back({data, offset, size});
+        dedup_.emplace(key, offset);
+      }
+    }
+    return fb::CreateTensorData(fbb_, static_cast<int32_t>(t.dtype()), dims, offset, size);
+  }
+
+  Expected<fbs::Offset<fb::Graph>> graph(const ir::Graph& g) {
+    if (g.values().size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      return invalid_argument("graph '%s' has too many values", g.name().c_str());
+    std::unordered_map<const ir::Value*, int32_t> index;
+    index.reserve(g.values().size());
+    std::vector<fbs::Offset<fb::ValueDef>> values;
+    values.reserve(g.values().size());
+    for (const auto& v : g.values()) {
+      index[v.get()] = static_cast<int32_t>(values.size());
+      std::vector<fbs::Offset<fb::Dim>> dims;
+      for (const Dim& d : v->shape().dims()) {
+        auto sym = d.symbol.empty() ? fbs::Offset<fbs::String>() : fbb_.CreateString(d.symbol);
+        dims.push_back(fb::CreateDim(fbb_, d.value, sym));
+      }
+      auto dims_vec = fbb_.CreateVector(dims);
+      fbs::Offset<fb::TensorData> init;
+      if (v->has_initializer()) {
+        KILN_ASSIGN_OR_RETURN(init, tensor(*v->initializer()), "initializer '%s'",
+                              v->name().c_str());
+      }
+      auto name = fbb_.CreateString(v->name());
+      values.push_back(fb::CreateValueDef(fbb_, name, static_cast<int32_t>(v->dtype()), dims_vec,
+                                          v->shape().has_rank(), v->is_outer_scope(), init));
+    }
+    auto value_index = [&](const ir::Value* v) -> int32_t {
+      auto it = index.find(v);
+      return it == index.end() ? -2 : it->second;
+    };
+    std::vector<int32_t> inputs, outputs;
+    for (const ir::Value* v : g.inputs()) {
+      int32_t i = value_index(v);
+      if (i < 0)
+        return invalid_argument("graph '%s' input is not one of its values", g.name().c_str());
+      inputs.push_back(i);
+    }
+    for (const ir::Value* v : g.outputs()) {
+      int32_t i = value_index(v);
+      if (i < 0)
+        return invalid_argument("graph '%s' output is not one of its values", g.name().c_str());
+      outputs.push_back(i);
+    }
+
+    std::vector<fbs::Offset<fb::Node>> nodes;
+    nodes.reserve(g.nodes().size());
+    for (const auto& n : g.nodes()) {
+      std::vector<int32_t> ins, outs;
+      for (size_t k = 0; k < n->inputs().size(); ++k) {
+        const ir::Value* v = n->inputs()[k];
+        int32_t i = v ? value_index(v) : -1;
+        if (i == -2)
+          return invalid_argument("graph '%s' node %s input %zu '%s' is not a value of this graph",
+                                  g.name().c_str(), n->label().c_str(), k, v->name().c_str());
+        ins.push_back(i);
+      }
+      for (size_t k = 0; k < n->outputs().size(); ++k) {
+        const ir::Value* v = n->outputs()[k];
+        int32_t i = v ? value_index(v) : -1;
+        if (i == -2)
+          return invalid_argument("graph '%s' node %s output %zu '%s' is not a value of this graph",
+                                  g.name().c_str(), n->label().c_str(), k, v->name().c_str());
+        outs.push_back(i);
+      }
+      std::vector<fbs::Offset<fb::Attr>> attrs;
+      for (const auto& [name, a] : n->attrs()) {
+        KILN_ASSIGN_OR_RETURN(auto off, attribute(name, a), "attribute '%s' of node %s",
+                              name.c_str(), n->label().c_str());
+        attrs.push_back(off);
+      }
+      auto name = fbb_.CreateString(n->name());
+      auto op_type = fbb_.CreateString(n->op_type());
+      auto domain = fbb_.CreateString(n->domain());
+      auto ins_vec = fbb_.CreateVector(ins);
+      auto outs_vec = fbb_.CreateVector(outs);
+      auto attrs_vec = fbb_.CreateVector(attrs);
+      nodes.push_back(
+          fb::CreateNode(fbb_, name, op_type, domain, n->opset(), ins_vec, outs_vec, attrs_vec));
+    }
+
+    std::vector<fbs::Offset<fb::OpsetImport>> opsets;
+    for (const auto& [domain, version] : g.opset_imports())
+      opsets.push_back(fb::CreateOpsetImport(fbb_, fbb_.CreateString(domain), version));
+    std::vector<fbs::Offset<fb::KeyValue>> metadata;
+    for (const auto& [key, value] : g.metadata())
+      metadata.push_back(
+          fb::CreateKeyValue(fbb_, fbb_.CreateString(key), fbb_.CreateString(value)));
+
+    auto name = fbb_.CreateString(g.name());
+    auto values_vec = fbb_.CreateVector(values);
+    auto inputs_vec = fbb_.CreateVector(inputs);
+    auto outputs_vec = fbb_.CreateVector(outputs);
+    auto nodes_vec = fbb_.CreateVector(nodes);
+    auto opsets_vec = fbb_.CreateVector(opsets);
+    auto metadata_vec = fbb_.CreateVector(metadata);
+    return fb::CreateGraph(fbb_, name, values_vec, inputs_vec, outputs_vec, nodes_vec, opsets_vec,
+                           metadata_vec);
+  }
+
+ private:
+  Expected<fbs::Offset<fb::Attr>> attribute(const std::string& attr_name, const ir::Attribute& a) {
+    fbs::Offset<fbs::String> s;
+    fbs::Offset<fbs::Vector<int64_t>> ints;
+    fbs::Offset<fbs::Vector<float>> floats;
+    fbs::Offset<fbs::Vector<fbs::Offset<fbs::String>>> strings;
+    fbs::Offset<fb::TensorData> t;
+    fbs::Offset<fbs::Vector<fbs::Offset<fb::TensorData>>> tensors;
+    fbs::Offset<fb::Graph> g;
+    fbs::Offset<fbs::Vector<fbs::Offset<fb::Graph>>> graphs;
+    float f = 0;
+    int64_t i = 0;
+    switch (a.kind) {
+      case ir::AttrKind::kFloat:
+        f = a.f;
+        break;
+      case ir::AttrKind::kInt:
+        i = a.i;
+        break;
+      case ir::AttrKind::kString:
+        s = fbb_.CreateString(a.s);
+        break;
+      case ir::AttrKind::kFloats:
+        floats = fbb_.CreateVector(a.floats);
+        break;
+      case ir::AttrKind::kInts:
+        ints = fbb_.CreateVector(a.ints);
+        break;
+      case ir::AttrKind::kStrings:
+        strings = fbb_.CreateVectorOfStrings(a.strings);
+        break;
+      case ir::AttrKind::kTensor: {
+        KILN_ASSIGN_OR_RETURN(t, tensor(a.t));
+        break;
+      }
+      case ir::AttrKind::kTensors: {
+        std::vector<fbs::Offset<fb::TensorData>> items;
+        for (size_t k = 0; k < a.tensors.size(); ++k) {
+          KILN_ASSIGN_OR_RETURN(auto off, tensor(a.tensors[k]), "tensor %zu", k);
+          items.push_back(off);
+        }
+        tensors = fbb_.CreateVector(items);
+        break;
+      }
+      case ir::AttrKind::kGraph: {
+        if (!a.g) return invalid_argument("graph attribute has no graph");
+        KILN_ASSIGN_OR_RETURN(g, graph(*a.g));
+        break;
+      }
+      case ir::AttrKind::kGraphs: {
+        std::vector<fbs::Offset<fb::Graph>> items;
+        for (size_t k = 0; k < a.graphs.size(); ++k) {
+          if (!a.graphs[k]) return invalid_argument("graph %zu is null", k);
+          KILN_ASSIGN_OR_RETURN(auto off, graph(*a.graphs[k]), "graph %zu", k);
+          items.push_back(off);
+        }
+        graphs = fbb_.CreateVector(items);
+        break;
+      }
+      default:
+        return invalid_argument("unknown attribute kind %d", static_cast<int>(a.kind));
+    }
+    auto name = fbb_.CreateString(attr_name);
+    return fb::CreateAttr(fbb_, name, static_cast<int32_t>(a.kind), f, i, s, ints, floats, strings,
+                          t, tensors, g, graphs);
+  }
+
+  fbs::FlatBufferBuilder fbb_{1 << 16};
+  std::vector<PendingWeight> weights_;
+  std::map<std::pair<const uint8_t*, uint64_t>, uint64_t> dedup_;
+  uint64_t weight_cursor_ = 0;
+};
+
+// Writes to a file descriptor, hashing what it writes (except the header).
+class FileWriter {
+ public:
+  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+    state_ = XXH3_createState();
+    if (state_) XXH3_64bits_reset(state_);
+  }
+  ~FileWriter() {
+    if (state_) XXH3_freeState(state_);
+  }
+  bool has_state() const { return state_ != nullptr; }
+
+  Status write(const void* data, size_t size) {
+    if (size) XXH3_64bits_update(state_, data, size);
+    return write_raw(data, size, offset_);
+  }
+  Status pad_to(uint64_t offset) {
+    static const uint8_t kZeros[4096] = {};
+    while (offset_ < offset) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(kZeros), offset - offset_));
+      KILN_RETURN_IF_ERROR(write(kZeros, n));
+    }
+    return ok_status();
+  }
+  uint64_t offset() const { return offset_; }
+  uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+  Status write_at(const void* data, size_t size, uint64_t at) {
+    uint64_t pos = at;
+    return write_raw(data, size, pos);
+  }
+
+ private:
+  Status write_raw(const void* data, size_t size, uint64_t& pos) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (size > 0) {
+      size_t chunk = std::min<size_t>(size, size_t{1} << 30);
+      ssize_t n = ::pwrite(fd_, p, chunk, static_cast<off_t>(pos));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return unavailable("cannot write '%s' at offset %llu: %s", path_.c_str(),
+                           static_cast<unsigned long long>(pos), std::strerror(errno));
+      }
+      if (n == 0)
+        return unavailable("cannot write '%s' at offset %llu: no progress", path_.c_str(),
+                           static_cast<unsigned long long>(pos));
+      p += n;
+      size -= static_cast<size_t>(n);
+      pos += static_cast<uint64_t>(n);
+    }
+    return ok_status();
+  }
+
+  int fd_;
+  std::string path_;
+  XXH3_state_t* state_ = nullptr;
+  uint64_t offset_ = kHeaderSize;  // the header is written last, once the checksum is known
+};
+
+Status write_file(const std::string& tmp, const uint8_t* metadata, size_t metadata_size,
+                  const MetadataBuilder& mb) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return unavailable("cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+  Status status = [&]() -> Status {
+    FileWriter w(fd, tmp);
+    if (!w.has_state()) return resource_exhausted("cannot allocate the checksum state");
+    FileHeader h{};
+    std::memcpy(h.magic, kMagic, sizeof(kMagic));
+    h.format_version = kFormatVersion;
+    h.flags = 0;
+    h.metadata_offset = kHeaderSize;
+    h.metadata_size = metadata_size;
+    h.weight_offset = align_up(kHeaderSize + metadata_size, kWeightSectionAlignment);
+    h.weight_size = mb.weight_size();
+    h.file_size = h.weight_offset + h.weight_size;
+    KILN_RETURN_IF_ERROR(w.write(metadata, metadata_size));
+    KILN_RETURN_IF_ERROR(w.pad_to(h.weight_offset));
+    for (const PendingWeight& pw : mb.weights()) {
+      KILN_RETURN_IF_ERROR(w.pad_to(h.weight_offset + pw.offset));
+      KILN_RETURN_IF_ERROR(w.write(pw.data, pw.size));
+    }
+    KILN_RETURN_IF_ERROR(w.pad_to(h.file_size));
+    h.checksum = combine_checksum(&h, w.digest());
+    return w.write_at(&h, sizeof(h), 0);
+  }();
+  if (::close(fd) != 0 && status.ok())
+    status = unavailable("cannot close '%s': %s", tmp.c_str(), std::strerror(errno));
+  return status;
+}
+
+}  // namespace
+
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
+  MetadataBuilder mb;
+  auto& fbb = mb.fbb();
+  KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
+  auto kiln_version = fbb.CreateString(info.kiln_version);
+  auto source_hash = fbb.CreateString(info.source_hash);
+  auto source_name = fbb.CreateString(info.source_name);
+  auto producer = fbb.CreateString(info.producer);
+  auto target_arch = fbb.CreateString(info.target_arch);
+  auto features = fbb.CreateVectorOfStrings(info.target_features);
+  auto root = fb::CreateModel(fbb, kiln_version, source_hash, source_name, producer, target_arch,
+                              features, graph_off);
+  fb::FinishModelBuffer(fbb, root);
+
+  const std::string tmp = path + ".tmp";
+  Status status = write_file(tmp, fbb.GetBufferPointer(), fbb.GetSize(), mb);
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    status = unavailable("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
+                         std::strerror(errno));
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
+}
+
+}  // namespace kiln::model
