@@ -1,9 +1,10 @@
 # kiln_library(name SRCS_DIR dir DEPS ...): one target per src/ folder.
 # Sources are globbed with CONFIGURE_DEPENDS so a new file needs no build edit.
-# Folders that register things (ops, kernels, passes) are OBJECT libraries so
-# their static registrars are never dropped by the linker.
+# Folders that register things (ops, kernels, passes) pass REGISTRY: their archive is
+# linked whole into every binary that uses it, so static registrars are never dropped
+# by the linker (the target `name` is an interface over the archive `name_archive`).
 function(kiln_library name)
-  cmake_parse_arguments(ARG "OBJECT" "" "DEPS;EXTRA_SRCS" ${ARGN})
+  cmake_parse_arguments(ARG "REGISTRY" "" "DEPS;EXTRA_SRCS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   if(NOT srcs AND NOT ARG_EXTRA_SRCS)
     # A layer with headers only so far.
@@ -11,8 +12,13 @@ function(kiln_library name)
     target_include_directories(${name} INTERFACE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
     target_link_libraries(${name} INTERFACE ${ARG_DEPS})
     return()
-  elseif(ARG_OBJECT)
-    add_library(${name} OBJECT ${srcs} ${ARG_EXTRA_SRCS})
+  elseif(ARG_REGISTRY)
+    add_library(${name}_archive STATIC ${srcs} ${ARG_EXTRA_SRCS})
+    target_include_directories(${name}_archive PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(${name}_archive PUBLIC ${ARG_DEPS})
+    add_library(${name} INTERFACE)
+    target_link_libraries(${name} INTERFACE "$<LINK_LIBRARY:WHOLE_ARCHIVE,${name}_archive>")
+    return()
   else()
     add_library(${name} STATIC ${srcs} ${ARG_EXTRA_SRCS})
   endif()

@@ -14,8 +14,40 @@ std::vector<Subcommand>& subcommands() {
   return list;
 }
 
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one.
+size_t utf8_sequence_length(const std::string& s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable_one_line(const std::string& text) {
+  // Names in a damaged model may hold any bytes: escape control characters and bytes that
+  // are not UTF-8 so that an error stays one readable line.
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t n = utf8_sequence_length(text, i);
+    if (n == 0 || c < 0x20 || c == 0x7f) {
+      out += str_format("\\x%02x", c);
+      ++i;
+    } else {
+      out.append(text, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 int report_error(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "kiln %s: error: %s\n", command.c_str(), message.c_str());
+  std::fprintf(stderr, "kiln %s: error: %s\n", command.c_str(), printable_one_line(message).c_str());
   return kExitError;
 }
 

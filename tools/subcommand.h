@@ -31,7 +31,11 @@ struct SubcommandRegistrar {
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 
-// Prints "kiln <cmd>: error: <message>" to stderr and returns kExitError.
+// `text` with control characters and invalid UTF-8 escaped as \xNN: one printable line.
+std::string printable_one_line(const std::string& text);
+
+// Prints "kiln <cmd>: error: <message>" (made one printable line) to stderr and returns
+// kExitError.
 int report_error(const std::string& command, const std::string& message);
 
 }  // namespace kiln::tools

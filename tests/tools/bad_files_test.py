@@ -98,7 +98,7 @@ def main():
         for cmd in (["run", path], ["inspect", path], ["compile", path, "-o", out_kiln]):
             runs += 1
             try:
-                r = subprocess.run([args.kiln] + cmd, capture_output=True, text=True, timeout=60)
+                r = subprocess.run([args.kiln] + cmd, capture_output=True, text=True, errors="replace", timeout=60)
             except subprocess.TimeoutExpired:
                 print(f"FAIL (hang) kiln {' '.join(cmd)}")
                 failures += 1
