@@ -53,7 +53,7 @@ int run_compile(const CompileArgs& args) {
     for (const auto& n : compiled->notes) std::printf("note: %s\n", n.c_str());
     std::printf("compiled %s -> %s: %zu nodes, %.1f MB of weights, %.0f ms\n", args.model.c_str(),
                 args.output.c_str(), compiled->graph->nodes().size(),
-                static_cast<double>(compiled->graph->initializer_bytes()) / 1e6, ms);
+                static_cast<double>(compiled->graph->weight_bytes()) / 1e6, ms);
   }
   return 0;
 }

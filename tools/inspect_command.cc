@@ -74,7 +74,7 @@ int run_inspect(const InspectArgs& args) {
     j["nodes"] = nodes;
     j["op_histogram"] = hist;
     j["opsets"] = graph->opset_imports();
-    j["weight_bytes"] = graph->initializer_bytes();
+    j["weight_bytes"] = graph->weight_bytes();
     j["producer"] = info.producer;
     j["source_hash"] = info.source_hash;
     if (is_kiln) {
@@ -107,7 +107,7 @@ int run_inspect(const InspectArgs& args) {
     std::printf("input  %s: %s%s\n", v->name().c_str(), v->type().to_string().c_str(),
                 v->has_initializer() ? " (has a default)" : "");
   for (const ir::Value* v : graph->outputs()) std::printf("output %s: %s\n", v->name().c_str(), v->type().to_string().c_str());
-  std::printf("weights: %.2f MB\n", static_cast<double>(graph->initializer_bytes()) / 1e6);
+  std::printf("weights: %.2f MB\n", static_cast<double>(graph->weight_bytes()) / 1e6);
   std::printf("nodes: %zu\n", nodes);
   std::vector<std::pair<std::string, int>> sorted(hist.begin(), hist.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

@@ -103,6 +103,33 @@ Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes) {
   return ok_status();
 }
 
+Expected<int> fold_constant_nodes(ir::Graph& graph) {
+  int folded = 0;
+  std::unordered_set<const ir::Node*> done;
+  for (const auto& n : graph.nodes()) {
+    if (n->op_type() != "Constant" || !n->domain().empty() || n->num_outputs() != 1 || !n->output(0)) continue;
+    KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(*n));
+    KILN_RETURN_IF_ERROR(schema->validate(*n));
+    std::vector<Tensor> out(1);
+    ops::KernelContext ctx(*n, {}, &out);
+    KILN_RETURN_IF_ERROR(schema->kernel_fn()(ctx), "folding constant node %s", n->label().c_str());
+    ir::Value* v = n->output(0);
+    v->set_producer(nullptr, -1);
+    v->type().dtype = out[0].dtype();
+    v->type().shape = out[0].shape();
+    v->set_initializer(std::move(out[0]));
+    done.insert(n.get());
+    ++folded;
+  }
+  graph.remove_nodes_if([&](const ir::Node& n) { return done.count(&n) > 0; });
+  for (const auto& n : graph.nodes())
+    for (ir::Graph* g : n->subgraphs()) {
+      KILN_ASSIGN_OR_RETURN(int in_sub, fold_constant_nodes(*g));
+      folded += in_sub;
+    }
+  return folded;
+}
+
 int remove_dead_nodes(ir::Graph& graph) {
   std::unordered_set<const ir::Value*> live(graph.outputs().begin(), graph.outputs().end());
   std::unordered_set<const ir::Node*> keep;
@@ -133,8 +160,10 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
                                          const CompileOptions& options) {
   ir::Graph& g = *imported.graph;
   KILN_RETURN_IF_ERROR(apply_input_shapes(g, options.input_shapes));
-  KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
   CompiledModel out;
+  KILN_ASSIGN_OR_RETURN(int folded, fold_constant_nodes(g), "%s", name.c_str());
+  if (folded) out.notes.push_back(str_format("turned %d Constant nodes into weights", folded));
+  KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
   int removed = remove_dead_nodes(g);
   if (removed) out.notes.push_back(str_format("removed %d dead nodes", removed));
   KILN_RETURN_IF_ERROR(ir::verify(g), "%s", name.c_str());

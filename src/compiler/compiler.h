@@ -49,6 +49,11 @@ Expected<CheckReport> check_onnx_file(const std::string& path, const CompileOpti
 // names, rank mismatches and conflicts with static dims.
 Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes);
 
+// Turns Constant nodes into initializers (computing the tensor with the op's reference
+// kernel, so every value_* form works), so their data lands in the page-aligned weight
+// section and is mapped, not copied, at load. Returns how many were folded.
+Expected<int> fold_constant_nodes(ir::Graph& graph);
+
 // Removes nodes none of whose outputs reach a graph output.
 int remove_dead_nodes(ir::Graph& graph);
 

@@ -171,4 +171,19 @@ size_t Graph::initializer_bytes() const {
   return total;
 }
 
+size_t Graph::weight_bytes() const {
+  size_t total = 0;
+  for (const auto& v : values_)
+    if (v->has_initializer()) total += v->initializer()->size_bytes();
+  for (const auto& n : nodes_) {
+    for (const auto& [name, a] : n->attrs()) {
+      if (a.kind == AttrKind::kTensor) total += a.t.size_bytes();
+      if (a.kind == AttrKind::kTensors)
+        for (const Tensor& t : a.tensors) total += t.size_bytes();
+    }
+    for (Graph* g : n->subgraphs()) total += g->weight_bytes();
+  }
+  return total;
+}
+
 }  // namespace kiln::ir

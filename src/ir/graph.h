@@ -158,6 +158,9 @@ class Graph {
   Status topological_sort();
   // Total bytes of initializer data (this graph and subgraphs).
   size_t initializer_bytes() const;
+  // Initializers plus tensors held in node attributes (e.g. Constant nodes): all the
+  // constant data the model carries.
+  size_t weight_bytes() const;
 
  private:
   std::string name_;

@@ -65,3 +65,32 @@ TEST(DeadNodeTest, RemovesNodesThatReachNoOutput) {
 
 }  // namespace
 }  // namespace kiln::compiler
+
+namespace kiln::compiler {
+namespace {
+
+TEST(FoldConstantNodesTest, ConstantNodesBecomeInitializers) {
+  ir::Graph g;
+  ir::Value* x = *g.add_value("x");
+  x->type() = {DataType::kFloat32, Shape{3}};
+  ir::Value* c = *g.add_value("c");
+  ir::Value* y = *g.add_value("y");
+  g.inputs() = {x};
+  g.outputs() = {y};
+  ir::Node* k = g.add_node("k", "Constant", "", 13, {}, {c});
+  k->attrs()["value_floats"] = ir::Attribute::from_floats({1.5f, -2.0f, 4.0f});
+  g.add_node("add", "Add", "", 14, {x, c}, {y});
+  auto folded = fold_constant_nodes(g);
+  ASSERT_TRUE(folded.ok()) << folded.status().to_string();
+  EXPECT_EQ(*folded, 1);
+  ASSERT_EQ(g.nodes().size(), 1u);
+  ASSERT_TRUE(c->has_initializer());
+  EXPECT_EQ(c->producer(), nullptr);
+  EXPECT_EQ(c->initializer()->dims(), std::vector<int64_t>{3});
+  EXPECT_EQ(c->initializer()->data<float>()[1], -2.0f);
+  EXPECT_TRUE(ir::verify(g).ok());
+  EXPECT_EQ(g.weight_bytes(), 12u);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
