@@ -13,14 +13,6 @@ namespace {
 
 using ir::AttrKind;
 
-std::optional<std::vector<int64_t>> constant_ints(const InferContext& ctx, int i) {
-  const Tensor* t = ctx.input_constant(i);
-  if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32)) return std::nullopt;
-  return t->to_int64_vector();
-}
-
-Shape unknown_dims(int rank) { return Shape(std::vector<Dim>(static_cast<size_t>(rank))); }
-
 // ---- Concat ---------------------------------------------------------------------------------
 
 Status infer_concat(InferContext& ctx) {

@@ -101,6 +101,14 @@ Status infer_broadcast_bool(InferContext& ctx) {
   return ok_status();
 }
 
+std::optional<std::vector<int64_t>> constant_ints(const InferContext& ctx, int i) {
+  const Tensor* t = ctx.input_constant(i);
+  if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32)) return std::nullopt;
+  return t->to_int64_vector();
+}
+
+Shape unknown_dims(int64_t rank) { return Shape(std::vector<Dim>(static_cast<size_t>(std::max<int64_t>(rank, 0)))); }
+
 Expected<std::vector<int64_t>> int_list_input(const KernelContext& ctx, int i) {
   const Tensor* t = ctx.input(i);
   if (!t) return std::vector<int64_t>{};

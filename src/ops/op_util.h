@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ops/registry.h"
@@ -52,6 +53,11 @@ void for_each_broadcast(const std::vector<int64_t>& out_dims, const std::vector<
 Status infer_same_as_input(InferContext& ctx);        // output 0 = type of input 0
 Status infer_broadcast(InferContext& ctx);            // output 0: broadcast of all inputs, dtype of input 0
 Status infer_broadcast_bool(InferContext& ctx);       // same shape, dtype bool (comparisons)
+
+// The values of int32/int64 input i when known at compile time (a constant), else nullopt.
+std::optional<std::vector<int64_t>> constant_ints(const InferContext& ctx, int i);
+// A shape of the given rank with every dim unknown.
+Shape unknown_dims(int64_t rank);
 
 // Reads an optional int64 list from input i (for opset-moved attributes such as axes):
 // empty if absent. Error if the tensor is not int32/int64.

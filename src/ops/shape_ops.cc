@@ -15,13 +15,6 @@ namespace {
 
 using ir::AttrKind;
 
-// The values of a constant int input known at compile time, if any.
-std::optional<std::vector<int64_t>> constant_ints(const InferContext& ctx, int i) {
-  const Tensor* t = ctx.input_constant(i);
-  if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32)) return std::nullopt;
-  return t->to_int64_vector();
-}
-
 // Length of a 1-D input when its shape is known, else -1.
 int64_t static_length_1d(const InferContext& ctx, int i) {
   if (!ctx.has_input(i)) return -1;
@@ -29,8 +22,6 @@ int64_t static_length_1d(const InferContext& ctx, int i) {
   if (!s.has_rank() || s.rank() != 1 || !s[0].is_static()) return -1;
   return s[0].value;
 }
-
-Shape unknown_dims(int64_t rank) { return Shape(std::vector<Dim>(static_cast<size_t>(rank))); }
 
 // ---- Shape, Size ----------------------------------------------------------------------
 

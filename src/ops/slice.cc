@@ -70,12 +70,6 @@ Status normalize_args(const ir::Node& node, SliceArgs& a, int rank) {
   return ok_status();
 }
 
-std::optional<std::vector<int64_t>> constant_ints(const InferContext& ctx, int i) {
-  const Tensor* t = ctx.input_constant(i);
-  if (!t || (t->dtype() != DataType::kInt64 && t->dtype() != DataType::kInt32)) return std::nullopt;
-  return t->to_int64_vector();
-}
-
 Status infer_slice(InferContext& ctx) {
   const ir::TensorType& in = ctx.input_type(0);
   if (!in.shape.has_rank()) {
