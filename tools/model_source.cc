@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/logging.h"
+
 namespace kiln::tools {
 
 Expected<ModelKind> sniff_model_kind(const std::string& path) {
@@ -37,6 +39,7 @@ Expected<OpenedModel> open_model(const std::string& path, const compiler::Compil
     out.info = std::move(compiled.info);
   }
   out.open_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  KILN_LOG(kInfo, "opened %s in %.1f ms", path.c_str(), out.open_ms);
   return out;
 }
 

@@ -104,12 +104,15 @@ Expected<std::vector<rt::NamedTensor>> make_inputs(const RunArgs& args, const ir
     if (!v->shape().has_rank())
       return invalid_argument("input '%s' has unknown rank: give it with --input", v->name().c_str());
     std::vector<int64_t> dims;
+    std::string open_dims;
     for (const Dim& d : v->shape().dims()) {
-      if (!d.is_static())
-        notes->push_back(str_format("input '%s' dim '%s' is not fixed; using 1 (fix it with kiln compile --input-shape)",
-                                    v->name().c_str(), d.to_string().c_str()));
+      if (!d.is_static()) open_dims += (open_dims.empty() ? "" : ", ") + d.to_string();
       dims.push_back(d.is_static() ? d.value : 1);
     }
+    if (!open_dims.empty())
+      notes->push_back(str_format("input '%s' has dims not fixed (%s); random input uses 1 for them "
+                                  "(fix them with kiln compile --input-shape)",
+                                  v->name().c_str(), open_dims.c_str()));
     if (v->dtype() == DataType::kString || v->dtype() == DataType::kUndefined)
       return invalid_argument("input '%s' (%s) cannot be generated: give it with --input", v->name().c_str(),
                               v->type().to_string().c_str());
@@ -157,7 +160,12 @@ int run_model(const RunArgs& args) {
     auto start = std::chrono::steady_clock::now();
     Status s = (*executor)->run(*feeds, &outputs);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!s.ok()) return report_error("run", s.to_string());
+    if (!s.ok()) {
+      // The run may have failed because of a dim we had to guess: say so on the same line.
+      std::string msg = s.to_string();
+      for (const auto& n : notes) msg += " (note: " + n + ")";
+      return report_error("run", msg);
+    }
     if (i >= args.warmup) times.push_back(ms);
   }
   if (!args.output_dir.empty()) {

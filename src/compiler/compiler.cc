@@ -161,9 +161,13 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   ir::Graph& g = *imported.graph;
   KILN_RETURN_IF_ERROR(apply_input_shapes(g, options.input_shapes));
   CompiledModel out;
+  KILN_LOG(kInfo, "%s: imported %zu nodes", name.c_str(), g.nodes().size());
   KILN_ASSIGN_OR_RETURN(int folded, fold_constant_nodes(g), "%s", name.c_str());
   if (folded) out.notes.push_back(str_format("turned %d Constant nodes into weights", folded));
+  KILN_LOG(kInfo, "%s: folded %d Constant nodes", name.c_str(), folded);
   KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
+  KILN_LOG(kInfo, "%s: shapes and types inferred", name.c_str());
+  if (log_enabled(LogLevel::kDebug)) KILN_LOG(kDebug, "%s: graph after inference:\n%s", name.c_str(), ir::to_text(g).c_str());
   int removed = remove_dead_nodes(g);
   if (removed) out.notes.push_back(str_format("removed %d dead nodes", removed));
   KILN_RETURN_IF_ERROR(ir::verify(g), "%s", name.c_str());

@@ -3,6 +3,8 @@
 
 #include <unordered_set>
 
+#include "core/logging.h"
+
 namespace kiln::rt {
 
 struct GraphExecutor::Step {
@@ -108,6 +110,8 @@ Status GraphExecutor::prepare() {
   }
   for (const auto& [slot, step] : last_use)
     if (!keep.count(slot)) steps_[step].release.push_back(slot);
+  KILN_LOG(kDebug, "prepared graph '%s': %zu steps, %d value slots", graph_->name().c_str(), steps_.size(),
+           num_slots_);
   return ok_status();
 }
 
@@ -184,7 +188,12 @@ Status GraphExecutor::execute(std::vector<Tensor>& slots, const Scope* outer) {
     std::vector<Tensor> out(step.outputs.size());
     ops::KernelContext ctx(*step.node, in, &out, &runner);
     Status st = (*step.kernel)(ctx);
-    if (!st.ok()) return st.add_context("running node %s", step.node->label().c_str());
+    if (!st.ok()) {
+      // Kernels name their node in their messages; add it only where one did not.
+      if (st.to_string().find(step.node->label()) == std::string::npos)
+        st.add_context("running node %s", step.node->label().c_str());
+      return st;
+    }
     for (size_t i = 0; i < step.outputs.size(); ++i) {
       if (step.outputs[i] < 0) continue;
       if (!out[i].defined())

@@ -48,3 +48,22 @@ TEST(StatusTest, AssignOrReturnUnwrapsAndPropagates) {
 
 }  // namespace
 }  // namespace kiln
+
+#include "core/logging.h"
+
+namespace kiln {
+namespace {
+
+TEST(LoggingTest, LevelGatesMessages) {
+  LogLevel saved = log_level();
+  set_log_level(LogLevel::kWarning);
+  EXPECT_TRUE(log_enabled(LogLevel::kError));
+  EXPECT_TRUE(log_enabled(LogLevel::kWarning));
+  EXPECT_FALSE(log_enabled(LogLevel::kInfo));
+  set_log_level(LogLevel::kTrace);
+  EXPECT_TRUE(log_enabled(LogLevel::kDebug));
+  set_log_level(saved);
+}
+
+}  // namespace
+}  // namespace kiln
