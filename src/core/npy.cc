@@ -24,7 +24,7 @@ constexpr NpyType kNpyTypes[] = {
 };
 
 // Finds the value of 'key' in the header dict; returns the text after "'key':".
-Expected<std::string> dict_value(const std::string& header, const std::string& key) {
+Status dict_value(const std::string& header, const std::string& key, std::string* value) {
   std::string pat = "'" + key + "'";
   size_t p = header.find(pat);
   if (p == std::string::npos) return invalid_argument("header has no '%s'", key.c_str());
@@ -32,7 +32,8 @@ Expected<std::string> dict_value(const std::string& header, const std::string& k
   if (p == std::string::npos) return invalid_argument("header entry '%s' has no value", key.c_str());
   ++p;
   while (p < header.size() && header[p] == ' ') ++p;
-  return header.substr(p);
+  *value = header.substr(p);
+  return ok_status();
 }
 
 Expected<DataType> parse_descr(const std::string& value, bool* big_endian) {
@@ -99,11 +100,12 @@ Expected<Tensor> parse_npy(const void* data, size_t size, const std::string& nam
   if (header_len > size - header_start) return invalid_argument("%s: truncated header", name.c_str());
   std::string header(reinterpret_cast<const char*>(bytes + header_start), header_len);
   bool big_endian = false;
-  KILN_ASSIGN_OR_RETURN(std::string descr_v, dict_value(header, "descr"), "%s", name.c_str());
+  std::string descr_v, order_v, shape_v;
+  KILN_RETURN_IF_ERROR(dict_value(header, "descr", &descr_v), "%s", name.c_str());
   KILN_ASSIGN_OR_RETURN(DataType dtype, parse_descr(descr_v, &big_endian), "%s", name.c_str());
-  KILN_ASSIGN_OR_RETURN(std::string order_v, dict_value(header, "fortran_order"), "%s", name.c_str());
+  KILN_RETURN_IF_ERROR(dict_value(header, "fortran_order", &order_v), "%s", name.c_str());
   bool fortran = order_v.rfind("True", 0) == 0;
-  KILN_ASSIGN_OR_RETURN(std::string shape_v, dict_value(header, "shape"), "%s", name.c_str());
+  KILN_RETURN_IF_ERROR(dict_value(header, "shape", &shape_v), "%s", name.c_str());
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, parse_shape(shape_v), "%s", name.c_str());
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, dims), "%s", name.c_str());
   size_t need = t.size_bytes();
