@@ -87,9 +87,9 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-Expected<std::vector<rt::NamedTensor>> make_inputs(const RunArgs& args, const ir::Graph& g,
+Expected<std::vector<rt::NamedValue>> make_inputs(const RunArgs& args, const ir::Graph& g,
                                                    std::vector<std::string>* notes) {
-  std::vector<rt::NamedTensor> feeds;
+  std::vector<rt::NamedValue> feeds;
   for (const std::string& spec : args.inputs) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -154,11 +154,11 @@ int run_model(const RunArgs& args) {
   auto feeds = make_inputs(args, *opened->graph, &notes);
   if (!feeds.ok()) return report_error("run", feeds.status().to_string());
 
-  std::vector<Tensor> outputs;
+  std::vector<RuntimeValue> values;
   std::vector<double> times;
   for (int i = 0; i < args.warmup + args.loops; ++i) {
     auto start = std::chrono::steady_clock::now();
-    Status s = (*executor)->run(*feeds, &outputs);
+    Status s = (*executor)->run(*feeds, &values);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) {
       // The run may have failed because of a dim we had to guess: say so on the same line.
@@ -167,6 +167,14 @@ int run_model(const RunArgs& args) {
       return report_error("run", msg);
     }
     if (i >= args.warmup) times.push_back(ms);
+  }
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!values[i].is_tensor())
+      return report_error("run", str_format("output '%s' is %s: kiln run reports tensor outputs only",
+                                            opened->graph->outputs()[i]->name().c_str(),
+                                            values[i].description().c_str()));
+    outputs.push_back(values[i].tensor());
   }
   if (!args.output_dir.empty()) {
     Status s = save_outputs(args.output_dir, *opened->graph, outputs);

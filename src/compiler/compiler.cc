@@ -110,14 +110,16 @@ Expected<int> fold_constant_nodes(ir::Graph& graph) {
     if (n->op_type() != "Constant" || !n->domain().empty() || n->num_outputs() != 1 || !n->output(0)) continue;
     KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(*n));
     KILN_RETURN_IF_ERROR(schema->validate(*n));
-    std::vector<Tensor> out(1);
+    std::vector<RuntimeValue> out(1);
     ops::KernelContext ctx(*n, {}, &out);
     KILN_RETURN_IF_ERROR(schema->kernel_fn()(ctx), "folding constant node %s", n->label().c_str());
+    if (!out[0].is_tensor()) return internal_error("constant node %s gave no tensor", n->label().c_str());
+    Tensor t = std::move(out[0].tensor());
     ir::Value* v = n->output(0);
     v->set_producer(nullptr, -1);
-    v->type().dtype = out[0].dtype();
-    v->type().shape = out[0].shape();
-    v->set_initializer(std::move(out[0]));
+    v->type().dtype = t.dtype();
+    v->type().shape = t.shape();
+    v->set_initializer(std::move(t));
     done.insert(n.get());
     ++folded;
   }

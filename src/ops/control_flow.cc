@@ -108,13 +108,20 @@ Status if_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool cond, bool_scalar(node, *ctx.input(0), "cond"));
   KILN_ASSIGN_OR_RETURN(const ir::Graph* body, body_graph(node, cond ? "then_branch" : "else_branch"));
   KILN_ASSIGN_OR_RETURN(SubgraphRunner * runner, runner_of(ctx));
-  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outs, runner->run(*body, {}), "in %s of node %s",
+  KILN_ASSIGN_OR_RETURN(std::vector<RuntimeValue> outs, runner->run(*body, {}), "in %s of node %s",
                         cond ? "then_branch" : "else_branch", node.label().c_str());
   if (static_cast<int>(outs.size()) != ctx.num_outputs())
     return invalid_argument("node %s: branch produced %zu outputs, the node has %d", node.label().c_str(),
                             outs.size(), ctx.num_outputs());
-  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, std::move(outs[static_cast<size_t>(i)]));
+  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output_value(i, std::move(outs[static_cast<size_t>(i)]));
   return ok_status();
+}
+
+// A body output that must be a tensor (a cond, a scan slice).
+Expected<Tensor> tensor_output(const ir::Node& node, RuntimeValue v, const char* what) {
+  if (!v.is_tensor())
+    return invalid_argument("node %s: %s is %s, expected a tensor", node.label().c_str(), what, v.description().c_str());
+  return std::move(v.tensor());
 }
 
 // ---- Loop ---------------------------------------------------------------------------------------
@@ -174,9 +181,10 @@ Status loop_kernel(KernelContext& ctx) {
   if (cond_t) {
     KILN_ASSIGN_OR_RETURN(cond, bool_scalar(node, *cond_t, "cond"));
   }
-  std::vector<Tensor> inputs(static_cast<size_t>(2 + n_carried));
+  // Loop-carried values may be tensors, sequences or optionals.
+  std::vector<RuntimeValue> inputs(static_cast<size_t>(2 + n_carried));
   for (int i = 0; i < n_carried; ++i) {
-    const Tensor* v = ctx.input(2 + i);
+    const RuntimeValue* v = ctx.value(2 + i);
     if (!v) return invalid_argument("node %s: loop-carried input %d is missing", node.label().c_str(), i);
     inputs[static_cast<size_t>(2 + i)] = *v;
   }
@@ -185,19 +193,23 @@ Status loop_kernel(KernelContext& ctx) {
   for (; (!trip_t || i < trips) && cond; ++i) {
     inputs[0] = Tensor::scalar<int64_t>(i);
     inputs[1] = Tensor::scalar<bool>(cond);
-    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outs, runner->run(*body, inputs), "in iteration %lld of node %s",
-                          (long long)i, node.label().c_str());
+    KILN_ASSIGN_OR_RETURN(std::vector<RuntimeValue> outs, runner->run(*body, inputs),
+                          "in iteration %lld of node %s", (long long)i, node.label().c_str());
     if (static_cast<int>(outs.size()) != 1 + n_carried + n_scan)
       return internal_error("node %s: body gave %zu outputs", node.label().c_str(), outs.size());
     // Without a cond input the body's cond output is ignored (a plain for loop).
     if (cond_t) {
-      KILN_ASSIGN_OR_RETURN(cond, bool_scalar(node, outs[0], "body cond output"));
+      KILN_ASSIGN_OR_RETURN(Tensor c, tensor_output(node, std::move(outs[0]), "the body's cond output"));
+      KILN_ASSIGN_OR_RETURN(cond, bool_scalar(node, c, "body cond output"));
     }
     for (int c = 0; c < n_carried; ++c) inputs[static_cast<size_t>(2 + c)] = std::move(outs[static_cast<size_t>(1 + c)]);
-    for (int k = 0; k < n_scan; ++k)
-      scans[static_cast<size_t>(k)].push_back(std::move(outs[static_cast<size_t>(1 + n_carried + k)]));
+    for (int k = 0; k < n_scan; ++k) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_output(node, std::move(outs[static_cast<size_t>(1 + n_carried + k)]),
+                                                    "a scan output"));
+      scans[static_cast<size_t>(k)].push_back(std::move(t));
+    }
   }
-  for (int c = 0; c < n_carried; ++c) ctx.set_output(c, std::move(inputs[static_cast<size_t>(2 + c)]));
+  for (int c = 0; c < n_carried; ++c) ctx.set_output_value(c, std::move(inputs[static_cast<size_t>(2 + c)]));
   for (int k = 0; k < n_scan; ++k) {
     const std::vector<Tensor>& s = scans[static_cast<size_t>(k)];
     if (s.empty()) {
@@ -294,7 +306,7 @@ Status scan_kernel(KernelContext& ctx) {
     return invalid_argument("node %s: body takes %zu inputs and gives %zu outputs; expected %d and %d",
                             node.label().c_str(), body->inputs().size(), body->outputs().size(), a.n_state + a.n_in,
                             a.n_state + a.n_out);
-  std::vector<Tensor> inputs(static_cast<size_t>(a.n_state + a.n_in));
+  std::vector<RuntimeValue> inputs(static_cast<size_t>(a.n_state + a.n_in));
   for (int i = 0; i < a.n_state + a.n_in; ++i) {
     if (!ctx.input(i)) return invalid_argument("node %s: input %d is missing", node.label().c_str(), i);
     if (i < a.n_state) inputs[static_cast<size_t>(i)] = *ctx.input(i);
@@ -315,18 +327,22 @@ Status scan_kernel(KernelContext& ctx) {
   for (int64_t t = 0; t < len; ++t) {
     for (int j = 0; j < a.n_in; ++j) {
       const int64_t pos = a.in_dirs[static_cast<size_t>(j)] != 0 ? len - 1 - t : t;
-      KILN_ASSIGN_OR_RETURN(inputs[static_cast<size_t>(a.n_state + j)],
+      KILN_ASSIGN_OR_RETURN(Tensor slice,
                             take_slice(node, *ctx.input(a.n_state + j), axes[static_cast<size_t>(j)], pos));
+      inputs[static_cast<size_t>(a.n_state + j)] = std::move(slice);
     }
-    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outs, runner->run(*body, inputs), "in iteration %lld of node %s",
-                          (long long)t, node.label().c_str());
+    KILN_ASSIGN_OR_RETURN(std::vector<RuntimeValue> outs, runner->run(*body, inputs),
+                          "in iteration %lld of node %s", (long long)t, node.label().c_str());
     if (static_cast<int>(outs.size()) != a.n_state + a.n_out)
       return internal_error("node %s: body gave %zu outputs", node.label().c_str(), outs.size());
     for (int i = 0; i < a.n_state; ++i) inputs[static_cast<size_t>(i)] = std::move(outs[static_cast<size_t>(i)]);
-    for (int k = 0; k < a.n_out; ++k)
-      scans[static_cast<size_t>(k)].push_back(std::move(outs[static_cast<size_t>(a.n_state + k)]));
+    for (int k = 0; k < a.n_out; ++k) {
+      KILN_ASSIGN_OR_RETURN(Tensor s, tensor_output(node, std::move(outs[static_cast<size_t>(a.n_state + k)]),
+                                                    "a scan output"));
+      scans[static_cast<size_t>(k)].push_back(std::move(s));
+    }
   }
-  for (int i = 0; i < a.n_state; ++i) ctx.set_output(i, std::move(inputs[static_cast<size_t>(i)]));
+  for (int i = 0; i < a.n_state; ++i) ctx.set_output_value(i, std::move(inputs[static_cast<size_t>(i)]));
   for (int k = 0; k < a.n_out; ++k) {
     const std::vector<Tensor>& s = scans[static_cast<size_t>(k)];
     if (s.empty()) {

@@ -32,14 +32,18 @@ void InferContext::set_output(int i, DataType dtype, Shape shape) {
   outputs_[static_cast<size_t>(i)] = ir::TensorType{dtype, std::move(shape)};
 }
 
-KernelContext::KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs,
-                             std::vector<Tensor>* outputs, SubgraphRunner* subgraphs)
+KernelContext::KernelContext(const ir::Node& node, std::vector<const RuntimeValue*> inputs,
+                             std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs)
     : node_(node), inputs_(std::move(inputs)), outputs_(outputs), subgraphs_(subgraphs) {}
 
-const Tensor* KernelContext::input(int i) const {
+const RuntimeValue* KernelContext::value(int i) const {
   if (i < 0 || i >= num_inputs()) return nullptr;
-  const Tensor* t = inputs_[static_cast<size_t>(i)];
-  return t && t->defined() ? t : nullptr;
+  return inputs_[static_cast<size_t>(i)];
+}
+
+const Tensor* KernelContext::input(int i) const {
+  const RuntimeValue* v = value(i);
+  return v && v->is_tensor() && v->tensor().defined() ? &v->tensor() : nullptr;
 }
 
 Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, std::vector<int64_t> dims) {
@@ -47,12 +51,16 @@ Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, std::vec
     return internal_error("node %s has no output %d", node_.label().c_str(), i);
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, std::move(dims)), "node %s output %d",
                         node_.label().c_str(), i);
-  (*outputs_)[static_cast<size_t>(i)] = std::move(t);
-  return &(*outputs_)[static_cast<size_t>(i)];
+  (*outputs_)[static_cast<size_t>(i)] = RuntimeValue(std::move(t));
+  return &(*outputs_)[static_cast<size_t>(i)].tensor();
 }
 
 void KernelContext::set_output(int i, Tensor t) {
-  if (i >= 0 && i < num_outputs()) (*outputs_)[static_cast<size_t>(i)] = std::move(t);
+  if (i >= 0 && i < num_outputs()) (*outputs_)[static_cast<size_t>(i)] = RuntimeValue(std::move(t));
+}
+
+void KernelContext::set_output_value(int i, RuntimeValue v) {
+  if (i >= 0 && i < num_outputs()) (*outputs_)[static_cast<size_t>(i)] = std::move(v);
 }
 
 OpSchema::OpSchema(std::string name, std::string domain) : name_(std::move(name)), domain_(std::move(domain)) {}

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime_value.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
@@ -64,32 +65,38 @@ using InferFn = std::function<Status(InferContext&)>;
 class SubgraphRunner {
  public:
   virtual ~SubgraphRunner() = default;
-  virtual Expected<std::vector<Tensor>> run(const ir::Graph& body, const std::vector<Tensor>& inputs) = 0;
+  virtual Expected<std::vector<RuntimeValue>> run(const ir::Graph& body,
+                                                  const std::vector<RuntimeValue>& inputs) = 0;
 };
 
 class KernelContext {
  public:
-  KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor>* outputs,
-                SubgraphRunner* subgraphs = nullptr);
+  KernelContext(const ir::Node& node, std::vector<const RuntimeValue*> inputs,
+                std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs = nullptr);
 
   const ir::Node& node() const { return node_; }
   int64_t opset() const { return node_.opset(); }
   int num_inputs() const { return static_cast<int>(inputs_.size()); }
-  // Null for an omitted optional input.
+  // Input i when it is a tensor; null for an omitted input, an empty optional or a sequence.
   const Tensor* input(int i) const;
   bool has_input(int i) const { return input(i) != nullptr; }
+  // Input i of any kind (sequence, optional); null when omitted.
+  const RuntimeValue* value(int i) const;
   int num_outputs() const { return static_cast<int>(outputs_->size()); }
-  // Allocates output i (zero-filled). Fails on bad dims (negative, too large).
+  // Allocates output i as a tensor (zero-filled). Fails on bad dims (negative, too large).
   Expected<Tensor*> allocate_output(int i, DataType dtype, std::vector<int64_t> dims);
   // Sets output i to an existing tensor (e.g. a view sharing the input's storage).
   void set_output(int i, Tensor t);
-  Tensor& output(int i) { return (*outputs_)[static_cast<size_t>(i)]; }
+  // Sets output i to a value of any kind (a sequence, an empty optional).
+  void set_output_value(int i, RuntimeValue v);
+  // Output i as a tensor (after allocate_output / set_output).
+  Tensor& output(int i) { return (*outputs_)[static_cast<size_t>(i)].tensor(); }
   SubgraphRunner* subgraphs() const { return subgraphs_; }
 
  private:
   const ir::Node& node_;
-  std::vector<const Tensor*> inputs_;
-  std::vector<Tensor>* outputs_;
+  std::vector<const RuntimeValue*> inputs_;
+  std::vector<RuntimeValue>* outputs_;
   SubgraphRunner* subgraphs_;
 };
 

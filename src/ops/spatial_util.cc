@@ -127,23 +127,26 @@ KernelFn with_half_as_float(KernelFn fn) {
     const Tensor* x = ctx.input(0);
     if (!x || !is_half(x->dtype())) return fn(ctx);
     const DataType half = x->dtype();
-    std::vector<Tensor> converted(static_cast<size_t>(ctx.num_inputs()));
-    std::vector<const Tensor*> inputs(static_cast<size_t>(ctx.num_inputs()), nullptr);
+    std::vector<RuntimeValue> converted(static_cast<size_t>(ctx.num_inputs()));
+    std::vector<const RuntimeValue*> inputs(static_cast<size_t>(ctx.num_inputs()), nullptr);
     for (int i = 0; i < ctx.num_inputs(); ++i) {
       const Tensor* t = ctx.input(i);
       if (t && is_half(t->dtype())) {
         converted[static_cast<size_t>(i)] = half_to_float(*t);
         inputs[static_cast<size_t>(i)] = &converted[static_cast<size_t>(i)];
       } else {
-        inputs[static_cast<size_t>(i)] = t;
+        inputs[static_cast<size_t>(i)] = ctx.value(i);
       }
     }
-    std::vector<Tensor> outputs(static_cast<size_t>(ctx.num_outputs()));
+    std::vector<RuntimeValue> outputs(static_cast<size_t>(ctx.num_outputs()));
     KernelContext inner(ctx.node(), std::move(inputs), &outputs, ctx.subgraphs());
     KILN_RETURN_IF_ERROR(fn(inner));
     for (int i = 0; i < ctx.num_outputs(); ++i) {
-      Tensor& t = outputs[static_cast<size_t>(i)];
-      ctx.set_output(i, t.dtype() == DataType::kFloat32 ? float_to_half(t, half) : std::move(t));
+      RuntimeValue& v = outputs[static_cast<size_t>(i)];
+      if (v.is_tensor() && v.tensor().dtype() == DataType::kFloat32)
+        ctx.set_output(i, float_to_half(v.tensor(), half));
+      else
+        ctx.set_output_value(i, std::move(v));
     }
     return ok_status();
   };

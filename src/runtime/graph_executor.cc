@@ -18,32 +18,32 @@ struct GraphExecutor::Step {
 // Exposes the slots of a running graph to its subgraphs, by name.
 class GraphExecutor::StepScope : public Scope {
  public:
-  StepScope(const GraphExecutor& ex, const std::vector<Tensor>& slots, const Scope* parent)
+  StepScope(const GraphExecutor& ex, const std::vector<RuntimeValue>& slots, const Scope* parent)
       : ex_(ex), slots_(slots), parent_(parent) {}
-  const Tensor* lookup(const std::string& name) const override {
+  const RuntimeValue* lookup(const std::string& name) const override {
     auto it = ex_.slot_by_name_.find(name);
     if (it != ex_.slot_by_name_.end()) {
-      const Tensor& t = slots_[static_cast<size_t>(it->second)];
-      if (t.defined()) return &t;
+      const RuntimeValue& v = slots_[static_cast<size_t>(it->second)];
+      if (!v.is_none()) return &v;
     }
     return parent_ ? parent_->lookup(name) : nullptr;
   }
 
  private:
   const GraphExecutor& ex_;
-  const std::vector<Tensor>& slots_;
+  const std::vector<RuntimeValue>& slots_;
   const Scope* parent_;
 };
 
 class GraphExecutor::StepSubgraphRunner : public ops::SubgraphRunner {
  public:
   StepSubgraphRunner(GraphExecutor& ex, const Scope& scope) : ex_(ex), scope_(scope) {}
-  Expected<std::vector<Tensor>> run(const ir::Graph& body, const std::vector<Tensor>& inputs) override {
+  Expected<std::vector<RuntimeValue>> run(const ir::Graph& body, const std::vector<RuntimeValue>& inputs) override {
     auto& cached = ex_.subgraph_executors_[&body];
     if (!cached) {
       KILN_ASSIGN_OR_RETURN(cached, GraphExecutor::create_for_subgraph(body));
     }
-    std::vector<Tensor> outputs;
+    std::vector<RuntimeValue> outputs;
     KILN_RETURN_IF_ERROR(cached->run_positional(inputs, &outputs, &scope_), "in subgraph '%s'",
                          body.name().c_str());
     return outputs;
@@ -115,7 +115,10 @@ Status GraphExecutor::prepare() {
   return ok_status();
 }
 
-Status GraphExecutor::check_input(const ir::Value& decl, const Tensor& t) const {
+Status GraphExecutor::check_input(const ir::Value& decl, const RuntimeValue& v) const {
+  // Sequences and optionals are checked by the kernels that read them.
+  if (!v.is_tensor()) return ok_status();
+  const Tensor& t = v.tensor();
   if (!t.defined()) return invalid_argument("input '%s' has no data", decl.name().c_str());
   if (decl.dtype() != DataType::kUndefined && t.dtype() != decl.dtype())
     return invalid_argument("input '%s' has dtype %s, the model expects %s", decl.name().c_str(),
@@ -131,12 +134,12 @@ Status GraphExecutor::check_input(const ir::Value& decl, const Tensor& t) const 
   return ok_status();
 }
 
-Status GraphExecutor::run(const std::vector<NamedTensor>& inputs, std::vector<Tensor>* outputs,
+Status GraphExecutor::run(const std::vector<NamedValue>& inputs, std::vector<RuntimeValue>* outputs,
                           const Scope* outer) {
-  std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
+  std::vector<RuntimeValue> slots(static_cast<size_t>(num_slots_));
   for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
   std::unordered_set<std::string> fed;
-  for (const NamedTensor& in : inputs) {
+  for (const NamedValue& in : inputs) {
     const ir::Value* decl = nullptr;
     for (const ir::Value* v : graph_->inputs())
       if (v->name() == in.name) decl = v;
@@ -145,8 +148,8 @@ Status GraphExecutor::run(const std::vector<NamedTensor>& inputs, std::vector<Te
       for (const ir::Value* v : graph_->inputs()) names += (names.empty() ? "" : ", ") + v->name();
       return invalid_argument("the model has no input named '%s' (inputs: %s)", in.name.c_str(), names.c_str());
     }
-    KILN_RETURN_IF_ERROR(check_input(*decl, in.tensor));
-    slots[static_cast<size_t>(slot_of_.at(decl))] = in.tensor;
+    KILN_RETURN_IF_ERROR(check_input(*decl, in.value));
+    slots[static_cast<size_t>(slot_of_.at(decl))] = in.value;
     fed.insert(in.name);
   }
   for (const ir::Value* v : graph_->inputs())
@@ -158,9 +161,9 @@ Status GraphExecutor::run(const std::vector<NamedTensor>& inputs, std::vector<Te
   return ok_status();
 }
 
-Status GraphExecutor::run_positional(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
-                                     const Scope* outer) {
-  std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
+Status GraphExecutor::run_positional(const std::vector<RuntimeValue>& inputs,
+                                     std::vector<RuntimeValue>* outputs, const Scope* outer) {
+  std::vector<RuntimeValue> slots(static_cast<size_t>(num_slots_));
   for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
   if (inputs.size() > input_slots_.size())
     return invalid_argument("graph '%s' takes %zu inputs, got %zu", graph_->name().c_str(), input_slots_.size(),
@@ -172,20 +175,20 @@ Status GraphExecutor::run_positional(const std::vector<Tensor>& inputs, std::vec
   return ok_status();
 }
 
-Status GraphExecutor::execute(std::vector<Tensor>& slots, const Scope* outer) {
+Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* outer) {
   for (const auto& [slot, name] : outer_slots_) {
-    const Tensor* t = outer ? outer->lookup(name) : nullptr;
+    const RuntimeValue* t = outer ? outer->lookup(name) : nullptr;
     if (!t) return invalid_argument("graph '%s' reads '%s' from an enclosing graph, which has no such value",
                                     graph_->name().c_str(), name.c_str());
     slots[static_cast<size_t>(slot)] = *t;
   }
   StepScope scope(*this, slots, outer);
   StepSubgraphRunner runner(*this, scope);
-  std::vector<const Tensor*> in;
+  std::vector<const RuntimeValue*> in;
   for (const Step& step : steps_) {
     in.clear();
     for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);
-    std::vector<Tensor> out(step.outputs.size());
+    std::vector<RuntimeValue> out(step.outputs.size());
     ops::KernelContext ctx(*step.node, in, &out, &runner);
     Status st = (*step.kernel)(ctx);
     if (!st.ok()) {
@@ -196,11 +199,12 @@ Status GraphExecutor::execute(std::vector<Tensor>& slots, const Scope* outer) {
     }
     for (size_t i = 0; i < step.outputs.size(); ++i) {
       if (step.outputs[i] < 0) continue;
-      if (!out[i].defined())
+      // An empty optional is a legitimate output (kNone); a tensor must hold data.
+      if (out[i].is_tensor() && !out[i].tensor().defined())
         return internal_error("node %s did not produce output %zu", step.node->label().c_str(), i);
       slots[static_cast<size_t>(step.outputs[i])] = std::move(out[i]);
     }
-    for (int s : step.release) slots[static_cast<size_t>(s)] = Tensor();
+    for (int s : step.release) slots[static_cast<size_t>(s)] = RuntimeValue();
   }
   return ok_status();
 }

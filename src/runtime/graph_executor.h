@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/runtime_value.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "ops/registry.h"
@@ -19,12 +20,12 @@ namespace kiln::rt {
 class Scope {
  public:
   virtual ~Scope() = default;
-  virtual const Tensor* lookup(const std::string& name) const = 0;
+  virtual const RuntimeValue* lookup(const std::string& name) const = 0;
 };
 
-struct NamedTensor {
+struct NamedValue {
   std::string name;
-  Tensor tensor;
+  RuntimeValue value;
 };
 
 class GraphExecutor {
@@ -37,10 +38,10 @@ class GraphExecutor {
   // Runs the graph. `inputs` are matched to graph inputs by name; graph inputs that have
   // an initializer may be omitted. Checks dtypes and static dims of every input.
   // Outputs come back in graph-output order.
-  Status run(const std::vector<NamedTensor>& inputs, std::vector<Tensor>* outputs,
+  Status run(const std::vector<NamedValue>& inputs, std::vector<RuntimeValue>* outputs,
              const Scope* outer = nullptr);
   // Positional form used for subgraph bodies (inputs in graph-input order).
-  Status run_positional(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
+  Status run_positional(const std::vector<RuntimeValue>& inputs, std::vector<RuntimeValue>* outputs,
                         const Scope* outer);
 
   const ir::Graph& graph() const { return *graph_; }
@@ -52,8 +53,8 @@ class GraphExecutor {
   class StepSubgraphRunner;
   explicit GraphExecutor(const ir::Graph& graph);
   Status prepare();
-  Status check_input(const ir::Value& decl, const Tensor& t) const;
-  Status execute(std::vector<Tensor>& slots, const Scope* outer);
+  Status check_input(const ir::Value& decl, const RuntimeValue& v) const;
+  Status execute(std::vector<RuntimeValue>& slots, const Scope* outer);
 
   std::shared_ptr<const ir::Graph> owner_;
   const ir::Graph* graph_;

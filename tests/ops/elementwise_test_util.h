@@ -67,11 +67,14 @@ inline Expected<std::vector<Tensor>> run_op(const std::string& op, int64_t opset
   OneNode n = make_node(op, opset, types, std::move(attrs), num_outputs, constants);
   KILN_RETURN_IF_ERROR(infer_node(*n.node));
   KILN_ASSIGN_OR_RETURN(const OpSchema* schema, schema_for(*n.node));
-  std::vector<const Tensor*> ins;
-  for (const Tensor& t : inputs) ins.push_back(t.defined() ? &t : nullptr);
-  std::vector<Tensor> outs(static_cast<size_t>(num_outputs));
-  KernelContext ctx(*n.node, ins, &outs);
+  std::vector<RuntimeValue> in_values(inputs.begin(), inputs.end());
+  std::vector<const RuntimeValue*> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) ins.push_back(inputs[i].defined() ? &in_values[i] : nullptr);
+  std::vector<RuntimeValue> out_values(static_cast<size_t>(num_outputs));
+  KernelContext ctx(*n.node, ins, &out_values);
   KILN_RETURN_IF_ERROR(schema->kernel_fn()(ctx));
+  std::vector<Tensor> outs;
+  for (RuntimeValue& v : out_values) outs.push_back(v.is_tensor() ? v.tensor() : Tensor());
   for (int i = 0; i < num_outputs; ++i) {
     const ir::TensorType& t = n.node->outputs()[static_cast<size_t>(i)]->type();
     const Tensor& o = outs[static_cast<size_t>(i)];

@@ -26,10 +26,12 @@ std::vector<double> values(const Tensor& t) {
   return out;
 }
 
-Expected<std::vector<Tensor>> run(std::shared_ptr<Graph> g, const std::vector<NamedTensor>& inputs) {
+Expected<std::vector<Tensor>> run(std::shared_ptr<Graph> g, const std::vector<NamedValue>& inputs) {
   KILN_ASSIGN_OR_RETURN(auto ex, GraphExecutor::create(std::move(g)));
+  std::vector<RuntimeValue> values;
+  KILN_RETURN_IF_ERROR(ex->run(inputs, &values));
   std::vector<Tensor> outs;
-  KILN_RETURN_IF_ERROR(ex->run(inputs, &outs));
+  for (RuntimeValue& v : values) outs.push_back(v.tensor());
   return outs;
 }
 
