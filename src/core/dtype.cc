@@ -37,6 +37,9 @@ constexpr DataTypeInfo kTypes[] = {
     {DataType::kUInt4, "uint4", 4},
     {DataType::kInt4, "int4", 4},
     {DataType::kFloat4E2M1, "float4e2m1", 4},
+    {DataType::kFloat8E8M0, "float8e8m0", 8},
+    {DataType::kUInt2, "uint2", 2},
+    {DataType::kInt2, "int2", 2},
 };
 static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == kMaxDataTypeValue + 1,
               "one entry per DataType, in enum order");
@@ -73,7 +76,8 @@ bool dtype_is_float(DataType t) {
     case DataType::kFloat8E4M3FNUZ:
     case DataType::kFloat8E5M2:
     case DataType::kFloat8E5M2FNUZ:
-    case DataType::kFloat4E2M1: return true;
+    case DataType::kFloat4E2M1:
+    case DataType::kFloat8E8M0: return true;
     default: return false;
   }
 }
@@ -84,7 +88,8 @@ bool dtype_is_signed(DataType t) {
     case DataType::kInt16:
     case DataType::kInt32:
     case DataType::kInt64:
-    case DataType::kInt4: return true;
+    case DataType::kInt4:
+    case DataType::kInt2: return true;
     default: return false;
   }
 }
@@ -95,7 +100,8 @@ bool dtype_is_integer(DataType t) {
     case DataType::kUInt16:
     case DataType::kUInt32:
     case DataType::kUInt64:
-    case DataType::kUInt4: return true;
+    case DataType::kUInt4:
+    case DataType::kUInt2: return true;
     default: return dtype_is_signed(t);
   }
 }

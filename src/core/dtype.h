@@ -35,12 +35,15 @@ enum class DataType : int32_t {
   kUInt4 = 21,
   kInt4 = 22,
   kFloat4E2M1 = 23,
+  kFloat8E8M0 = 24,
+  kUInt2 = 25,
+  kInt2 = 26,
 };
-inline constexpr int32_t kMaxDataTypeValue = 23;
+inline constexpr int32_t kMaxDataTypeValue = 26;
 
 // True for the values above (anything read from a file must pass this first).
 bool dtype_is_valid(int32_t value);
-// Storage bits of one element (4 for the packed 4-bit types). String: sizeof(std::string)*8.
+// Storage bits of one element (4 and 2 for the packed 4-bit and 2-bit types). String: sizeof(std::string)*8.
 int dtype_bits(DataType t);
 // Bytes for `count` elements (rounds packed types up to whole bytes).
 size_t dtype_bytes(DataType t, int64_t count);

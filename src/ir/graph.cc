@@ -8,7 +8,14 @@
 namespace kiln::ir {
 
 std::string TensorType::to_string() const {
-  return std::string(dtype_name(dtype)) + shape.to_string();
+  std::string t = std::string(dtype_name(dtype)) + shape.to_string();
+  switch (kind) {
+    case TypeKind::kTensor: return t;
+    case TypeKind::kSequence: return "seq(" + t + ")";
+    case TypeKind::kOptionalTensor: return "optional(" + t + ")";
+    case TypeKind::kOptionalSequence: return "optional(seq(" + t + "))";
+  }
+  return t;
 }
 
 const Attribute* Node::attr(const std::string& name) const {

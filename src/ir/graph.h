@@ -22,10 +22,16 @@ namespace kiln::ir {
 
 class Node;
 
+// What a value holds: a tensor, a sequence of tensors, or an optional of either.
+enum class TypeKind : int32_t { kTensor = 0, kSequence = 1, kOptionalTensor = 2, kOptionalSequence = 3 };
+inline constexpr int32_t kMaxTypeKind = 3;
+
 struct TensorType {
-  DataType dtype = DataType::kUndefined;
-  Shape shape;  // unknown rank by default
-  std::string to_string() const;  // "float32[1,3,224,224]"
+  DataType dtype = DataType::kUndefined;  // the element type (of the tensor, or of each item)
+  Shape shape;  // of the tensor (or of each item when known); unknown rank by default
+  TypeKind kind = TypeKind::kTensor;
+  bool is_tensor() const { return kind == TypeKind::kTensor; }
+  std::string to_string() const;  // "float32[1,3,224,224]", "seq(float32[?])", "optional(float32[2])"
 };
 
 class Value {

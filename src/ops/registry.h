@@ -24,7 +24,7 @@
 namespace kiln::ops {
 
 // The newest default-domain opset Kiln implements.
-inline constexpr int64_t kMaxOpset = 23;
+inline constexpr int64_t kMaxOpset = 27;
 // "" (ai.onnx) and "ai.onnx.ml" are the domains Kiln knows; "com.microsoft" ops may be
 // registered as well.
 inline constexpr const char* kOnnxDomain = "";
