@@ -110,6 +110,12 @@ Expected<std::string> run_test(const fs::path& dir) {
   } catch (const std::exception& e) {
     line = std::string("Funexpected exception: ") + e.what();
   }
+  // Messages name files relative to the test folder: reasons stay the same on every machine.
+  for (std::string prefix = dir.string() + "/"; ;) {
+    size_t at = line.find(prefix);
+    if (at == std::string::npos) break;
+    line.erase(at, prefix.size());
+  }
   line = printable_one_line(line);
   size_t off = 0;
   while (off < line.size()) {
