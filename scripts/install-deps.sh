@@ -11,6 +11,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   libflatbuffers-dev flatbuffers-compiler
   libdnnl-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  # RegexFullMatch, ImageDecoder
+  libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev libopenjp2-7-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision

@@ -272,6 +272,11 @@ Status GraphParser::graph(const fb::Graph& fg, ir::Graph& out, int depth,
       return data_loss("graph '%s' value %u ('%s'): dtype %d is not a valid data type", gname, k,
                        name.c_str(), dt);
     v->type().dtype = static_cast<DataType>(dt);
+    // Files written before sequences and optionals existed lack the field: it reads as 0, a tensor.
+    int32_t kind = fv.kind();
+    if (kind < 0 || kind > ir::kMaxTypeKind)
+      return data_loss("graph '%s' value %u ('%s'): type kind %d is not valid", gname, k, name.c_str(), kind);
+    v->type().kind = static_cast<ir::TypeKind>(kind);
     const auto* fdims = fv.dims();
     if (fv.has_rank()) {
       KILN_RETURN_IF_ERROR(charge_vector(fdims));

@@ -98,7 +98,8 @@ class MetadataBuilder {
       }
       auto name = fbb_.CreateString(v->name());
       values.push_back(fb::CreateValueDef(fbb_, name, static_cast<int32_t>(v->dtype()), dims_vec,
-                                          v->shape().has_rank(), v->is_outer_scope(), init));
+                                          v->shape().has_rank(), v->is_outer_scope(), init,
+                                          static_cast<int32_t>(v->type().kind)));
     }
     auto value_index = [&](const ir::Value* v) -> int32_t {
       auto it = index.find(v);

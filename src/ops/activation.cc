@@ -88,6 +88,11 @@ Expected<ActParams> read_params(const ir::Node& node, const ActivationEntry& e) 
   if (e.alpha.name) p.alpha = node.attr_float(e.alpha.name, e.alpha.fallback);
   if (e.beta.name) p.beta = node.attr_float(e.beta.name, e.beta.fallback);
   if (e.gamma.name) p.gamma = node.attr_float(e.gamma.name, e.gamma.fallback);
+  // Selu's opset-1 defaults were rounded to 4 decimals; opset 6 gave the exact constants.
+  if (std::string(e.name) == "Selu" && node.opset() < 6) {
+    p.alpha = node.attr_float("alpha", 1.6732f);
+    p.gamma = node.attr_float("gamma", 1.0507f);
+  }
   if (e.has_approximate) {
     std::string a = node.attr_string("approximate", "none");
     if (a != "none" && a != "tanh")
@@ -125,15 +130,17 @@ ActivationEntry entry(const char* name, int64_t since, FloatAttr alpha = {}, Flo
   return ActivationEntry{name, since, alpha, beta, gamma, has_approximate, Op::kTypes, &activation_kernel<Op>};
 }
 
+// Opsets 1-5 of Relu, LeakyRelu, Elu, Selu and HardSigmoid add only consumed_inputs (a
+// memory hint, ignored).
 const ActivationEntry kActivations[] = {
-    entry<ReluFn>("Relu", 6),
-    entry<LeakyReluFn>("LeakyRelu", 6, {"alpha", 0.01f}),
-    entry<EluFn>("Elu", 6, {"alpha", 1.0f}),
-    entry<SeluFn>("Selu", 6, {"alpha", 1.67326319217681884765625f}, {},
+    entry<ReluFn>("Relu", 1),
+    entry<LeakyReluFn>("LeakyRelu", 1, {"alpha", 0.01f}),
+    entry<EluFn>("Elu", 1, {"alpha", 1.0f}),
+    entry<SeluFn>("Selu", 1, {"alpha", 1.67326319217681884765625f}, {},
                   {"gamma", 1.05070102214813232421875f}),
     entry<CeluFn>("Celu", 12, {"alpha", 1.0f}),
     entry<ThresholdedReluFn>("ThresholdedRelu", 10, {"alpha", 1.0f}),
-    entry<HardSigmoidFn>("HardSigmoid", 6, {"alpha", 0.2f}, {"beta", 0.5f}),
+    entry<HardSigmoidFn>("HardSigmoid", 1, {"alpha", 0.2f}, {"beta", 0.5f}),
     entry<HardSwishFn>("HardSwish", 14),
     entry<SoftplusFn>("Softplus", 1),
     entry<SoftsignFn>("Softsign", 1),
@@ -206,11 +213,25 @@ Status clip_kernel(KernelContext& ctx) {
 
 // ---- PRelu --------------------------------------------------------------------------------
 
+// Before opset 7 a 1-D slope of C values held one slope per channel (axis 1), not a
+// NumPy-broadcast trailing axis: give it the shape [C, 1, ..., 1] so that broadcasting
+// lines it up with axis 1.
+Shape prelu_slope_shape(const ir::Node& node, const Shape& x, const Shape& slope) {
+  if (node.opset() >= 7 || !x.has_rank() || x.rank() < 2 || !slope.has_rank() || slope.rank() != 1 ||
+      (slope[0].is_static() && slope[0].value == 1))
+    return slope;
+  std::vector<Dim> dims(static_cast<size_t>(x.rank() - 1), Dim(1));
+  dims[0] = slope[0];
+  return Shape(std::move(dims));
+}
+
 // slope broadcasts to X (unidirectionally): the output always has X's shape.
 Status prelu_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.input(0);
-  const Tensor& slope = *ctx.input(1);
   const ir::Node& node = ctx.node();
+  const Tensor slope = ctx.input(1)->reshaped(
+      prelu_slope_shape(node, Shape::from_static(x.dims()), Shape::from_static(ctx.input(1)->dims()))
+          .static_dims());
   KILN_RETURN_IF_ERROR(check_dtype(node, x.dtype(), kTypeNumeric));
   if (slope.dtype() != x.dtype())
     return invalid_argument("node %s: slope is %s but X is %s", node.label().c_str(), dtype_name(slope.dtype()),
@@ -233,7 +254,8 @@ Status infer_prelu(InferContext& ctx) {
   if (!ctx.has_input(0) || !ctx.has_input(1)) return ok_status();
   const ir::TensorType& x = ctx.input_type(0);
   KILN_RETURN_IF_ERROR(check_dtype(ctx.node(), x.dtype, kTypeNumeric));
-  KILN_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(ctx.node(), x.shape, ctx.input_type(1).shape));
+  const Shape slope = prelu_slope_shape(ctx.node(), x.shape, ctx.input_type(1).shape);
+  KILN_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(ctx.node(), x.shape, slope));
   if (b.has_rank() && x.shape.has_rank() && b.rank() != x.shape.rank())
     return invalid_argument("node %s: slope %s does not broadcast to X %s", ctx.node().label().c_str(),
                             ctx.input_type(1).shape.to_string().c_str(), x.shape.to_string().c_str());
@@ -261,16 +283,17 @@ int register_activations() {
   }
   auto infer_numeric = [](InferContext& ctx) { return infer_activation(ctx, kTypeNumeric); };
   OpRegistry::instance().add(OpSchema("Clip")
-                                 .since(6, 10)
+                                 .since(1, 10)
                                  .inputs(1, 1)
                                  .outputs(1, 1)
                                  .attr("min", ir::AttrKind::kFloat)
                                  .attr("max", ir::AttrKind::kFloat)
                                  .infer(infer_numeric)
                                  .kernel(clip_kernel));
+  // Clip 1-5 differs from 6 only by consumed_inputs.
   OpRegistry::instance().add(
       OpSchema("Clip").since(11).inputs(1, 3).outputs(1, 1).infer(infer_numeric).kernel(clip_kernel));
-  OpRegistry::instance().add(OpSchema("PRelu").since(7).inputs(2, 2).outputs(1, 1).infer(infer_prelu).kernel(
+  OpRegistry::instance().add(OpSchema("PRelu").since(1).inputs(2, 2).outputs(1, 1).infer(infer_prelu).kernel(
       prelu_kernel));
   return static_cast<int>(std::size(kActivations)) + 3;
 }

@@ -15,6 +15,9 @@ using ir::AttrKind;
 
 // ---- Concat ---------------------------------------------------------------------------------
 
+// Opsets 1-3 made axis optional with default 1; from 4 it is required.
+int64_t concat_axis(const ir::Node& node) { return node.attr_int("axis", node.opset() < 4 ? 1 : 0); }
+
 Status infer_concat(InferContext& ctx) {
   int rank = -1;
   DataType dtype = DataType::kUndefined;
@@ -27,7 +30,7 @@ Status infer_concat(InferContext& ctx) {
     ctx.set_output(0, dtype, Shape::unknown_rank());
     return ok_status();
   }
-  KILN_ASSIGN_OR_RETURN(int axis, normalize_axis(ctx.node(), ctx.node().attr_int("axis", 0), rank));
+  KILN_ASSIGN_OR_RETURN(int axis, normalize_axis(ctx.node(), concat_axis(ctx.node()), rank));
   std::vector<Dim> out(static_cast<size_t>(rank));
   Dim sum(0);
   bool first = true;
@@ -66,7 +69,7 @@ Status concat_kernel(KernelContext& ctx) {
   if (ins.empty()) return invalid_argument("node %s has no inputs", ctx.node().label().c_str());
   const Tensor& first = *ins[0];
   const int rank = first.rank();
-  KILN_ASSIGN_OR_RETURN(int axis, normalize_axis(ctx.node(), ctx.node().attr_int("axis", 0), rank));
+  KILN_ASSIGN_OR_RETURN(int axis, normalize_axis(ctx.node(), concat_axis(ctx.node()), rank));
   std::vector<int64_t> out = first.dims();
   out[static_cast<size_t>(axis)] = 0;
   for (size_t k = 0; k < ins.size(); ++k) {
@@ -159,7 +162,9 @@ Status infer_split(InferContext& ctx) {
       split = a->ints;
       given = true;
     }
-  } else if (ctx.has_input(1)) {
+  }
+  // Opset 1 takes the sizes from the attribute or from an optional input 1; 13+ from input 1.
+  if (!given && (ctx.node().opset() >= 13 || ctx.node().opset() == 1) && ctx.has_input(1)) {
     given = true;
     if (auto v = constant_ints(ctx, 1)) split = *v;
     else known = false;
@@ -189,7 +194,8 @@ Status split_kernel(KernelContext& ctx) {
       split = a->ints;
       given = true;
     }
-  } else if (ctx.input(1)) {
+  }
+  if (!given && (ctx.opset() >= 13 || ctx.opset() == 1) && ctx.input(1)) {
     KILN_ASSIGN_OR_RETURN(split, index_values(ctx.node(), *ctx.input(1), "split"));
     given = true;
   }
@@ -320,7 +326,7 @@ Status infer_pad(InferContext& ctx) {
   std::optional<std::vector<int64_t>> pads, axes;
   bool axes_known = true;
   if (ctx.node().opset() < 11) {
-    pads = ctx.node().attr_ints("pads");
+    pads = ctx.node().attr_ints(ctx.node().opset() < 2 ? "paddings" : "pads");
   } else {
     pads = constant_ints(ctx, 1);
     if (ctx.has_input(3)) {
@@ -391,7 +397,7 @@ Status pad_kernel(KernelContext& ctx) {
   std::optional<std::vector<int64_t>> axes;
   KILN_ASSIGN_OR_RETURN(Tensor value, Tensor::allocate(x.dtype(), {}), "node %s", node.label().c_str());
   if (ctx.opset() < 11) {
-    raw_pads = node.attr_ints("pads");
+    raw_pads = node.attr_ints(node.opset() < 2 ? "paddings" : "pads");
     KILN_RETURN_IF_ERROR(scalar_from_double(node, value, node.attr_float("value", 0.0f)));
   } else {
     if (!ctx.input(1)) return invalid_argument("node %s: pads input is missing", node.label().c_str());
@@ -462,8 +468,12 @@ Status pad_kernel(KernelContext& ctx) {
   });
 }
 
+KILN_REGISTER_OP(OpSchema("Concat").since(1, 3).inputs(1, -1).outputs(1, 1).attr("axis", AttrKind::kInt)
+                     .infer(infer_concat).kernel(concat_kernel));
 KILN_REGISTER_OP(OpSchema("Concat").since(4).inputs(1, -1).outputs(1, 1).required_attr("axis", AttrKind::kInt)
                      .infer(infer_concat).kernel(concat_kernel));
+KILN_REGISTER_OP(OpSchema("Split").since(1, 1).inputs(1, 2).outputs(1, -1).attr("axis", AttrKind::kInt)
+                     .attr("split", AttrKind::kInts).infer(infer_split).kernel(split_kernel));
 KILN_REGISTER_OP(OpSchema("Split").since(2, 12).inputs(1, 1).outputs(1, -1).attr("axis", AttrKind::kInt)
                      .attr("split", AttrKind::kInts).infer(infer_split).kernel(split_kernel));
 KILN_REGISTER_OP(OpSchema("Split").since(13, 17).inputs(1, 2).outputs(1, -1).attr("axis", AttrKind::kInt)
@@ -471,6 +481,10 @@ KILN_REGISTER_OP(OpSchema("Split").since(13, 17).inputs(1, 2).outputs(1, -1).att
 KILN_REGISTER_OP(OpSchema("Split").since(18).inputs(1, 2).outputs(1, -1).attr("axis", AttrKind::kInt)
                      .attr("num_outputs", AttrKind::kInt).infer(infer_split).kernel(split_kernel));
 KILN_REGISTER_OP(OpSchema("Tile").since(6).inputs(2, 2).outputs(1, 1).infer(infer_tile).kernel(tile_kernel));
+// Opset 1 named the pads attribute `paddings`.
+KILN_REGISTER_OP(OpSchema("Pad").since(1, 1).inputs(1, 1).outputs(1, 1).required_attr("paddings", AttrKind::kInts)
+                     .attr("mode", AttrKind::kString).attr("value", AttrKind::kFloat).infer(infer_pad)
+                     .kernel(pad_kernel));
 KILN_REGISTER_OP(OpSchema("Pad").since(2, 10).inputs(1, 1).outputs(1, 1).required_attr("pads", AttrKind::kInts)
                      .attr("mode", AttrKind::kString).attr("value", AttrKind::kFloat).infer(infer_pad)
                      .kernel(pad_kernel));

@@ -32,9 +32,30 @@ Expected<bool> bool_scalar(const ir::Node& node, const Tensor& t, const char* wh
   return t.data<bool>()[0];
 }
 
+// Nothing is known about a type: no kind, dtype or rank (e.g. an untyped body output).
+bool type_unknown(const ir::TensorType& t) {
+  return t.is_tensor() && t.dtype == DataType::kUndefined && !t.shape.has_rank();
+}
+
+// The common kind of two branch outputs: an unknown side takes the other's; a tensor and
+// an optional tensor (a branch that may give none) make an optional, likewise sequences.
+ir::TypeKind merge_kinds(const ir::TensorType& a, const ir::TensorType& b) {
+  using ir::TypeKind;
+  if (type_unknown(a)) return b.kind;
+  if (type_unknown(b) || a.kind == b.kind) return a.kind;
+  auto optional_of = [](TypeKind k) {
+    return k == TypeKind::kTensor ? TypeKind::kOptionalTensor
+                                  : k == TypeKind::kSequence ? TypeKind::kOptionalSequence : k;
+  };
+  if (optional_of(a.kind) == b.kind) return b.kind;
+  if (optional_of(b.kind) == a.kind) return a.kind;
+  return a.kind;
+}
+
 // The common type of two branch outputs: equal dims stay, differing ones become unknown.
 ir::TensorType merge_branch_types(const ir::TensorType& a, const ir::TensorType& b) {
   ir::TensorType out = a;
+  out.kind = merge_kinds(a, b);
   if (out.dtype == DataType::kUndefined) out.dtype = b.dtype;
   if (!a.shape.has_rank() || !b.shape.has_rank() || a.shape.rank() != b.shape.rank()) {
     out.shape = Shape::unknown_rank();
@@ -136,10 +157,16 @@ Status infer_loop(InferContext& ctx) {
                             ctx.node().label().c_str(), body->outputs().size(), n_carried, std::max(n_scan, 0));
   for (int i = 0; i < n_carried; ++i) {
     const ir::TensorType& bt = body->outputs()[static_cast<size_t>(1 + i)]->type();
-    DataType dt = ctx.has_input(2 + i) ? ctx.input_type(2 + i).dtype : bt.dtype;
-    Shape s = bt.shape;
-    if (ctx.has_input(2 + i)) s = merge_branch_types(ctx.input_type(2 + i), bt).shape;
-    ctx.set_output(i, dt, s);
+    ir::TensorType out = bt;
+    if (ctx.has_input(2 + i)) {
+      const ir::TensorType& in = ctx.input_type(2 + i);
+      out.shape = merge_branch_types(in, bt).shape;
+      if (in.dtype != DataType::kUndefined) out.dtype = in.dtype;
+      // The body's kind is the loop's (ONNX types the output by the body); an initial
+      // optional that the body turns into a plain sequence still gives a sequence.
+      if (type_unknown(bt)) out.kind = in.kind;
+    }
+    ctx.output(i) = out;
   }
   for (int k = 0; k < n_scan; ++k) {
     const ir::TensorType& bt = body->outputs()[static_cast<size_t>(1 + n_carried + k)]->type();

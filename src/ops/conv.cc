@@ -312,11 +312,14 @@ Expected<ConvShape> conv_transpose_shape(const ir::Node& node, const std::vector
     const int64_t full = g.strides[d] * (in - 1) + out_pad[d] + dk;
     if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       const int64_t target = out_shape.empty() ? in * g.strides[d] : out_shape[d];
+      // An output_shape beyond the full output gives negative padding: the extra positions
+      // (at the end, as the ONNX reference places them) get no contribution, only the bias.
       const int64_t total = full - target;
-      if (total < 0)
-        return invalid_argument("node %s: output_shape %lld exceeds the largest output %lld on spatial dim %zu",
-                                label, (long long)target, (long long)full, d);
-      g.pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor(total / 2)
+      if (total < 0 && (auto_pad == "NOTSET" || auto_pad == "VALID"))
+        g.pads[d] = 0;
+      else
+        g.pads[d] = auto_pad == "SAME_UPPER" ? half : total - half;
       g.pads[d + n] = total - g.pads[d];
       g.out[d] = target;
     } else {

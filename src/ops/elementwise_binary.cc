@@ -191,7 +191,12 @@ Status binary_kernel(KernelContext& ctx) {
     if (t->dtype() != dtype)
       return invalid_argument("node %s: input %d is %s but input 0 is %s", node.label().c_str(), i,
                               dtype_name(t->dtype()), dtype_name(dtype));
-    KILN_RETURN_IF_ERROR(apply_pair<Op>(node, acc, half_to_float(*t), p, &acc));
+    Tensor rhs = half_to_float(*t);
+    if (ctx.num_inputs() == 2 && node.opset() < 7) {
+      KILN_ASSIGN_OR_RETURN(std::vector<int64_t> b_dims, legacy_broadcast_dims(node, first->dims(), t->dims()));
+      rhs = rhs.reshaped(std::move(b_dims));
+    }
+    KILN_RETURN_IF_ERROR(apply_pair<Op>(node, acc, rhs, p, &acc));
     ++count;
   }
   if (count == 1) acc = acc.clone();
@@ -206,6 +211,18 @@ Status binary_kernel(KernelContext& ctx) {
   return ok_status();
 }
 
+// Output shape of a two-input op before opset 7 (B broadcast onto A by the legacy
+// broadcast/axis attributes), else NumPy broadcasting of all inputs.
+Status infer_legacy_broadcast(InferContext& ctx, DataType dtype) {
+  if (ctx.node().opset() >= 7 || ctx.num_inputs() != 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return infer_broadcast(ctx);
+  const Shape& a = ctx.input_type(0).shape;
+  KILN_ASSIGN_OR_RETURN(Shape b, legacy_broadcast_shape(ctx.node(), a, ctx.input_type(1).shape));
+  KILN_ASSIGN_OR_RETURN(Shape out, broadcast_shapes(ctx.node(), a, b));
+  ctx.set_output(0, dtype, std::move(out));
+  return ok_status();
+}
+
 // Broadcast shape of all inputs, dtype of input 0; all inputs share one dtype.
 Status infer_same_type_broadcast(InferContext& ctx, TypeSet types) {
   DataType dtype = ctx.has_input(0) ? ctx.input_type(0).dtype : DataType::kUndefined;
@@ -217,7 +234,7 @@ Status infer_same_type_broadcast(InferContext& ctx, TypeSet types) {
       return invalid_argument("node %s: input %d is %s but input 0 is %s", ctx.node().label().c_str(), i,
                               dtype_name(t), dtype_name(dtype));
   }
-  return infer_broadcast(ctx);
+  return infer_legacy_broadcast(ctx, dtype);
 }
 
 // ---- Pow --------------------------------------------------------------------------------
@@ -258,7 +275,8 @@ Tensor convert_to(const Tensor& t) {
 Status pow_kernel(KernelContext& ctx) {
   const ir::Node& node = ctx.node();
   const Tensor& x = *ctx.input(0);
-  const Tensor& e = *ctx.input(1);
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> e_dims, legacy_broadcast_dims(node, x.dims(), ctx.input(1)->dims()));
+  const Tensor e = ctx.input(1)->reshaped(std::move(e_dims));
   KILN_RETURN_IF_ERROR(check_dtype(node, x.dtype(), kTypeNumeric, "base"));
   KILN_RETURN_IF_ERROR(check_dtype(node, e.dtype(), kTypeNumeric, "exponent"));
   KILN_ASSIGN_OR_RETURN(BroadcastPlan plan, make_broadcast_plan(node, {x.dims(), e.dims()}));
@@ -298,7 +316,7 @@ Status infer_pow(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_dtype(ctx.node(), ctx.input_type(0).dtype, kTypeNumeric, "base"));
   if (ctx.has_input(1))
     KILN_RETURN_IF_ERROR(check_dtype(ctx.node(), ctx.input_type(1).dtype, kTypeNumeric, "exponent"));
-  return infer_broadcast(ctx);
+  return infer_legacy_broadcast(ctx, ctx.input_type(0).dtype);
 }
 
 // ---- the table -------------------------------------------------------------------------
@@ -319,19 +337,21 @@ BinaryEntry entry(const char* name, int64_t since, int max_inputs = 2, const cha
   return BinaryEntry{name, since, max_inputs, Op::kTypes, &binary_kernel<Op>, int_attr, string_attr};
 }
 
-// Opset 7 introduced multidirectional broadcasting for the binary ops; the variadic ops
-// gained it at 8, and their opset-6 form (equal shapes) is a special case of it.
+// Opset 7 introduced multidirectional broadcasting for the binary ops (the kernel and
+// inference apply the older broadcast/axis attributes below 7; consumed_inputs, opset 1-5,
+// is only a memory hint). The variadic ops gained it at 8, and their older form (equal
+// shapes) is a special case of it.
 const BinaryEntry kBinaryOps[] = {
-    entry<AddFn>("Add", 7),
-    entry<SubFn>("Sub", 7),
-    entry<MulFn>("Mul", 7),
-    entry<DivFn>("Div", 7),
+    entry<AddFn>("Add", 1),
+    entry<SubFn>("Sub", 1),
+    entry<MulFn>("Mul", 1),
+    entry<DivFn>("Div", 1),
     entry<ModFn>("Mod", 10, 2, "fmod"),
     entry<BitShiftFn>("BitShift", 11, 2, nullptr, "direction"),
-    entry<MaxFn>("Max", 6, -1),
-    entry<MinFn>("Min", 6, -1),
-    entry<SumFn>("Sum", 6, -1),
-    entry<SumFn>("Mean", 6, -1),
+    entry<MaxFn>("Max", 1, -1),
+    entry<MinFn>("Min", 1, -1),
+    entry<SumFn>("Sum", 1, -1),
+    entry<SumFn>("Mean", 1, -1),
 };
 
 int register_binary_ops() {
@@ -344,7 +364,7 @@ int register_binary_ops() {
     s.infer([types](InferContext& ctx) { return infer_same_type_broadcast(ctx, types); }).kernel(e.kernel);
     OpRegistry::instance().add(std::move(s));
   }
-  OpRegistry::instance().add(OpSchema("Pow").since(7).inputs(2, 2).outputs(1, 1).infer(infer_pow).kernel(pow_kernel));
+  OpRegistry::instance().add(OpSchema("Pow").since(1).inputs(2, 2).outputs(1, 1).infer(infer_pow).kernel(pow_kernel));
   return static_cast<int>(std::size(kBinaryOps)) + 1;
 }
 

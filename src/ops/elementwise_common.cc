@@ -109,4 +109,45 @@ Expected<BroadcastPlan> make_broadcast_plan(const ir::Node& node,
   return p;
 }
 
+Expected<Shape> legacy_broadcast_shape(const ir::Node& node, const Shape& a, const Shape& b) {
+  if (node.opset() >= 7) return b;
+  if (node.attr_int("broadcast", 0) == 0) {
+    if (!a.has_rank() || !b.has_rank()) return b;
+    bool same = a.rank() == b.rank();
+    for (int i = 0; same && i < a.rank(); ++i)
+      same = !a[i].is_static() || !b[i].is_static() || a[i].value == b[i].value;
+    if (!same)
+      return invalid_argument("node %s: inputs %s and %s differ in shape and broadcast is not set (opset %lld)",
+                              node.label().c_str(), a.to_string().c_str(), b.to_string().c_str(),
+                              static_cast<long long>(node.opset()));
+    return b;
+  }
+  if (!node.has_attr("axis")) return b;  // suffix matching: NumPy broadcasting as is
+  if (!a.has_rank() || !b.has_rank()) return Shape();
+  const int64_t rank = a.rank();
+  int64_t axis = node.attr_int("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis + b.rank() > rank)
+    return invalid_argument("node %s: B %s does not fit A %s at axis %lld", node.label().c_str(),
+                            b.to_string().c_str(), a.to_string().c_str(),
+                            static_cast<long long>(node.attr_int("axis", 0)));
+  std::vector<Dim> dims(static_cast<size_t>(rank), Dim(1));
+  for (int i = 0; i < b.rank(); ++i) {
+    const Dim& ad = a[static_cast<int>(axis) + i];
+    const Dim& bd = b[i];
+    if (ad.is_static() && bd.is_static() && bd.value != 1 && bd.value != ad.value)
+      return invalid_argument("node %s: B %s does not match A %s at axis %lld", node.label().c_str(),
+                              b.to_string().c_str(), a.to_string().c_str(),
+                              static_cast<long long>(node.attr_int("axis", 0)));
+    dims[static_cast<size_t>(axis + i)] = bd;
+  }
+  return Shape(std::move(dims));
+}
+
+Expected<std::vector<int64_t>> legacy_broadcast_dims(const ir::Node& node, const std::vector<int64_t>& a,
+                                                     const std::vector<int64_t>& b) {
+  KILN_ASSIGN_OR_RETURN(Shape s, legacy_broadcast_shape(node, Shape::from_static(a), Shape::from_static(b)));
+  return s.static_dims();
+}
+
 }  // namespace kiln::ops

@@ -115,6 +115,19 @@ struct BroadcastPlan {
 Expected<BroadcastPlan> make_broadcast_plan(const ir::Node& node,
                                             const std::vector<std::vector<int64_t>>& inputs);
 
+// ---- opset 1-6 broadcasting -------------------------------------------------------------
+
+// Before opset 7 the binary ops (Add, Sub, Mul, Div, Pow, the comparisons and logical ops)
+// broadcast only B onto A, and only when the node says broadcast=1: B's dims then match
+// A's starting at `axis`, or A's trailing dims when axis is absent (which is what NumPy
+// broadcasting does). Without broadcast=1 the shapes must be equal. Returns B's shape
+// padded with 1s to A's rank, so that NumPy broadcasting of A and the result gives the
+// legacy answer; error naming the node when B does not fit. Opset >= 7 nodes get b back.
+Expected<Shape> legacy_broadcast_shape(const ir::Node& node, const Shape& a, const Shape& b);
+// The same for static dims.
+Expected<std::vector<int64_t>> legacy_broadcast_dims(const ir::Node& node, const std::vector<int64_t>& a,
+                                                     const std::vector<int64_t>& b);
+
 // Calls fn(out_offset, in_offsets, len) for every inner block, in parallel chunks.
 // in_offsets has one entry per input.
 template <typename Fn>

@@ -172,15 +172,15 @@ UnaryEntry predicate(const char* name, int64_t since) {
 }
 
 // `since` is the first opset of the op's current semantics (later versions only widened
-// the type lists).
+// the type lists; opsets 1-5 differ only by consumed_inputs, a memory hint ignored here).
 const UnaryEntry kUnaryOps[] = {
-    entry<AbsFn>("Abs", 6),         entry<NegFn>("Neg", 6),
-    entry<ExpFn>("Exp", 6),         entry<LogFn>("Log", 6),
-    entry<SqrtFn>("Sqrt", 6),       entry<ReciprocalFn>("Reciprocal", 6),
-    entry<FloorFn>("Floor", 6),     entry<CeilFn>("Ceil", 6),
+    entry<AbsFn>("Abs", 1),         entry<NegFn>("Neg", 1),
+    entry<ExpFn>("Exp", 1),         entry<LogFn>("Log", 1),
+    entry<SqrtFn>("Sqrt", 1),       entry<ReciprocalFn>("Reciprocal", 1),
+    entry<FloorFn>("Floor", 1),     entry<CeilFn>("Ceil", 1),
     entry<RoundFn>("Round", 11),    entry<SignFn>("Sign", 9),
-    entry<ErfFn>("Erf", 9),         entry<TanhFn>("Tanh", 6),
-    entry<SigmoidFn>("Sigmoid", 6), entry<SinFn>("Sin", 7),
+    entry<ErfFn>("Erf", 9),         entry<TanhFn>("Tanh", 1),
+    entry<SigmoidFn>("Sigmoid", 1), entry<SinFn>("Sin", 7),
     entry<CosFn>("Cos", 7),         entry<TanFn>("Tan", 7),
     entry<AsinFn>("Asin", 7),       entry<AcosFn>("Acos", 7),
     entry<AtanFn>("Atan", 7),       entry<SinhFn>("Sinh", 9),

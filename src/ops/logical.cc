@@ -36,7 +36,8 @@ template <typename Op>
 Status compare_kernel(KernelContext& ctx) {
   const ir::Node& node = ctx.node();
   const Tensor& a = *ctx.input(0);
-  const Tensor& b = *ctx.input(1);
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> b_dims, legacy_broadcast_dims(node, a.dims(), ctx.input(1)->dims()));
+  const Tensor b = ctx.input(1)->reshaped(std::move(b_dims));
   const bool strings = a.dtype() == DataType::kString && node.op_type() == "Equal";
   if (!strings) KILN_RETURN_IF_ERROR(check_dtype(node, a.dtype(), Op::kTypes));
   if (b.dtype() != a.dtype())
@@ -69,16 +70,17 @@ CompareEntry entry(const char* name, int64_t since) {
   return CompareEntry{name, since, Op::kTypes, &compare_kernel<Op>};
 }
 
-// Opset 7 introduced multidirectional broadcasting for all of these.
+// Opset 7 introduced multidirectional broadcasting for all of these; the kernel and
+// inference apply the older broadcast/axis attributes below 7.
 const CompareEntry kCompareOps[] = {
-    entry<EqualFn>("Equal", 7),
-    entry<LessFn>("Less", 7),
-    entry<GreaterFn>("Greater", 7),
+    entry<EqualFn>("Equal", 1),
+    entry<LessFn>("Less", 1),
+    entry<GreaterFn>("Greater", 1),
     entry<LessOrEqualFn>("LessOrEqual", 12),
     entry<GreaterOrEqualFn>("GreaterOrEqual", 12),
-    entry<AndFn>("And", 7),
-    entry<OrFn>("Or", 7),
-    entry<XorFn>("Xor", 7),
+    entry<AndFn>("And", 1),
+    entry<OrFn>("Or", 1),
+    entry<XorFn>("Xor", 1),
 };
 
 Status infer_compare(InferContext& ctx, TypeSet types) {
@@ -89,7 +91,12 @@ Status infer_compare(InferContext& ctx, TypeSet types) {
   if (a != DataType::kUndefined && b != DataType::kUndefined && a != b)
     return invalid_argument("node %s: input 1 is %s but input 0 is %s", ctx.node().label().c_str(),
                             dtype_name(b), dtype_name(a));
-  return infer_broadcast_bool(ctx);
+  if (ctx.node().opset() >= 7) return infer_broadcast_bool(ctx);
+  const Shape& sa = ctx.input_type(0).shape;
+  KILN_ASSIGN_OR_RETURN(Shape sb, legacy_broadcast_shape(ctx.node(), sa, ctx.input_type(1).shape));
+  KILN_ASSIGN_OR_RETURN(Shape out, broadcast_shapes(ctx.node(), sa, sb));
+  ctx.set_output(0, DataType::kBool, std::move(out));
+  return ok_status();
 }
 
 // ---- Not ----------------------------------------------------------------------------------

@@ -207,6 +207,19 @@ Status gemm_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_OP(OpSchema("MatMul").since(1).inputs(2, 2).outputs(1, 1).infer(infer_matmul).kernel(
     with_half_as_float(matmul_kernel)));
+// Opsets 1-6 require C and broadcast it only when broadcast=1; the unidirectional
+// broadcasting of later opsets covers both cases (broadcast=0 means C is already (M, N)).
+KILN_REGISTER_OP(OpSchema("Gemm")
+                     .since(1, 6)
+                     .inputs(3, 3)
+                     .outputs(1, 1)
+                     .attr("alpha", AttrKind::kFloat)
+                     .attr("beta", AttrKind::kFloat)
+                     .attr("broadcast", AttrKind::kInt)
+                     .attr("transA", AttrKind::kInt)
+                     .attr("transB", AttrKind::kInt)
+                     .infer(infer_gemm)
+                     .kernel(with_half_as_float(gemm_kernel)));
 // Opset 7 dropped the broadcast attribute; opset 11 made C optional.
 KILN_REGISTER_OP(OpSchema("Gemm")
                      .since(7)

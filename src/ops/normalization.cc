@@ -325,8 +325,10 @@ Status lrn_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+// Opsets 1-5 add only consumed_inputs (a memory hint); is_test (1-6) changes nothing when
+// only Y is asked for, which is all Kiln computes before opset 14.
 KILN_REGISTER_OP(OpSchema("BatchNormalization")
-                     .since(6)
+                     .since(1)
                      .inputs(5, 5)
                      .outputs(1, 5)
                      .attr("epsilon", AttrKind::kFloat)
@@ -337,7 +339,7 @@ KILN_REGISTER_OP(OpSchema("BatchNormalization")
                      .infer(infer_batch_norm)
                      .kernel(with_half_as_float(batch_norm_kernel)));
 KILN_REGISTER_OP(OpSchema("InstanceNormalization")
-                     .since(6)
+                     .since(1)
                      .inputs(3, 3)
                      .outputs(1, 1)
                      .attr("epsilon", AttrKind::kFloat)

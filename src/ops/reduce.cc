@@ -166,8 +166,9 @@ struct ProdR {
 };
 
 // Empty reductions give the lowest (Max) or highest (Min) value, -inf / +inf for floats.
+// Bool inputs (opset 20) reduce as any (Max) and all (Min).
 struct MaxR {
-  static constexpr TypeSet kTypes = kTypeNumeric;
+  static constexpr TypeSet kTypes = kTypeNumeric | kTypeBool;
   template <typename T, typename V>
   static T reduce(V&& visit, int64_t) {
     T acc = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
@@ -183,7 +184,7 @@ struct MaxR {
 };
 
 struct MinR {
-  static constexpr TypeSet kTypes = kTypeNumeric;
+  static constexpr TypeSet kTypes = kTypeNumeric | kTypeBool;
   template <typename T, typename V>
   static T reduce(V&& visit, int64_t) {
     T acc = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()

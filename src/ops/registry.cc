@@ -175,6 +175,9 @@ namespace {
 // Keeps what was known before where inference learned less (e.g. a declared output
 // shape from the model's value_info when inference could only find the rank).
 ir::TensorType merge_types(const ir::TensorType& known, const ir::TensorType& inferred) {
+  // Inference that learned nothing (no kind, dtype or rank) keeps a declared sequence or
+  // optional kind.
+  if (inferred.is_tensor() && inferred.dtype == DataType::kUndefined && !inferred.shape.has_rank()) return known;
   ir::TensorType out = inferred;
   if (out.dtype == DataType::kUndefined) out.dtype = known.dtype;
   if (!out.shape.has_rank()) {
@@ -209,13 +212,21 @@ Status infer_node(ir::Node& node) {
 
 Status infer_graph(ir::Graph& graph) {
   for (const auto& n : graph.nodes()) {
-    KILN_RETURN_IF_ERROR(infer_node(*n));
+    // Subgraphs first: If, Loop and SequenceMap type their outputs from their bodies'.
     for (ir::Graph* g : n->subgraphs()) {
+      // Outer-scope values were typed when the body was imported, possibly before their
+      // producer was inferred: refresh them from this graph.
+      for (const auto& sv : g->values()) {
+        if (!sv->is_outer_scope()) continue;
+        const ir::Value* outer = graph.find_value(sv->name());
+        if (outer && outer->dtype() != DataType::kUndefined) sv->type() = outer->type();
+      }
       // Subgraph inputs are typed by the frontend from the body's declaration; if the
       // body cannot be fully inferred, execution still works with dynamic shapes.
       Status s = infer_graph(*g);
       if (!s.ok()) return s.add_context("in a subgraph of node %s", n->label().c_str());
     }
+    KILN_RETURN_IF_ERROR(infer_node(*n));
   }
   return ok_status();
 }

@@ -142,9 +142,15 @@ std::vector<int64_t> maybe_dims(const Shape& s) {
   return out;
 }
 
+// Opsets 1-4 take the target shape from the `shape` attribute instead of input 1.
+std::optional<std::vector<int64_t>> reshape_target(const InferContext& ctx) {
+  if (ctx.node().opset() < 5) return ctx.node().attr_ints("shape");
+  return constant_ints(ctx, 1);
+}
+
 Status infer_reshape(InferContext& ctx) {
   const ir::TensorType& in = ctx.input_type(0);
-  if (auto target = constant_ints(ctx, 1)) {
+  if (auto target = reshape_target(ctx)) {
     std::vector<int64_t> in_dims = in.shape.has_rank() ? maybe_dims(in.shape) : std::vector<int64_t>{};
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out,
                           reshape_dims(ctx.node(), in_dims, *target, in.shape.has_rank()));
@@ -164,12 +170,15 @@ Status infer_reshape(InferContext& ctx) {
 
 Status reshape_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.input(0);
-  const Tensor* shape = ctx.input(1);
-  if (!shape) return invalid_argument("node %s: the shape input is missing", ctx.node().label().c_str());
-  if (shape->rank() != 1)
-    return invalid_argument("node %s: shape input must be 1-D, got %s", ctx.node().label().c_str(),
-                            dims_to_string(shape->dims()).c_str());
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> target, index_values(ctx.node(), *shape, "shape"));
+  std::vector<int64_t> target = ctx.node().attr_ints("shape");
+  if (ctx.opset() >= 5) {
+    const Tensor* shape = ctx.input(1);
+    if (!shape) return invalid_argument("node %s: the shape input is missing", ctx.node().label().c_str());
+    if (shape->rank() != 1)
+      return invalid_argument("node %s: shape input must be 1-D, got %s", ctx.node().label().c_str(),
+                              dims_to_string(shape->dims()).c_str());
+    KILN_ASSIGN_OR_RETURN(target, index_values(ctx.node(), *shape, "shape"));
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, reshape_dims(ctx.node(), x.dims(), target, true));
   ctx.set_output(0, x.reshaped(std::move(out)));
   return ok_status();
@@ -423,8 +432,11 @@ Status expand_kernel(KernelContext& ctx) {
 
 // ---- Identity, Dropout -------------------------------------------------------------------
 
+// Passes any value through: a tensor (sharing its storage), a sequence or an optional.
 Status identity_kernel(KernelContext& ctx) {
-  ctx.set_output(0, *ctx.input(0));
+  const RuntimeValue* v = ctx.value(0);
+  if (!v) return invalid_argument("node %s: input is missing", ctx.node().label().c_str());
+  ctx.set_output_value(0, *v);
   return ok_status();
 }
 
@@ -583,8 +595,8 @@ Status constant_kernel(KernelContext& ctx) {
 // ---- Range ------------------------------------------------------------------------------------
 
 bool range_dtype_ok(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt16 ||
-         t == DataType::kInt32 || t == DataType::kInt64;
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
+         t == DataType::kBFloat16 || t == DataType::kInt16 || t == DataType::kInt32 || t == DataType::kInt64;
 }
 
 // Element count max(ceil((limit - start) / delta), 0), validated.
@@ -643,6 +655,17 @@ Status range_kernel(KernelContext& ctx) {
                                                in[2]->element_as_double(0), integral, in[0]->element_as_int64(0),
                                                in[1]->element_as_int64(0), in[2]->element_as_int64(0)));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, t, {n}));
+  if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
+    // Half types: start + i * delta in float32, rounded once to the output type.
+    const float start = static_cast<float>(in[0]->element_as_double(0));
+    const float delta = static_cast<float>(in[2]->element_as_double(0));
+    uint16_t* py = y->data<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = start + static_cast<float>(i) * delta;
+      py[i] = t == DataType::kFloat16 ? float_to_fp16(v) : float_to_bf16(v);
+    }
+    return ok_status();
+  }
   dispatch_numeric(t, [&]<typename T>() {
     const T start = in[0]->data<T>()[0];
     const T delta = in[2]->data<T>()[0];
@@ -702,6 +725,8 @@ Status eyelike_kernel(KernelContext& ctx) {
 KILN_REGISTER_OP(OpSchema("Shape").since(1).inputs(1, 1).outputs(1, 1).attr("start", AttrKind::kInt)
                      .attr("end", AttrKind::kInt).infer(infer_shape).kernel(shape_kernel));
 KILN_REGISTER_OP(OpSchema("Size").since(1).inputs(1, 1).outputs(1, 1).infer(infer_size).kernel(size_kernel));
+KILN_REGISTER_OP(OpSchema("Reshape").since(1, 4).inputs(1, 1).outputs(1, 1).attr("shape", AttrKind::kInts)
+                     .infer(infer_reshape).kernel(reshape_kernel));
 KILN_REGISTER_OP(OpSchema("Reshape").since(5).inputs(2, 2).outputs(1, 1).attr("allowzero", AttrKind::kInt)
                      .infer(infer_reshape).kernel(reshape_kernel));
 KILN_REGISTER_OP(OpSchema("Flatten").since(1).inputs(1, 1).outputs(1, 1).attr("axis", AttrKind::kInt)
@@ -717,7 +742,9 @@ KILN_REGISTER_OP(OpSchema("Unsqueeze").since(13).inputs(2, 2).outputs(1, 1).infe
 KILN_REGISTER_OP(OpSchema("Expand").since(8).inputs(2, 2).outputs(1, 1).infer(infer_expand).kernel(expand_kernel));
 KILN_REGISTER_OP(OpSchema("Identity").since(1).inputs(1, 1).outputs(1, 1).infer(infer_same_as_input)
                      .kernel(identity_kernel));
-KILN_REGISTER_OP(OpSchema("Dropout").since(7, 11).inputs(1, 1).outputs(1, 2).attr("ratio", AttrKind::kFloat)
+// Opsets 1-6 add is_test (training is never run: both modes give the inference result)
+// and consumed_inputs (a memory hint).
+KILN_REGISTER_OP(OpSchema("Dropout").since(1, 11).inputs(1, 1).outputs(1, 2).attr("ratio", AttrKind::kFloat)
                      .infer(infer_dropout).kernel(dropout_kernel));
 KILN_REGISTER_OP(OpSchema("Dropout").since(12).inputs(1, 3).outputs(1, 2).attr("seed", AttrKind::kInt)
                      .infer(infer_dropout).kernel(dropout_kernel));

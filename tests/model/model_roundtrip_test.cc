@@ -224,6 +224,7 @@ void expect_graph_eq(const ir::Graph& a, const ir::Graph& b) {
     SCOPED_TRACE("value " + va.name());
     EXPECT_EQ(va.name(), vb.name());
     EXPECT_EQ(va.dtype(), vb.dtype());
+    EXPECT_EQ(va.type().kind, vb.type().kind) << va.type().to_string() << " vs " << vb.type().to_string();
     EXPECT_EQ(va.shape(), vb.shape()) << va.shape().to_string() << " vs " << vb.shape().to_string();
     EXPECT_EQ(va.is_outer_scope(), vb.is_outer_scope());
     ASSERT_EQ(va.has_initializer(), vb.has_initializer());
@@ -315,6 +316,39 @@ TEST(ModelRoundTripTest, FullGraphSurvivesWriteAndLoad) {
   EXPECT_TRUE(ir::verify(*loaded->graph).ok());
   // The printed form is the same too (a cross-check on everything the printer shows).
   EXPECT_EQ(ir::to_text(*g), ir::to_text(*loaded->graph));
+}
+
+// Sequence and optional values keep their kind (and their item dtype and shape).
+TEST(ModelRoundTripTest, SequenceAndOptionalKindsSurvive) {
+  ir::Graph g("kinds");
+  auto typed = [&](const std::string& name, DataType dt, Shape shape, ir::TypeKind kind) {
+    ir::Value* v = add_value(g, name, dt, std::move(shape));
+    v->type().kind = kind;
+    return v;
+  };
+  ir::Value* seq = typed("seq", DataType::kFloat32, Shape{2, Dim::symbolic("n")}, ir::TypeKind::kSequence);
+  ir::Value* opt = typed("opt", DataType::kInt64, Shape{3}, ir::TypeKind::kOptionalTensor);
+  ir::Value* opt_seq = typed("opt_seq", DataType::kBool, Shape(), ir::TypeKind::kOptionalSequence);
+  ir::Value* item = typed("item", DataType::kInt64, Shape{3}, ir::TypeKind::kTensor);
+  ir::Value* grown = typed("grown", DataType::kFloat32, Shape{2, Dim()}, ir::TypeKind::kSequence);
+  ir::Value* has = typed("has", DataType::kBool, Shape{}, ir::TypeKind::kTensor);
+  g.inputs() = {seq, opt, opt_seq};
+  g.add_node("get", "OptionalGetElement", "", 18, {opt}, {item});
+  g.add_node("insert", "SequenceInsert", "", 11, {seq, item}, {grown});
+  g.add_node("has", "OptionalHasElement", "", 18, {opt_seq}, {has});
+  g.outputs() = {grown, has};
+  g.opset_imports()[""] = 18;
+  const std::string path = temp_dir() + "/kinds.kiln";
+  Status s = write_model(g, make_info(), path);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  auto loaded = load_model(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  expect_graph_eq(g, *loaded->graph);
+  const ir::Graph& lg = *loaded->graph;
+  EXPECT_EQ(lg.inputs()[0]->type().to_string(), "seq(float32[2,n])");
+  EXPECT_EQ(lg.inputs()[1]->type().to_string(), "optional(int64[3])");
+  EXPECT_EQ(lg.inputs()[2]->type().kind, ir::TypeKind::kOptionalSequence);
+  EXPECT_EQ(lg.outputs()[1]->type().kind, ir::TypeKind::kTensor);
 }
 
 TEST(ModelRoundTripTest, InitializersViewTheMappingAlignedAndOutliveTheModel) {

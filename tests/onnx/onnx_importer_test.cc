@@ -646,12 +646,19 @@ g (float[2] X) => (float[2] Y) {
 }
 
 TEST(OnnxImporter, OpsetChecks) {
-  auto r6 = import_proto(parse_text(R"(
-<ir_version: 3, opset_import: ["" : 6]>
+  // Old opsets import (ops register their legacy versions); opset 0 does not exist.
+  auto r1 = import_proto(parse_text(R"(
+<ir_version: 3, opset_import: ["" : 1]>
 g (float[2] X) => (float[2] Y) { Y = Relu(X) }
 )"));
-  ASSERT_FALSE(r6.ok());
-  EXPECT_NE(r6.status().to_string().find("opset 6"), std::string::npos) << r6.status().to_string();
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  EXPECT_EQ(r1->graph->nodes()[0]->opset(), 1);
+  auto r0 = import_proto(parse_text(R"(
+<ir_version: 3, opset_import: ["" : 0]>
+g (float[2] X) => (float[2] Y) { Y = Relu(X) }
+)"));
+  ASSERT_FALSE(r0.ok());
+  EXPECT_NE(r0.status().to_string().find("opset 0"), std::string::npos) << r0.status().to_string();
 
   auto r99 = import_proto(parse_text(R"(
 <ir_version: 8, opset_import: ["" : 99]>

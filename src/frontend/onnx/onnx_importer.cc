@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "frontend/onnx/function_inliner.h"
 #include "frontend/onnx/tensor_proto.h"
 #include "ops/registry.h"
 
@@ -25,9 +27,9 @@ namespace kiln::frontend {
 
 namespace {
 
-// Oldest default-domain opset Kiln imports (opset 7 is where broadcasting, the modern
-// BatchNorm and most of today's op signatures begin).
-constexpr int64_t kMinOpset = 7;
+// Oldest default-domain opset Kiln imports. Ops register their legacy versions (opsets
+// 1..6: legacy broadcast/axis attributes, consumed_inputs, is_test) where they differ.
+constexpr int64_t kMinOpset = 1;
 
 using ir::Value;
 
@@ -81,21 +83,9 @@ class Importer {
   std::unordered_map<std::string, int64_t> name_counters_;
 };
 
-Expected<ir::TensorType> Importer::convert_type(const onnx::TypeProto& tp, const std::string& what,
-                                                bool required) {
+// A tensor type's element type and shape; `what` names the value in errors.
+Expected<ir::TensorType> tensor_type_of(const onnx::TypeProto::Tensor& tt, const std::string& what) {
   ir::TensorType t;
-  if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return t;  // untyped: inference fills it
-  if (!tp.has_tensor_type()) {
-    if (!required) return t;  // sequences/maps/optionals in value_info: left to inference
-    const char* kind = tp.has_sequence_type()        ? "a sequence"
-                       : tp.has_map_type()           ? "a map"
-                       : tp.has_optional_type()      ? "an optional"
-                       : tp.has_sparse_tensor_type() ? "a sparse tensor"
-                                                     : "a non-tensor value";
-    return unsupported("%s is %s; Kiln graph inputs and outputs must be tensors", what.c_str(),
-                       kind);
-  }
-  const auto& tt = tp.tensor_type();
   KILN_ASSIGN_OR_RETURN(t.dtype, dtype_from_onnx(tt.elem_type(), what));
   if (!tt.has_shape()) return t;  // unknown rank
   std::vector<Dim> dims;
@@ -112,6 +102,65 @@ Expected<ir::TensorType> Importer::convert_type(const onnx::TypeProto& tp, const
   return t;
 }
 
+const char* type_case_name(const onnx::TypeProto& tp) {
+  return tp.has_tensor_type()          ? "a tensor"
+         : tp.has_sequence_type()      ? "a sequence"
+         : tp.has_map_type()           ? "a map"
+         : tp.has_optional_type()      ? "an optional"
+         : tp.has_sparse_tensor_type() ? "a sparse tensor"
+                                       : "a non-tensor value";
+}
+
+// A sequence's element type: a tensor (possibly untyped: the sequence is then typed by
+// inference). Sequences of sequences, maps or optionals are not supported.
+Expected<ir::TensorType> sequence_type_of(const onnx::TypeProto::Sequence& st, const std::string& what) {
+  ir::TensorType t;
+  if (st.has_elem_type() && st.elem_type().value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+    if (!st.elem_type().has_tensor_type())
+      return unsupported("%s is a sequence of %s; Kiln sequences hold tensors", what.c_str(),
+                         type_case_name(st.elem_type()));
+    KILN_ASSIGN_OR_RETURN(t, tensor_type_of(st.elem_type().tensor_type(), what));
+  }
+  t.kind = ir::TypeKind::kSequence;
+  return t;
+}
+
+// Tensors, sequences of tensors and optionals of either. `required` is true for graph
+// inputs and outputs: a type Kiln cannot represent there is an error; elsewhere (value_info)
+// it is left to inference.
+Expected<ir::TensorType> convert_type_proto(const onnx::TypeProto& tp, const std::string& what,
+                                            bool required) {
+  ir::TensorType t;
+  if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return t;  // untyped: inference fills it
+  Expected<ir::TensorType> converted = unsupported("%s is %s; Kiln values are tensors, sequences of tensors "
+                                                   "and optionals of either",
+                                                   what.c_str(), type_case_name(tp));
+  if (tp.has_tensor_type()) {
+    converted = tensor_type_of(tp.tensor_type(), what);
+  } else if (tp.has_sequence_type()) {
+    converted = sequence_type_of(tp.sequence_type(), what);
+  } else if (tp.has_optional_type()) {
+    const onnx::TypeProto& inner = tp.optional_type().elem_type();
+    if (inner.has_tensor_type()) {
+      converted = tensor_type_of(inner.tensor_type(), what);
+      if (converted.ok()) converted->kind = ir::TypeKind::kOptionalTensor;
+    } else if (inner.has_sequence_type()) {
+      converted = sequence_type_of(inner.sequence_type(), what);
+      if (converted.ok()) converted->kind = ir::TypeKind::kOptionalSequence;
+    } else {
+      converted = unsupported("%s is an optional of %s; Kiln optionals hold tensors or sequences of tensors",
+                              what.c_str(), type_case_name(inner));
+    }
+  }
+  if (!converted.ok() && !required && converted.status().code() == StatusCode::kUnsupported) return t;
+  return converted;
+}
+
+Expected<ir::TensorType> Importer::convert_type(const onnx::TypeProto& tp, const std::string& what,
+                                                bool required) {
+  return convert_type_proto(tp, what, required);
+}
+
 Status Importer::apply_value_info(const onnx::ValueInfoProto& vi, ir::Graph& g, bool required,
                                   const char* role) {
   Value* v = g.find_value(vi.name());
@@ -122,6 +171,8 @@ Status Importer::apply_value_info(const onnx::ValueInfoProto& vi, ir::Graph& g, 
       convert_type(vi.type(), std::string(role) + " '" + vi.name() + "'", required));
   if (t.dtype != DataType::kUndefined) v->type().dtype = t.dtype;
   if (t.shape.has_rank()) v->type().shape = t.shape;
+  // A declared kind is kept even when its element type is left to inference.
+  if (!(t.is_tensor() && t.dtype == DataType::kUndefined && !t.shape.has_rank())) v->type().kind = t.kind;
   return ok_status();
 }
 
@@ -153,7 +204,7 @@ Status Importer::convert_attribute(const onnx::AttributeProto& ap, const std::st
                                    const Scope& scope, ir::Attribute* out) {
   const std::string what = "attribute '" + ap.name() + "' of node " + node_label;
   if (ap.has_ref_attr_name() && !ap.ref_attr_name().empty())
-    return unsupported("%s refers to function attribute '%s'; ONNX functions are not supported",
+    return invalid_argument("%s refers to function attribute '%s' outside a function body",
                        what.c_str(), ap.ref_attr_name().c_str());
   using AP = onnx::AttributeProto;
   AP::AttributeType type = ap.type();
@@ -281,13 +332,30 @@ Status Importer::convert_node(const onnx::NodeProto& np, const Scope& scope) {
   for (const std::string& out : np.output())
     outputs.push_back(out.empty() ? nullptr : g.find_value(out));
   ir::AttributeMap attrs;
+  std::optional<ir::TensorType> optional_type;
   for (const auto& ap : np.attribute()) {
     if (ap.name().empty())
       return invalid_argument("node %s has an attribute with no name", label.c_str());
-    if (attrs.count(ap.name()))
+    if (attrs.count(ap.name()) || (optional_type && ap.name() == "type"))
       return invalid_argument("node %s has attribute '%s' twice", label.c_str(), ap.name().c_str());
+    // Optional's 'type' (a TypeProto) only types its output, so it becomes that output's
+    // type instead of an attribute (the IR has no type-valued attributes).
+    if (domain.empty() && np.op_type() == "Optional" && ap.name() == "type" &&
+        (ap.type() == onnx::AttributeProto::TYPE_PROTO || ap.has_tp())) {
+      KILN_ASSIGN_OR_RETURN(
+          ir::TensorType t,
+          convert_type(ap.tp(), "attribute 'type' of node " + label, /*required=*/true));
+      if (t.kind != ir::TypeKind::kTensor && t.kind != ir::TypeKind::kSequence)
+        return unsupported("node %s: attribute 'type' is %s; an Optional holds a tensor or a sequence",
+                           label.c_str(), t.to_string().c_str());
+      t.kind = t.kind == ir::TypeKind::kTensor ? ir::TypeKind::kOptionalTensor
+                                               : ir::TypeKind::kOptionalSequence;
+      optional_type = t;
+      continue;
+    }
     KILN_RETURN_IF_ERROR(convert_attribute(ap, label, scope, &attrs[ap.name()]));
   }
+  if (optional_type && !outputs.empty() && outputs[0]) outputs[0]->type() = *optional_type;
   ir::Node* n =
       g.add_node(name, np.op_type(), domain, opset->second, std::move(inputs), std::move(outputs));
   n->attrs() = std::move(attrs);
@@ -438,6 +506,7 @@ Expected<ImportResult> import_model(const void* data, size_t size, const ImportO
     return invalid_argument("%s: not a valid ONNX model (protobuf parse failed)", source.c_str());
   if (!model.has_graph())
     return invalid_argument("%s: not a valid ONNX model (it has no graph)", source.c_str());
+  KILN_RETURN_IF_ERROR(inline_model_functions(model), "%s", source.c_str());
   KILN_ASSIGN_OR_RETURN(auto opsets, read_opsets(model, source));
 
   ImportResult result;

@@ -1,4 +1,4 @@
-// ONNX -> Kiln IR. Reads a ModelProto (opsets 7 to the newest), its initializers (raw and
+// ONNX -> Kiln IR. Reads a ModelProto (opsets 1 to the newest), its initializers (raw and
 // typed fields, external data files next to the model), Constant nodes, symbolic input
 // dims and graph inputs that have initializers (overridable constants), and subgraphs.
 //

@@ -57,7 +57,8 @@ void copy_field(const Field& field, Tensor& t, Conv conv) {
 }
 
 // The typed repeated field a dtype uses, per onnx.proto: int32_data carries every type
-// of 16 bits or fewer, one element per value, and the 4-bit types two per value;
+// of 16 bits or fewer, one element per value, the 4-bit types two per value and the 2-bit
+// types four per value (one packed byte each);
 // uint64_data carries uint32/uint64; float_data and double_data carry the complex types
 // as (real, imaginary) pairs.
 struct TypedField {
@@ -87,6 +88,9 @@ TypedField typed_field(const onnx::TensorProto& proto, DataType dt, int64_t n) {
     case DataType::kInt4:
     case DataType::kFloat4E2M1:
       return {"int32_data", proto.int32_data_size(), (n + 1) / 2};
+    case DataType::kUInt2:
+    case DataType::kInt2:
+      return {"int32_data", proto.int32_data_size(), (n + 3) / 4};
     default:
       return {"int32_data", proto.int32_data_size(), n};
   }
@@ -137,7 +141,7 @@ void read_typed_fields(const onnx::TensorProto& proto, DataType dt, Tensor& t) {
       copy_field<std::string>(proto.string_data(), t, [](const std::string& v) { return v; });
       return;
     default:
-      // uint8, the float8 kinds, and the 4-bit kinds (one packed byte per value).
+      // uint8, the float8 kinds, and the 4-bit and 2-bit kinds (one packed byte per value).
       copy_field<uint8_t>(proto.int32_data(), t, [](int32_t v) { return static_cast<uint8_t>(v); });
       return;
   }
