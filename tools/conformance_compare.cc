@@ -3,19 +3,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
-#include "frontend/onnx/tensor_proto.h"
+#include "frontend/onnx/value_proto.h"
 
 namespace kiln::tools {
 namespace {
-
-Expected<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open %s", path.c_str());
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 bool is_random_op(const std::string& op) {
   return op == "RandomUniform" || op == "RandomNormal" || op == "RandomUniformLike" || op == "RandomNormalLike" ||
@@ -38,13 +30,7 @@ bool compared_by_value(DataType t) {
 }  // namespace
 
 Expected<RuntimeValue> read_test_value(const std::string& path, const ir::TensorType& declared) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
-  if (declared.kind != ir::TypeKind::kTensor)
-    return unsupported("%s: %s values are not supported by this reader", path.c_str(), declared.to_string().c_str());
-  onnx::TensorProto proto;
-  if (!proto.ParseFromString(bytes)) return invalid_argument("%s: not a TensorProto", path.c_str());
-  KILN_ASSIGN_OR_RETURN(Tensor t, frontend::tensor_from_proto(proto, {}, path));
-  return RuntimeValue(std::move(t));
+  return frontend::read_value_proto(path, declared);
 }
 
 RandomOutputs random_outputs(const ir::Graph& graph) {
