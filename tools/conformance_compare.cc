@@ -34,14 +34,32 @@ Expected<RuntimeValue> read_test_value(const std::string& path, const ir::Tensor
 }
 
 RandomOutputs random_outputs(const ir::Graph& graph) {
+  // An output is random when a random op (or Dropout in training mode, whose mask is
+  // random) lies upstream of it, e.g. Bernoulli expanded into RandomUniformLike + Less.
   RandomOutputs out;
+  std::unordered_map<const ir::Value*, const ir::Node*> random_source;
+  for (const auto& n : graph.nodes()) {
+    const ir::Node* source = nullptr;
+    bool training_dropout = n->op_type() == "Dropout" && n->num_inputs() >= 3 && n->input(2);
+    if (is_random_op(n->op_type()) || training_dropout) source = n.get();
+    for (const ir::Value* in : n->inputs()) {
+      if (source) break;
+      auto it = in ? random_source.find(in) : random_source.end();
+      if (it != random_source.end()) source = it->second;
+    }
+    if (!source) continue;
+    for (const ir::Value* o : n->outputs())
+      if (o) random_source[o] = source;
+  }
   for (const ir::Value* v : graph.outputs()) {
-    const ir::Node* p = v->producer();
-    if (!p || !is_random_op(p->op_type())) continue;
+    auto it = random_source.find(v);
+    if (it == random_source.end()) continue;
     RandomSpec spec;
-    spec.op = p->op_type();
-    spec.low = p->attr_float("low", 0.0f);
-    spec.high = p->attr_float("high", 1.0f);
+    spec.op = it->second->op_type();
+    // The range is known only for a random op's own output.
+    spec.direct = v->producer() == it->second;
+    spec.low = it->second->attr_float("low", 0.0f);
+    spec.high = it->second->attr_float("high", 1.0f);
     out.specs[v] = spec;
   }
   return out;
@@ -58,8 +76,9 @@ Status compare_tensors(const Tensor& got, const Tensor& want, const RandomSpec* 
     for (int64_t i = 0; i < n; ++i) {
       double v = as_double(got, i);
       bool ok = std::isfinite(v);
-      if (random->op == "RandomUniform" || random->op == "RandomUniformLike") ok = ok && v >= random->low && v <= random->high;
-      if (random->op == "Bernoulli") ok = ok && (v == 0 || v == 1);
+      if (random->direct && (random->op == "RandomUniform" || random->op == "RandomUniformLike"))
+        ok = ok && v >= random->low && v <= random->high;
+      if (random->direct && random->op == "Bernoulli") ok = ok && (v == 0 || v == 1);
       if (!ok) return invalid_argument("%s output element %lld = %g is out of range", random->op.c_str(), (long long)i, v);
     }
     return ok_status();

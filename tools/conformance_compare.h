@@ -22,7 +22,8 @@ Expected<RuntimeValue> read_test_value(const std::string& path, const ir::Tensor
 
 // What a random op promises about its output.
 struct RandomSpec {
-  std::string op;
+  std::string op;            // the random op upstream of the output
+  bool direct = false;       // the output is that op's own output (so its range is known)
   double low = 0, high = 1;  // RandomUniform(Like)
 };
 
@@ -34,8 +35,8 @@ struct RandomOutputs {
   }
 };
 
-// The graph outputs produced directly by a random op (RandomUniform, RandomNormal, their
-// -Like forms, Bernoulli, Multinomial).
+// The graph outputs that depend on a random op (RandomUniform, RandomNormal, their -Like
+// forms, Bernoulli, Multinomial, Dropout in training mode).
 RandomOutputs random_outputs(const ir::Graph& graph);
 
 // OK when `got` matches `want`; otherwise says where and by how much it differs.
