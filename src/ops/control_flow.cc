@@ -1,6 +1,7 @@
-// Control flow: If, Loop and Scan (opset 9+). The kernels run their body graphs through
-// the runtime's SubgraphRunner; values a body reads from enclosing graphs are resolved
-// by the runtime, so the kernels only pass the body's formal inputs.
+// Control flow: If, Loop and Scan (opset 8 with its batch axis, and 9+). The kernels run
+// their body graphs through the runtime's SubgraphRunner; values a body reads from
+// enclosing graphs are resolved by the runtime, so the kernels only pass the body's formal
+// inputs.
 #include <algorithm>
 
 #include "ops/op_util.h"
@@ -384,10 +385,173 @@ Status scan_kernel(KernelContext& ctx) {
   return ok_status();
 }
 
+// ---- Scan (opset 8) ------------------------------------------------------------------------------
+
+// Opset 8's Scan has a batch axis: inputs are an optional sequence_lens [batch], the states
+// [batch, ...] and the scan inputs [batch, seq, ...]; `directions` reverses scan inputs.
+// Each batch entry runs the body over its own length; scan outputs [batch, seq, ...] are
+// zero past an entry's length.
+struct Scan8Attrs {
+  int n_state = 0, n_in = 0, n_out = 0;
+  std::vector<int64_t> dirs;
+};
+
+Expected<Scan8Attrs> scan8_attrs(const ir::Node& node, const ir::Graph& body, int num_inputs, int num_outputs) {
+  Scan8Attrs a;
+  a.n_in = static_cast<int>(node.attr_int("num_scan_inputs", -1));
+  a.n_state = num_inputs - 1 - a.n_in;
+  a.n_out = num_outputs - a.n_state;
+  if (a.n_in < 1 || a.n_state < 0 || a.n_out < 0)
+    return invalid_argument(
+        "node %s: num_scan_inputs %d does not fit %d inputs (sequence_lens first) and %d outputs",
+        node.label().c_str(), a.n_in, num_inputs, num_outputs);
+  a.dirs = node.attr_ints("directions", std::vector<int64_t>(static_cast<size_t>(a.n_in), 0));
+  if (static_cast<int>(a.dirs.size()) != a.n_in)
+    return invalid_argument("node %s: directions has %zu entries, expected %d", node.label().c_str(), a.dirs.size(),
+                            a.n_in);
+  if (static_cast<int>(body.inputs().size()) != a.n_state + a.n_in ||
+      static_cast<int>(body.outputs().size()) != a.n_state + a.n_out)
+    return invalid_argument("node %s: body takes %zu inputs and gives %zu outputs; expected %d and %d",
+                            node.label().c_str(), body.inputs().size(), body.outputs().size(), a.n_state + a.n_in,
+                            a.n_state + a.n_out);
+  return a;
+}
+
+Status infer_scan8(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const ir::Graph* body, body_graph(ctx.node(), "body"));
+  KILN_ASSIGN_OR_RETURN(Scan8Attrs a, scan8_attrs(ctx.node(), *body, ctx.num_inputs(), ctx.num_outputs()));
+  for (int i = 0; i < a.n_state; ++i)
+    if (ctx.has_input(1 + i)) ctx.output(i) = ctx.input_type(1 + i);
+  Dim batch, len;
+  if (ctx.has_input(1 + a.n_state) && ctx.input_type(1 + a.n_state).shape.rank() >= 2) {
+    batch = ctx.input_type(1 + a.n_state).shape[0];
+    len = ctx.input_type(1 + a.n_state).shape[1];
+  }
+  for (int k = 0; k < a.n_out; ++k) {
+    const ir::TensorType& bt = body->outputs()[static_cast<size_t>(a.n_state + k)]->type();
+    Shape s = Shape::unknown_rank();
+    if (bt.shape.has_rank()) {
+      std::vector<Dim> d = bt.shape.dims();
+      d.insert(d.begin(), {batch, len});
+      s = Shape(std::move(d));
+    }
+    ctx.set_output(a.n_state + k, bt.dtype, std::move(s));
+  }
+  return ok_status();
+}
+
+Status scan8_kernel(KernelContext& ctx) {
+  const ir::Node& node = ctx.node();
+  KILN_ASSIGN_OR_RETURN(const ir::Graph* body, body_graph(node, "body"));
+  KILN_ASSIGN_OR_RETURN(SubgraphRunner * runner, runner_of(ctx));
+  KILN_ASSIGN_OR_RETURN(Scan8Attrs a, scan8_attrs(node, *body, ctx.num_inputs(), ctx.num_outputs()));
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    const Tensor* t = ctx.input(i);
+    if (!t) return invalid_argument("node %s: input %d is missing", node.label().c_str(), i);
+    const int min_rank = i > a.n_state ? 2 : 1;
+    if (t->rank() < min_rank)
+      return invalid_argument("node %s: input %d is %s; it needs a batch axis%s", node.label().c_str(), i,
+                              t->description().c_str(), min_rank == 2 ? " and a sequence axis" : "");
+  }
+  const Tensor& first = *ctx.input(1 + a.n_state);
+  const int64_t batch = first.dim(0), max_len = first.dim(1);
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    const Tensor& t = *ctx.input(i);
+    if (t.dim(0) != batch || (i > a.n_state && t.dim(1) != max_len))
+      return invalid_argument("node %s: input %d is %s; expected batch %lld%s", node.label().c_str(), i,
+                              t.description().c_str(), (long long)batch,
+                              i > a.n_state ? " and the first scan input's length" : "");
+  }
+  if (batch < 1) return invalid_argument("node %s: the batch is empty", node.label().c_str());
+  std::vector<int64_t> lens(static_cast<size_t>(batch), max_len);
+  if (const Tensor* sl = ctx.input(0)) {
+    KILN_ASSIGN_OR_RETURN(lens, index_values(node, *sl, "sequence_lens"));
+    if (static_cast<int64_t>(lens.size()) != batch)
+      return invalid_argument("node %s: sequence_lens has %zu entries for a batch of %lld", node.label().c_str(),
+                              lens.size(), (long long)batch);
+    for (int64_t l : lens)
+      if (l < 0 || l > max_len)
+        return invalid_argument("node %s: sequence length %lld is outside [0, %lld]", node.label().c_str(),
+                                (long long)l, (long long)max_len);
+  }
+  std::vector<std::vector<Tensor>> final_states(static_cast<size_t>(a.n_state));
+  std::vector<std::vector<Tensor>> scan_outs(static_cast<size_t>(a.n_out));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = lens[static_cast<size_t>(b)];
+    std::vector<RuntimeValue> inputs(static_cast<size_t>(a.n_state + a.n_in));
+    for (int i = 0; i < a.n_state; ++i) {
+      KILN_ASSIGN_OR_RETURN(Tensor s, take_slice(node, *ctx.input(1 + i), 0, b));
+      inputs[static_cast<size_t>(i)] = std::move(s);
+    }
+    std::vector<Tensor> seqs;
+    for (int j = 0; j < a.n_in; ++j) {
+      KILN_ASSIGN_OR_RETURN(Tensor s, take_slice(node, *ctx.input(1 + a.n_state + j), 0, b));
+      seqs.push_back(std::move(s));
+    }
+    std::vector<std::vector<Tensor>> slices(static_cast<size_t>(a.n_out));
+    for (int64_t t = 0; t < len; ++t) {
+      for (int j = 0; j < a.n_in; ++j) {
+        const int64_t pos = a.dirs[static_cast<size_t>(j)] != 0 ? len - 1 - t : t;
+        KILN_ASSIGN_OR_RETURN(Tensor x, take_slice(node, seqs[static_cast<size_t>(j)], 0, pos));
+        inputs[static_cast<size_t>(a.n_state + j)] = std::move(x);
+      }
+      KILN_ASSIGN_OR_RETURN(std::vector<RuntimeValue> outs, runner->run(*body, inputs),
+                            "in batch %lld iteration %lld of node %s", (long long)b, (long long)t,
+                            node.label().c_str());
+      if (static_cast<int>(outs.size()) != a.n_state + a.n_out)
+        return internal_error("node %s: body gave %zu outputs", node.label().c_str(), outs.size());
+      for (int i = 0; i < a.n_state; ++i) inputs[static_cast<size_t>(i)] = std::move(outs[static_cast<size_t>(i)]);
+      for (int k = 0; k < a.n_out; ++k) {
+        KILN_ASSIGN_OR_RETURN(Tensor s, tensor_output(node, std::move(outs[static_cast<size_t>(a.n_state + k)]),
+                                                      "a scan output"));
+        slices[static_cast<size_t>(k)].push_back(std::move(s));
+      }
+    }
+    for (int i = 0; i < a.n_state; ++i) {
+      KILN_ASSIGN_OR_RETURN(Tensor s, tensor_output(node, std::move(inputs[static_cast<size_t>(i)]), "a state"));
+      final_states[static_cast<size_t>(i)].push_back(std::move(s));
+    }
+    for (int k = 0; k < a.n_out; ++k) {
+      std::vector<Tensor>& s = slices[static_cast<size_t>(k)];
+      Tensor per_batch;
+      if (s.empty()) {
+        KILN_ASSIGN_OR_RETURN(per_batch,
+                              empty_scan_output(node, *body->outputs()[static_cast<size_t>(a.n_state + k)]));
+        if (max_len > 0)
+          return unsupported("node %s: a batch entry of length 0 among longer ones is not supported",
+                             node.label().c_str());
+      } else {
+        // Zero slices past this entry's length.
+        while (static_cast<int64_t>(s.size()) < max_len) {
+          KILN_ASSIGN_OR_RETURN(Tensor z, Tensor::allocate(s.front().dtype(), s.front().dims()), "node %s",
+                                node.label().c_str());
+          s.push_back(std::move(z));
+        }
+        KILN_ASSIGN_OR_RETURN(per_batch, stack(node, s, 0, false, "a scan output"));
+      }
+      scan_outs[static_cast<size_t>(k)].push_back(std::move(per_batch));
+    }
+  }
+  for (int i = 0; i < a.n_state; ++i) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, stack(node, final_states[static_cast<size_t>(i)], 0, false, "a state"));
+    ctx.set_output(i, std::move(t));
+  }
+  for (int k = 0; k < a.n_out; ++k) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, stack(node, scan_outs[static_cast<size_t>(k)], 0, false, "a scan output"));
+    ctx.set_output(a.n_state + k, std::move(t));
+  }
+  return ok_status();
+}
+
 KILN_REGISTER_OP(OpSchema("If").since(1).inputs(1, 1).outputs(1, -1).required_attr("then_branch", AttrKind::kGraph)
                      .required_attr("else_branch", AttrKind::kGraph).infer(infer_if).kernel(if_kernel));
 KILN_REGISTER_OP(OpSchema("Loop").since(1).inputs(0, -1).outputs(0, -1).required_attr("body", AttrKind::kGraph)
                      .infer(infer_loop).kernel(loop_kernel));
+// sequence_lens (input 0) may be omitted, so no input index is required by the schema; the
+// kernel checks the counts against num_scan_inputs.
+KILN_REGISTER_OP(OpSchema("Scan").since(8, 8).inputs(0, -1).outputs(1, -1).required_attr("body", AttrKind::kGraph)
+                     .required_attr("num_scan_inputs", AttrKind::kInt).attr("directions", AttrKind::kInts)
+                     .infer(infer_scan8).kernel(scan8_kernel));
 KILN_REGISTER_OP(OpSchema("Scan").since(9).inputs(1, -1).outputs(1, -1).required_attr("body", AttrKind::kGraph)
                      .required_attr("num_scan_inputs", AttrKind::kInt).attr("scan_input_directions", AttrKind::kInts)
                      .attr("scan_output_directions", AttrKind::kInts).attr("scan_input_axes", AttrKind::kInts)
