@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 
 #include "ops/op_util.h"
 #include "ops/registry.h"
@@ -451,6 +452,47 @@ Status infer_dropout(InferContext& ctx) {
   return ok_status();
 }
 
+// Training-mode Dropout: keeps x / (1 - ratio) where u >= ratio, u uniform in [0, 1) drawn
+// per element in row-major order from MT19937 seeded with `seed` and turned into doubles
+// as NumPy's legacy RandomState does, so a seeded node gives the ONNX reference's mask.
+// Without a seed the generator is seeded from std::random_device.
+Status dropout_training(KernelContext& ctx, const Tensor& x, double ratio) {
+  const ir::Node& node = ctx.node();
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    return invalid_argument("node %s: ratio %g must be in [0, 1)", node.label().c_str(), ratio);
+  const DataType t = x.dtype();
+  if (t != DataType::kFloat32 && t != DataType::kFloat64 && t != DataType::kFloat16 && t != DataType::kBFloat16)
+    return invalid_argument("node %s: dtype %s is not supported", node.label().c_str(), dtype_name(t));
+  std::mt19937 gen(node.has_attr("seed") ? static_cast<uint32_t>(node.attr_int("seed", 0)) : std::random_device{}());
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, t, x.dims()));
+  Tensor* mask = nullptr;
+  if (ctx.num_outputs() > 1 && node.outputs()[1]) {
+    KILN_ASSIGN_OR_RETURN(mask, ctx.allocate_output(1, DataType::kBool, x.dims()));
+  }
+  const double scale = 1.0 / (1.0 - ratio);
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    const uint32_t a = gen() >> 5, b = gen() >> 6;
+    const double u = (a * 67108864.0 + b) / 9007199254740992.0;
+    const bool keep = u >= ratio;
+    if (mask) mask->data<bool>()[i] = keep;
+    switch (t) {
+      case DataType::kFloat32:
+        y->data<float>()[i] = keep ? x.data<float>()[i] / static_cast<float>(1.0 - ratio) : 0.0f;
+        break;
+      case DataType::kFloat64:
+        y->data<double>()[i] = keep ? x.data<double>()[i] * scale : 0.0;
+        break;
+      case DataType::kFloat16:
+        y->data<uint16_t>()[i] = float_to_fp16(keep ? static_cast<float>(x.element_as_double(i) * scale) : 0.0f);
+        break;
+      default:
+        y->data<uint16_t>()[i] = float_to_bf16(keep ? static_cast<float>(x.element_as_double(i) * scale) : 0.0f);
+        break;
+    }
+  }
+  return ok_status();
+}
+
 Status dropout_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.input(0);
   if (ctx.opset() >= 12 && ctx.input(2)) {
@@ -458,9 +500,7 @@ Status dropout_kernel(KernelContext& ctx) {
     if (training.num_elements() != 1 || training.dtype() != DataType::kBool)
       return invalid_argument("node %s: training_mode must be a bool scalar", ctx.node().label().c_str());
     double ratio = ctx.input(1) && ctx.input(1)->num_elements() == 1 ? ctx.input(1)->element_as_double(0) : 0.5;
-    if (training.data<bool>()[0] && ratio != 0.0)
-      return unsupported("node %s: Dropout in training mode is not supported (inference only)",
-                         ctx.node().label().c_str());
+    if (training.data<bool>()[0] && ratio != 0.0) return dropout_training(ctx, x, ratio);
   }
   ctx.set_output(0, x);
   if (ctx.num_outputs() > 1) {
