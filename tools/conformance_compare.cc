@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/lowp.h"
 #include "frontend/onnx/value_proto.h"
 
 namespace kiln::tools {
@@ -14,18 +15,11 @@ bool is_random_op(const std::string& op) {
          op == "Bernoulli" || op == "Multinomial";
 }
 
-// Element i as a double, for every type Kiln compares by value.
-double as_double(const Tensor& t, int64_t i) { return t.element_as_double(i); }
+// Element i as a double, for every numeric type (the 8-, 4-bit floats and packed ints too).
+double as_double(const Tensor& t, int64_t i) { return lowp_to_double(t.dtype(), t.raw_data(), i); }
 
-bool compared_by_value(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-    case DataType::kFloat64:
-    case DataType::kFloat16:
-    case DataType::kBFloat16: return true;
-    default: return false;
-  }
-}
+// Every floating-point type is compared by value within the tolerance.
+bool compared_by_value(DataType t) { return dtype_is_float(t); }
 
 }  // namespace
 
