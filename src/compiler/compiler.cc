@@ -167,8 +167,15 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   KILN_ASSIGN_OR_RETURN(int folded, fold_constant_nodes(g), "%s", name.c_str());
   if (folded) out.notes.push_back(str_format("turned %d Constant nodes into weights", folded));
   KILN_LOG(kInfo, "%s: folded %d Constant nodes", name.c_str(), folded);
+
   KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
   KILN_LOG(kInfo, "%s: shapes and types inferred", name.c_str());
+  // Gradient lowering needs the forward shapes; the ops it adds are inferred after it.
+  KILN_ASSIGN_OR_RETURN(int lowered, lower_gradient_nodes(g), "%s", name.c_str());
+  if (lowered) {
+    out.notes.push_back(str_format("lowered %d Gradient nodes into ops", lowered));
+    KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
+  }
   if (log_enabled(LogLevel::kDebug)) KILN_LOG(kDebug, "%s: graph after inference:\n%s", name.c_str(), ir::to_text(g).c_str());
   int removed = remove_dead_nodes(g);
   if (removed) out.notes.push_back(str_format("removed %d dead nodes", removed));

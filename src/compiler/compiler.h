@@ -54,6 +54,10 @@ Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes);
 // section and is mapped, not copied, at load. Returns how many were folded.
 Expected<int> fold_constant_nodes(ir::Graph& graph);
 
+// Replaces each Gradient node (ai.onnx.preview.training) with the ops computing its
+// gradients by reverse-mode differentiation. Returns how many were lowered.
+Expected<int> lower_gradient_nodes(ir::Graph& graph);
+
 // Removes nodes none of whose outputs reach a graph output.
 int remove_dead_nodes(ir::Graph& graph);
 

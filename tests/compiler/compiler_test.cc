@@ -94,3 +94,65 @@ TEST(FoldConstantNodesTest, ConstantNodesBecomeInitializers) {
 
 }  // namespace
 }  // namespace kiln::compiler
+
+#include "runtime/graph_executor.h"
+
+namespace kiln::compiler {
+namespace {
+
+// d = (a + b) * a; Gradient(xs=[a, b], y=d) = (2a + b, a), checked against the closed form.
+TEST(GradientLoweringTest, LowersToOpsComputingTheGradient) {
+  auto g = std::make_shared<ir::Graph>();
+  g->opset_imports()[""] = 13;
+  g->opset_imports()["ai.onnx.preview.training"] = 1;
+  auto val = [&](const char* name) {
+    ir::Value* v = *g->add_value(name);
+    v->type() = {DataType::kFloat32, Shape{3}};
+    return v;
+  };
+  ir::Value *a = val("a"), *b = val("b"), *c = val("c"), *d = val("d"), *da = val("da"), *db = val("db");
+  g->inputs() = {a, b};
+  g->outputs() = {d, da, db};
+  g->add_node("add", "Add", "", 13, {a, b}, {c});
+  g->add_node("mul", "Mul", "", 13, {c, a}, {d});
+  ir::Node* grad = g->add_node("grad", "Gradient", "ai.onnx.preview.training", 1, {a, b}, {da, db});
+  grad->attrs()["xs"].kind = ir::AttrKind::kStrings;
+  grad->attrs()["xs"].strings = {"a", "b"};
+  grad->attrs()["y"] = ir::Attribute::from_string("d");
+  auto lowered = lower_gradient_nodes(*g);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  EXPECT_EQ(*lowered, 1);
+  for (const auto& n : g->nodes()) EXPECT_NE(n->op_type(), "Gradient");
+  auto ex = rt::GraphExecutor::create(g);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  std::vector<RuntimeValue> out;
+  ASSERT_TRUE((*ex)->run({{"a", Tensor::from_vector<float>({1, 2, -3})}, {"b", Tensor::from_vector<float>({4, 0.5f, 2})}},
+                         &out).ok());
+  const float want_da[] = {2 * 1 + 4, 2 * 2 + 0.5f, 2 * -3 + 2}, want_db[] = {1, 2, -3};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FLOAT_EQ(out[1].tensor().data<float>()[i], want_da[i]);
+    EXPECT_FLOAT_EQ(out[2].tensor().data<float>()[i], want_db[i]);
+  }
+}
+
+TEST(GradientLoweringTest, UnsupportedOpOnThePathIsAnError) {
+  ir::Graph g;
+  ir::Value* a = *g.add_value("a");
+  a->type() = {DataType::kFloat32, Shape{2}};
+  ir::Value* y = *g.add_value("y");
+  y->type() = {DataType::kFloat32, Shape{2}};
+  ir::Value* dy = *g.add_value("dy");
+  g.inputs() = {a};
+  g.outputs() = {dy};
+  g.add_node("exp", "Exp", "", 13, {a}, {y});
+  ir::Node* grad = g.add_node("grad", "Gradient", "ai.onnx.preview.training", 1, {a}, {dy});
+  grad->attrs()["xs"].kind = ir::AttrKind::kStrings;
+  grad->attrs()["xs"].strings = {"a"};
+  grad->attrs()["y"] = ir::Attribute::from_string("y");
+  auto lowered = lower_gradient_nodes(g);
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_NE(lowered.status().to_string().find("(Exp)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
