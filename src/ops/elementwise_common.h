@@ -85,6 +85,18 @@ T double_to_int(double v) {
   }
 }
 
+// Writes `v` as element i of a float32/64, float16, bfloat16 or integer/bool tensor
+// (integers convert as double_to_int does). Other dtypes are left untouched.
+inline void store_double(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DataType::kFloat32: t.data<float>()[i] = static_cast<float>(v); return;
+    case DataType::kFloat64: t.data<double>()[i] = v; return;
+    case DataType::kFloat16: t.data<uint16_t>()[i] = float_to_fp16(static_cast<float>(v)); return;
+    case DataType::kBFloat16: t.data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); return;
+    default: dispatch_numeric(t.dtype(), [&]<typename T>() { t.data<T>()[i] = double_to_int<T>(v); });
+  }
+}
+
 // ---- loops -----------------------------------------------------------------------------
 
 // Elements per parallel chunk for cheap element-wise work.

@@ -27,26 +27,6 @@ bool random_float_dtype(DataType t) {
          t == DataType::kBFloat16;
 }
 
-void store(Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DataType::kFloat32:
-      t.data<float>()[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      t.data<double>()[i] = v;
-      break;
-    case DataType::kFloat16:
-      t.data<uint16_t>()[i] = float_to_fp16(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      t.data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    default:
-      dispatch_numeric(t.dtype(), [&]<typename T>() { t.data<T>()[i] = double_to_int<T>(v); });
-      break;
-  }
-}
-
 // The output dtype: the 'dtype' attribute, else `fallback` (the input's, or float32).
 Expected<DataType> random_dtype(const ir::Node& node, DataType fallback, bool floats_only) {
   DataType t = fallback;
@@ -82,7 +62,7 @@ Status random_kernel(KernelContext& ctx, bool normal, bool like) {
   if (normal) {
     std::normal_distribution<double> dist(node.attr_float("mean", 0.0f),
                                           node.attr_float("scale", 1.0f));
-    for (int64_t i = 0; i < y->num_elements(); ++i) store(*y, i, dist(engine));
+    for (int64_t i = 0; i < y->num_elements(); ++i) store_double(*y, i, dist(engine));
   } else {
     const double low = node.attr_float("low", 0.0f), high = node.attr_float("high", 1.0f);
     if (!(low <= high))
@@ -91,8 +71,8 @@ Status random_kernel(KernelContext& ctx, bool normal, bool like) {
     for (int64_t i = 0; i < y->num_elements(); ++i) {
       double v = dist(engine);
       // Rounding to a narrower type may land on `high`; keep the half-open range.
-      store(*y, i, v);
-      if (y->element_as_double(i) >= high && high > low) store(*y, i, low);
+      store_double(*y, i, v);
+      if (y->element_as_double(i) >= high && high > low) store_double(*y, i, low);
     }
   }
   return ok_status();
@@ -133,7 +113,7 @@ Status bernoulli_kernel(KernelContext& ctx) {
     if (!(prob >= 0 && prob <= 1))
       return invalid_argument("node %s: probability %g at element %lld is not in [0, 1]",
                               node.label().c_str(), prob, (long long)i);
-    store(*y, i, dist(engine) < prob ? 1.0 : 0.0);
+    store_double(*y, i, dist(engine) < prob ? 1.0 : 0.0);
   }
   return ok_status();
 }
@@ -189,7 +169,7 @@ Status multinomial_kernel(KernelContext& ctx) {
       double u = dist(engine);
       int64_t c = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
       if (c >= classes) c = classes - 1;
-      store(*y, b * samples + s, static_cast<double>(c));
+      store_double(*y, b * samples + s, static_cast<double>(c));
     }
   }
   return ok_status();

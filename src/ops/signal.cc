@@ -23,33 +23,6 @@ bool is_signal_float(DataType t) {
          t == DataType::kBFloat16;
 }
 
-// Writes `v` as element i of a float-typed tensor (float32/64, float16, bfloat16).
-void store_float(Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DataType::kFloat32:
-      t.data<float>()[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      t.data<double>()[i] = v;
-      break;
-    case DataType::kFloat16:
-      t.data<uint16_t>()[i] = float_to_fp16(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      t.data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    default:
-      break;
-  }
-}
-
-// Writes `v` into element i of any numeric or half tensor (window and mel outputs may be
-// of any numeric type; integers truncate as NumPy's astype does).
-void store_number(Tensor& t, int64_t i, double v) {
-  if (is_signal_float(t.dtype())) return store_float(t, i, v);
-  dispatch_numeric(t.dtype(), [&]<typename T>() { t.data<T>()[i] = double_to_int<T>(v); });
-}
-
 Expected<int64_t> scalar_int(const ir::Node& node, const Tensor& t, const char* what) {
   if (t.dtype() != DataType::kInt32 && t.dtype() != DataType::kInt64)
     return invalid_argument("node %s: %s must be int32 or int64, got %s", node.label().c_str(),
@@ -237,8 +210,8 @@ Expected<Tensor> dft(const ir::Node& node, const Tensor& x, const DftParams& p) 
       for (int64_t k = 0; k < n_out; ++k) {
         int64_t base = ((o * n_out + k) * inner + i) * parts_out;
         Complex v = result[static_cast<size_t>(k)] * scale;
-        store_float(y, base, v.real());
-        if (parts_out == 2) store_float(y, base + 1, v.imag());
+        store_double(y, base, v.real());
+        if (parts_out == 2) store_double(y, base + 1, v.imag());
       }
     }
   }
@@ -393,8 +366,8 @@ Status stft_kernel(KernelContext& ctx) {
       plan.run(frame, result);
       for (int64_t k = 0; k < p.bins; ++k) {
         int64_t base = ((b * p.frames + f) * p.bins + k) * 2;
-        store_float(y, base, result[static_cast<size_t>(k)].real());
-        store_float(y, base + 1, result[static_cast<size_t>(k)].imag());
+        store_double(y, base, result[static_cast<size_t>(k)].real());
+        store_double(y, base + 1, result[static_cast<size_t>(k)].imag());
       }
     }
   }
@@ -470,7 +443,7 @@ Status window_kernel(KernelContext& ctx, const double (&a)[K]) {
         v += (k % 2 ? -a[k] : a[k]) * c;
       }
     }
-    store_number(*y, n, v);
+    store_double(*y, n, v);
   }
   return ok_status();
 }
@@ -557,7 +530,7 @@ Status mel_weight_matrix_kernel(KernelContext& ctx) {
       *p = static_cast<double>(right - j) / static_cast<double>(right - center);
     }
   }
-  for (size_t k = 0; k < w.size(); ++k) store_number(*y, static_cast<int64_t>(k), w[k]);
+  for (size_t k = 0; k < w.size(); ++k) store_double(*y, static_cast<int64_t>(k), w[k]);
   return ok_status();
 }
 
