@@ -16,13 +16,6 @@ using ir::AttrKind;
 // im2col keeps its buffer under this many elements by splitting the output positions.
 constexpr int64_t kMaxColElements = int64_t{1} << 22;
 
-// Dims of a (possibly symbolic) shape, -1 where unknown.
-std::vector<int64_t> dims_or_unknown(const Shape& s) {
-  std::vector<int64_t> d;
-  for (const Dim& x : s.dims()) d.push_back(x.is_static() ? x.value : -1);
-  return d;
-}
-
 Dim dim_or_unknown(int64_t v) { return v >= 0 ? Dim(v) : Dim(); }
 
 // ---- Conv ------------------------------------------------------------------------

@@ -52,12 +52,6 @@ Expected<DeformShape> deform_shape(const ir::Node& node, const std::vector<int64
   return s;
 }
 
-std::vector<int64_t> dims_or_unknown(const Shape& s) {
-  std::vector<int64_t> d;
-  for (const Dim& x : s.dims()) d.push_back(x.is_static() ? x.value : -1);
-  return d;
-}
-
 Status infer_deform_conv(InferContext& ctx) {
   const ir::TensorType& xt = ctx.input_type(0);
   const ir::TensorType& wt = ctx.input_type(1);

@@ -152,4 +152,10 @@ KernelFn with_half_as_float(KernelFn fn) {
   };
 }
 
+std::vector<int64_t> dims_or_unknown(const Shape& s) {
+  std::vector<int64_t> d;
+  for (const Dim& x : s.dims()) d.push_back(x.is_static() ? x.value : -1);
+  return d;
+}
+
 }  // namespace kiln::ops

@@ -60,4 +60,7 @@ bool dispatch_float(DataType t, Fn&& fn) {
 // Error for a dtype a kernel does not handle.
 Status unsupported_dtype(const ir::Node& node, DataType t);
 
+// Dims of a (possibly symbolic) shape, -1 where unknown (for inference of window ops).
+std::vector<int64_t> dims_or_unknown(const Shape& s);
+
 }  // namespace kiln::ops

@@ -6,6 +6,7 @@
 
 #include "ir/graph.h"
 #include "runtime/graph_executor.h"
+#include "graph_test_util.h"
 
 namespace kiln::rt {
 namespace {
@@ -14,17 +15,8 @@ using ir::Attribute;
 using ir::Graph;
 using ir::Value;
 
-Value* val(Graph& g, const std::string& name, DataType dt, Shape s) {
-  Value* v = g.get_or_add_value(name);
-  v->type() = ir::TensorType{dt, std::move(s)};
-  return v;
-}
-
-std::vector<double> values(const Tensor& t) {
-  std::vector<double> out;
-  for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(t.element_as_double(i));
-  return out;
-}
+using test_util::val;
+using test_util::values;
 
 // (s_final, ys) = Scan-8(lens, s0, xs): per batch entry s += x_t, y_t = s.
 std::shared_ptr<Graph> scan8_graph(bool with_lens, int64_t direction) {
