@@ -239,7 +239,7 @@ KILN_API kilnError kilnrtFree(void* devPtr);
 KILN_API kilnError kilnrtMallocHost(void** hostPtr, size_t size);
 KILN_API kilnError kilnrtFreeHost(void* hostPtr);
 /* Copies `count` bytes; destMax is the capacity at dst. The kind must match the
- * pointers' domains. Synchronous. */
+ * pointers' domains. Synchronous. Overlapping ranges copy as memmove does. */
 KILN_API kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind);
 /* Enqueued on the stream's device copy engine; returns at once. Host memory must stay
  * valid until the copy has run. */
@@ -252,7 +252,8 @@ KILN_API kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t valu
 /* Free and total bytes of the current device's memory domain. */
 KILN_API kilnError kilnrtGetMemInfo(kilnrtMemAttr attr, size_t* free, size_t* total);
 
-/* Statistics of a device's caching allocator (a Kiln extension). */
+/* Statistics of a device's caching allocator (a Kiln extension). Byte counts are of whole
+ * blocks: a request is rounded up to its size class (512 B steps up to 1 MiB, 2 MiB above). */
 typedef struct {
   size_t inUse;          /* bytes handed out and not freed */
   size_t cached;         /* bytes held in the cache, free for reuse */
@@ -310,7 +311,8 @@ KILN_API kilnTensorDesc* kilnmdlGetDatasetTensorDesc(const kilnmdlDataset* datas
 typedef struct {
   char name[KILN_MAX_TENSOR_NAME_LEN];
   size_t dimCount;
-  int64_t dims[KILN_MAX_DIM_CNT]; /* -1 for a dim not fixed at compile time */
+  int64_t dims[KILN_MAX_DIM_CNT]; /* -1 for a dim not fixed at compile time; a rank not
+                                     known: dimCount 1 and dims[0] == -2 (as AscendCL) */
 } kilnmdlIODims;
 
 typedef struct kilnmdlDesc kilnmdlDesc;
@@ -322,10 +324,14 @@ KILN_API kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId)
 KILN_API kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* modelId);
 /* Like kilnmdlLoadFromFile, with a caller-provided activation workspace of workSize
  * bytes (at least what kilnmdlQuerySize reports) used by executions of this model one
- * at a time. weightPtr must be NULL: weights stay in the mapped file. */
+ * at a time. workPtr: 64-byte aligned device memory of the current device, or NULL to
+ * leave activations to the runtime. weightPtr must be NULL: weights stay in the mapped
+ * file. */
 KILN_API kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
                                               size_t workSize, void* weightPtr, size_t weightSize);
-/* Workspace an execution needs at most, and the bytes of weights. */
+/* Workspace an execution needs at most, and the bytes of weights. Fails with
+ * KILN_ERROR_FEATURE_UNSUPPORTED for models whose workspace cannot be bounded ahead of
+ * time (dims not fixed, sequences, Loop/Scan). */
 KILN_API kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weightSize);
 /* Waits for the model's executions in flight, then releases it. */
 KILN_API kilnError kilnmdlUnload(uint32_t modelId);
@@ -350,7 +356,9 @@ KILN_API kilnFormat kilnmdlGetInputFormat(const kilnmdlDesc* modelDesc, size_t i
 KILN_API kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index);
 
 /* Runs the model on the calling thread, on the current context's device. Input and
- * output buffers are device memory of that device, in the model's input/output order. */
+ * output buffers are device memory of that device, in the model's input/output order.
+ * The model's inputs are the graph inputs without an initializer (an input with one
+ * keeps its value), as kilnmdlGetDesc lists them. */
 KILN_API kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output);
 /* Enqueues the execution on `stream` and returns at once; the datasets and their
  * buffers must stay valid until the stream has run it. */

@@ -24,10 +24,32 @@ std::atomic<int>& thread_count() {
   return n;
 }
 
+// 0: no override on this thread.
+thread_local int thread_override = 0;
+// The thread's OpenMP thread count before its first override, restored when cleared.
+thread_local int omp_threads_before_override = 0;
+
 }  // namespace
 
-int num_threads() { return thread_count().load(std::memory_order_relaxed); }
+int num_threads() {
+  if (thread_override > 0) return thread_override;
+  return thread_count().load(std::memory_order_relaxed);
+}
 void set_num_threads(int n) { thread_count().store(std::max(1, n)); }
+
+int set_thread_num_threads_override(int n) {
+  int previous = thread_override;
+  n = std::max(0, n);
+  if (n == previous) return previous;
+  if (n > 0) {
+    if (previous == 0) omp_threads_before_override = omp_get_max_threads();
+    omp_set_num_threads(n);
+  } else {
+    omp_set_num_threads(omp_threads_before_override);
+  }
+  thread_override = n;
+  return previous;
+}
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn) {

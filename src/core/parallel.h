@@ -11,6 +11,12 @@ namespace kiln {
 int num_threads();
 void set_num_threads(int n);
 
+// A per-thread override of num_threads() (the runtime's ComputeScope gives a device's
+// tasks that device's core count). It also sets this thread's OpenMP thread count, so
+// oneDNN primitives follow it. n > 0 sets it, 0 clears it; returns the previous override
+// (0 when there was none) so scopes can restore it.
+int set_thread_num_threads_override(int n);
+
 // Calls fn(begin_i, end_i) on disjoint chunks covering [begin, end). Chunks hold at
 // least `grain` iterations; small ranges run inline on the calling thread.
 void parallel_for(int64_t begin, int64_t end, int64_t grain,

@@ -14,9 +14,26 @@ struct StringBlock {
   std::vector<std::string> items;
 };
 
+// The allocator of the innermost TensorAllocatorScope on this thread (null: the heap).
+thread_local const std::shared_ptr<TensorAllocator>* t_allocator = nullptr;
+
 }  // namespace
 
+TensorAllocatorScope::TensorAllocatorScope(std::shared_ptr<TensorAllocator> allocator)
+    : allocator_(std::move(allocator)), saved_(t_allocator) {
+  t_allocator = allocator_ ? &allocator_ : nullptr;
+}
+
+TensorAllocatorScope::~TensorAllocatorScope() { t_allocator = saved_; }
+
+TensorAllocator* current_tensor_allocator() { return t_allocator ? t_allocator->get() : nullptr; }
+
 Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims) {
+  return allocate_from(dtype, std::move(dims), t_allocator);
+}
+
+Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims,
+                                       const std::shared_ptr<TensorAllocator>* allocator) {
   if (dtype == DataType::kUndefined) return invalid_argument("cannot allocate an undefined dtype");
   int64_t n = 1;
   for (int64_t d : dims) {
@@ -44,6 +61,19 @@ Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims) {
   size_t bytes = dtype_bytes(dtype, n);
   size_t padded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (padded == 0) padded = kTensorAlignment;
+  if (allocator) {
+    void* p = (*allocator)->allocate(padded);
+    if (!p)
+      return resource_exhausted("the activation arena has no room for %zu bytes (tensor %s%s)",
+                                padded, dtype_name(dtype), dims_to_string(t.dims_).c_str());
+    std::memset(p, 0, padded);
+    t.data_ = p;
+    // The deleter holds the allocator, so a tensor outliving its execution is still safe.
+    t.owner_ = std::shared_ptr<const void>(p, [a = *allocator, padded](const void* q) {
+      a->deallocate(const_cast<void*>(q), padded);
+    });
+    return t;
+  }
   void* p = std::aligned_alloc(kTensorAlignment, padded);
   if (!p) return resource_exhausted("out of memory allocating %zu bytes", padded);
   std::memset(p, 0, padded);
@@ -53,7 +83,10 @@ Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims) {
 }
 
 Tensor Tensor::make(DataType dtype, std::vector<int64_t> dims) {
-  auto t = allocate(dtype, std::move(dims));
+  auto t = t_allocator ? allocate_from(dtype, dims, t_allocator)
+                       : allocate_from(dtype, std::move(dims), nullptr);
+  // An arena out of room is not a Kiln bug: take the heap; the arena noted the refusal.
+  if (!t.ok() && t_allocator) t = allocate_from(dtype, std::move(dims), nullptr);
   KILN_CHECK(t.ok(), "%s", t.status().to_string().c_str());
   return std::move(t).value();
 }

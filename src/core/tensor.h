@@ -17,15 +17,52 @@ namespace kiln {
 
 inline constexpr size_t kTensorAlignment = 64;
 
+// Where Tensor::allocate takes element storage from instead of the heap: a model
+// execution installs its activation arena for the thread it runs on, so activations come
+// from memory reused across executions (and, with a caller-given workspace, from that
+// workspace only). Implementations must be thread-safe: a buffer may be released on any
+// thread.
+class TensorAllocator {
+ public:
+  virtual ~TensorAllocator() = default;
+  // A kTensorAlignment-aligned block of `bytes` (a nonzero multiple of kTensorAlignment),
+  // or null when the allocator has no room left.
+  virtual void* allocate(size_t bytes) = 0;
+  // Gives back a block from allocate() with the same `bytes`.
+  virtual void deallocate(void* p, size_t bytes) = 0;
+};
+
+// While alive, Tensor::allocate on this thread draws non-string storage from `allocator`
+// (string tensors stay on the heap). Each buffer holds a reference to the allocator and
+// returns to it when the last tensor sharing it goes, wherever that happens. Scopes nest;
+// a null allocator means the heap.
+class TensorAllocatorScope {
+ public:
+  explicit TensorAllocatorScope(std::shared_ptr<TensorAllocator> allocator);
+  ~TensorAllocatorScope();
+  TensorAllocatorScope(const TensorAllocatorScope&) = delete;
+  TensorAllocatorScope& operator=(const TensorAllocatorScope&) = delete;
+
+ private:
+  std::shared_ptr<TensorAllocator> allocator_;
+  const std::shared_ptr<TensorAllocator>* saved_;
+};
+
+// The allocator installed on this thread, or null (the heap).
+TensorAllocator* current_tensor_allocator();
+
 class Tensor {
  public:
   Tensor() = default;
 
-  // Allocates zero-initialised, 64-byte aligned storage. String tensors hold
-  // default-constructed std::string elements. Fails on overflow or negative dims.
+  // Allocates zero-initialised, 64-byte aligned storage, from the thread's
+  // TensorAllocator when one is installed. String tensors hold default-constructed
+  // std::string elements. Fails on overflow, negative dims, or an allocator out of room.
   static Expected<Tensor> allocate(DataType dtype, std::vector<int64_t> dims);
   // Like allocate, but a Kiln bug (not bad input) if it fails; for kernels whose
-  // output sizes were already validated.
+  // output sizes were already validated. When the thread's TensorAllocator is out of
+  // room it falls back to the heap (the allocator has seen the refusal, and its owner
+  // fails the execution afterwards), so a full arena is an error, never an abort.
   static Tensor make(DataType dtype, std::vector<int64_t> dims);
   // Views `data` without copying; `owner` keeps it alive (may be null for memory
   // that outlives the tensor). Not for string tensors.
@@ -80,6 +117,9 @@ class Tensor {
   std::string description() const;
 
  private:
+  static Expected<Tensor> allocate_from(DataType dtype, std::vector<int64_t> dims,
+                                        const std::shared_ptr<TensorAllocator>* allocator);
+
   DataType dtype_ = DataType::kUndefined;
   std::vector<int64_t> dims_;
   int64_t num_elements_ = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,9 @@ class Device {
   Status synchronize(int64_t timeout_ms);
   // The current position of every stream of the device (for stream-ordered reuse).
   std::vector<StreamFence> fence_all_streams();
+  // Called by a stream whose task reached the position a synchronize() asked about
+  // (`request`, a stream's device_notify_at_): clears the request, wakes the waiters.
+  void notify_progress(std::atomic<uint64_t>& request);
 
  private:
   int id_;
@@ -63,6 +67,10 @@ class Device {
   std::mutex copy_mutex_;
   std::mutex streams_mutex_;
   std::vector<Stream*> streams_;
+  // synchronize() waits here; streams notify it only when they reach a requested position,
+  // so a long queue drains without a wake-up per task.
+  std::mutex progress_mutex_;
+  std::condition_variable progress_cv_;
 };
 
 // While alive, parallel_for on this thread uses the device's thread count, and the
@@ -71,17 +79,28 @@ class ComputeScope {
  public:
   explicit ComputeScope(const Device& device);
   ~ComputeScope();
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
 
  private:
   int saved_threads_;
+  bool restore_affinity_ = false;   // false when the thread already ran on those cores
+  std::vector<int> saved_cores_;
 };
+
+// Pins the calling thread to `cores` for good (a stream's own thread, so ComputeScope has
+// nothing to change for its tasks). Returns false when the system refuses.
+bool pin_thread_to_cores(const std::vector<int>& cores);
 
 struct DeviceConfig {
   int count = 1;             // logical CPU devices
   size_t memory_limit = 0;   // bytes per device; 0: physical memory / count
 };
 
-// Parses KILN_DEVICES-style text ("cpu", "cpu:2") or a kilnInit JSON config file.
+// Parses KILN_DEVICES-style text ("cpu", "cpu:2") or a kilnInit JSON config file
+// ({"devices": "cpu:2"} or {"devices": {"kind": "cpu", "count": 2, "memory_mb": 4096}}).
+// A config without "devices" leaves the choice to KILN_DEVICES (default: one device).
+// Errors: not_found (file unreadable), data_loss (not JSON), invalid_argument (values).
 Expected<DeviceConfig> parse_device_spec(const std::string& spec);
 Expected<DeviceConfig> read_device_config(const std::string& json_path);
 

@@ -37,20 +37,20 @@ class GraphExecutor::StepScope : public Scope {
 
 class GraphExecutor::StepSubgraphRunner : public ops::SubgraphRunner {
  public:
-  StepSubgraphRunner(GraphExecutor& ex, const Scope& scope) : ex_(ex), scope_(scope) {}
+  StepSubgraphRunner(const GraphExecutor& ex, const Scope& scope) : ex_(ex), scope_(scope) {}
   Expected<std::vector<RuntimeValue>> run(const ir::Graph& body, const std::vector<RuntimeValue>& inputs) override {
-    auto& cached = ex_.subgraph_executors_[&body];
-    if (!cached) {
-      KILN_ASSIGN_OR_RETURN(cached, GraphExecutor::create_for_subgraph(body));
-    }
+    auto it = ex_.subgraph_executors_.find(&body);
+    if (it == ex_.subgraph_executors_.end())
+      return internal_error("subgraph '%s' is not a subgraph of a node of graph '%s'",
+                            body.name().c_str(), ex_.graph_->name().c_str());
     std::vector<RuntimeValue> outputs;
-    KILN_RETURN_IF_ERROR(cached->run_positional(inputs, &outputs, &scope_), "in subgraph '%s'",
+    KILN_RETURN_IF_ERROR(it->second->run_positional(inputs, &outputs, &scope_), "in subgraph '%s'",
                          body.name().c_str());
     return outputs;
   }
 
  private:
-  GraphExecutor& ex_;
+  const GraphExecutor& ex_;
   const Scope& scope_;
 };
 
@@ -106,6 +106,13 @@ Status GraphExecutor::prepare() {
           if (it != slot_by_name_.end()) last_use[it->second] = steps_.size();
         }
     for (const ir::Value* v : n->outputs()) step.outputs.push_back(v ? slot_of_.at(v) : -1);
+    // Subgraph executors are made here, not on first use, so that runs never modify the
+    // executor and may go on concurrently.
+    for (ir::Graph* g : n->subgraphs()) {
+      if (subgraph_executors_.count(g)) continue;
+      KILN_ASSIGN_OR_RETURN(subgraph_executors_[g], create_for_subgraph(*g),
+                            "node %s: subgraph '%s'", n->label().c_str(), g->name().c_str());
+    }
     steps_.push_back(std::move(step));
   }
   for (const auto& [slot, step] : last_use)
@@ -135,7 +142,7 @@ Status GraphExecutor::check_input(const ir::Value& decl, const RuntimeValue& v) 
 }
 
 Status GraphExecutor::run(const std::vector<NamedValue>& inputs, std::vector<RuntimeValue>* outputs,
-                          const Scope* outer) {
+                          const Scope* outer) const {
   std::vector<RuntimeValue> slots(static_cast<size_t>(num_slots_));
   for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
   std::unordered_set<std::string> fed;
@@ -155,6 +162,32 @@ Status GraphExecutor::run(const std::vector<NamedValue>& inputs, std::vector<Run
   for (const ir::Value* v : graph_->inputs())
     if (!fed.count(v->name()) && !v->has_initializer())
       return invalid_argument("input '%s' (%s) was not given", v->name().c_str(), v->type().to_string().c_str());
+  return finish_run(slots, outputs, outer);
+}
+
+Status GraphExecutor::run_indexed(const std::vector<std::pair<size_t, RuntimeValue>>& inputs,
+                                  std::vector<RuntimeValue>* outputs) const {
+  std::vector<RuntimeValue> slots(static_cast<size_t>(num_slots_));
+  for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
+  const auto& decls = graph_->inputs();
+  std::vector<bool> fed(decls.size(), false);
+  for (const auto& [index, value] : inputs) {
+    if (index >= decls.size())
+      return invalid_argument("graph '%s' has %zu inputs, there is no input %zu",
+                              graph_->name().c_str(), decls.size(), index);
+    KILN_RETURN_IF_ERROR(check_input(*decls[index], value));
+    slots[static_cast<size_t>(input_slots_[index])] = value;
+    fed[index] = true;
+  }
+  for (size_t i = 0; i < decls.size(); ++i)
+    if (!fed[i] && !decls[i]->has_initializer())
+      return invalid_argument("input '%s' (%s) was not given", decls[i]->name().c_str(),
+                              decls[i]->type().to_string().c_str());
+  return finish_run(slots, outputs, nullptr);
+}
+
+Status GraphExecutor::finish_run(std::vector<RuntimeValue>& slots,
+                                 std::vector<RuntimeValue>* outputs, const Scope* outer) const {
   KILN_RETURN_IF_ERROR(execute(slots, outer));
   outputs->clear();
   for (int slot : output_slots_) outputs->push_back(slots[static_cast<size_t>(slot)]);
@@ -162,20 +195,17 @@ Status GraphExecutor::run(const std::vector<NamedValue>& inputs, std::vector<Run
 }
 
 Status GraphExecutor::run_positional(const std::vector<RuntimeValue>& inputs,
-                                     std::vector<RuntimeValue>* outputs, const Scope* outer) {
+                                     std::vector<RuntimeValue>* outputs, const Scope* outer) const {
   std::vector<RuntimeValue> slots(static_cast<size_t>(num_slots_));
   for (const auto& [slot, t] : constant_slots_) slots[static_cast<size_t>(slot)] = *t;
   if (inputs.size() > input_slots_.size())
     return invalid_argument("graph '%s' takes %zu inputs, got %zu", graph_->name().c_str(), input_slots_.size(),
                             inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(input_slots_[i])] = inputs[i];
-  KILN_RETURN_IF_ERROR(execute(slots, outer));
-  outputs->clear();
-  for (int slot : output_slots_) outputs->push_back(slots[static_cast<size_t>(slot)]);
-  return ok_status();
+  return finish_run(slots, outputs, outer);
 }
 
-Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* outer) {
+Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* outer) const {
   for (const auto& [slot, name] : outer_slots_) {
     const RuntimeValue* t = outer ? outer->lookup(name) : nullptr;
     if (!t) return invalid_argument("graph '%s' reads '%s' from an enclosing graph, which has no such value",

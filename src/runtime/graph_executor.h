@@ -28,6 +28,9 @@ struct NamedValue {
   RuntimeValue value;
 };
 
+// Prepared once, then run any number of times, from any number of threads at once: run()
+// never modifies the executor (subgraph executors are made up front by create), and each
+// run keeps its values in its own slots.
 class GraphExecutor {
  public:
   // `graph` must outlive the executor (the shared_ptr keeps it alive).
@@ -39,10 +42,14 @@ class GraphExecutor {
   // an initializer may be omitted. Checks dtypes and static dims of every input.
   // Outputs come back in graph-output order.
   Status run(const std::vector<NamedValue>& inputs, std::vector<RuntimeValue>* outputs,
-             const Scope* outer = nullptr);
+             const Scope* outer = nullptr) const;
+  // Same with inputs named by their index in graph().inputs() (pairs of index, value),
+  // for callers that resolved names once up front.
+  Status run_indexed(const std::vector<std::pair<size_t, RuntimeValue>>& inputs,
+                     std::vector<RuntimeValue>* outputs) const;
   // Positional form used for subgraph bodies (inputs in graph-input order).
   Status run_positional(const std::vector<RuntimeValue>& inputs, std::vector<RuntimeValue>* outputs,
-                        const Scope* outer);
+                        const Scope* outer) const;
 
   const ir::Graph& graph() const { return *graph_; }
   ~GraphExecutor();
@@ -54,7 +61,9 @@ class GraphExecutor {
   explicit GraphExecutor(const ir::Graph& graph);
   Status prepare();
   Status check_input(const ir::Value& decl, const RuntimeValue& v) const;
-  Status execute(std::vector<RuntimeValue>& slots, const Scope* outer);
+  Status finish_run(std::vector<RuntimeValue>& slots, std::vector<RuntimeValue>* outputs,
+                    const Scope* outer) const;
+  Status execute(std::vector<RuntimeValue>& slots, const Scope* outer) const;
 
   std::shared_ptr<const ir::Graph> owner_;
   const ir::Graph* graph_;
@@ -66,6 +75,7 @@ class GraphExecutor {
   std::vector<int> input_slots_;
   std::vector<int> output_slots_;
   int num_slots_ = 0;
+  // One per subgraph of this graph's nodes (If branches, Loop/Scan bodies), made in prepare.
   std::unordered_map<const ir::Graph*, std::unique_ptr<GraphExecutor>> subgraph_executors_;
 };
 

@@ -4,6 +4,7 @@
 // has a caching allocator (size classes, stream-ordered reuse, statistics).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -35,10 +36,16 @@ class MemoryRegistry {
   std::optional<Allocation> remove(const void* base);
   // The live allocation containing [p, p + bytes), or nullopt.
   std::optional<Allocation> find(const void* p, size_t bytes = 1) const;
+  // The lowest live allocation sharing a byte with [p, p + bytes), or nullopt: tells a
+  // range that starts in host memory but runs into an allocation from one that does not.
+  std::optional<Allocation> find_overlapping(const void* p, size_t bytes) const;
 
  private:
   mutable std::shared_mutex mutex_;
   std::map<uintptr_t, Allocation> live_;
+  // Bumped by every add/remove, so a thread may reuse its last lookups (a run of copies
+  // between the same buffers) without taking the lock while it is unchanged.
+  std::atomic<uint64_t> version_{1};
 };
 
 struct MemoryStats {
@@ -50,6 +57,10 @@ struct MemoryStats {
   uint64_t cache_hits = 0;
   double fragmentation = 0;  // 1 - largest cached block / cached
 };
+
+// How large blocks are backed (kilnrtMemMallocPolicy). On the CPU device huge pages are
+// transparent huge pages, which the kernel grants as it can: kHugeOnly is advice too.
+enum class PagePolicy { kHugeFirst, kHugeOnly, kNormalOnly };
 
 // A device's caching allocator. Blocks are 64-byte aligned and rounded to size classes;
 // freed blocks wait in the cache until every stream of the device has passed the point
@@ -63,7 +74,7 @@ class MemoryPool {
   MemoryPool& operator=(const MemoryPool&) = delete;
 
   // Registers the block in MemoryRegistry as device memory of this device.
-  Expected<void*> allocate(size_t bytes);
+  Expected<void*> allocate(size_t bytes, PagePolicy policy = PagePolicy::kHugeFirst);
   // `p` must be the base of a live allocation of this device. `fences` say when the
   // block may be reused (empty: at once).
   Status free(void* p, std::vector<StreamFence> fences);
@@ -73,6 +84,9 @@ class MemoryPool {
   void empty_cache();
   size_t limit() const { return limit_; }
   size_t reserved() const;
+  // True if `p` lies in a block freed to this pool and still held in its cache (so an
+  // error can say "already freed" rather than "not device memory").
+  bool holds_freed(const void* p) const;
 
  private:
   struct Block {
@@ -91,8 +105,15 @@ class MemoryPool {
   MemoryStats stats_;
 };
 
+// Copies `bytes` from `src` to `dst` as memmove does. Large copies between ranges that do
+// not overlap use non-temporal stores: a copy bigger than the caches then does not read
+// the destination in and evict everything else first (the copy engine's DMA-like path).
+void copy_memory(void* dst, const void* src, size_t bytes);
+
 // Page-locked host memory (mlock where the system allows it), registered as kPinnedHost.
 Expected<void*> allocate_pinned_host(size_t bytes);
 Status free_pinned_host(void* p);
+// Frees every pinned host block still allocated (kilnFinalize).
+void free_all_pinned_host();
 
 }  // namespace kiln::rt

@@ -12,7 +12,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "runtime/device.h"
@@ -41,6 +43,8 @@ class Stream {
 
   Device& device() const { return device_; }
   Context* context() const { return context_; }
+  // "stream 0x... on cpu:N", for messages.
+  std::string name() const;
 
   // Enqueues a task and returns its sequence number (1, 2, ...) without waiting. When a
   // task fails, the stream enters an error state: the tasks queued after it are skipped
@@ -52,31 +56,60 @@ class Stream {
   // Waits for every task submitted so far; timeout_ms < 0 waits forever. Returns the
   // error of the first failed task (and clears the error state), or a deadline error.
   Status synchronize(int64_t timeout_ms);
+  // The two halves of synchronize(): wait for the tasks submitted so far (a deadline
+  // error on timeout; the error state is left alone), and take (clear) the error state.
+  Status wait_idle(int64_t timeout_ms);
+  Status take_error();
+  // True on the stream's own thread (inside one of its tasks), where waiting for the
+  // stream or destroying it would wait for itself.
+  bool on_worker_thread() const;
+  // The stream whose thread is calling (inside one of its tasks), or null.
+  static Stream* current();
   // True when every submitted task has finished.
   bool idle() const;
   uint64_t submitted() const;
   StreamFence fence() const;
 
  private:
+  friend class Device;
+  friend class Event;
+  // No one asked to hear about any position (see notify_at_).
+  static constexpr uint64_t kNoRequest = ~uint64_t{0};
   struct Item {
     Engine engine;
     Task task;
     uint64_t seq;
+    bool always;  // runs in the error state too (event records and waits)
   };
+  uint64_t enqueue(Engine engine, Task task, bool always);
   void worker();
+  void run_item(Item& item);
+  // Spins a few microseconds for a task after `seen`; false if none came.
+  bool spin_for_work(uint64_t seen) const;
 
   Device& device_;
   Context* context_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;   // worker waits for tasks
   std::condition_variable done_cv_;   // synchronize waits for progress
-  std::deque<Item> queue_;
+  // A vector, swapped whole with the worker's batch: both keep their capacity, so a
+  // steady stream of tasks allocates nothing.
+  std::vector<Item> queue_;
   uint64_t next_seq_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> completed_;
   Status error_;       // first failure since the last synchronize
   bool stopping_ = false;
   bool worker_sleeping_ = false;
-  std::thread thread_;
+  // next_seq_, readable without the lock by the spinning worker; on its own cache line so
+  // the spinning does not slow the submitter's lock.
+  alignas(64) std::atomic<uint64_t> published_{0};
+  alignas(64) std::atomic<bool> has_error_{false};  // error_ is set, readable without the lock
+  // The lowest position a thread in wait_idle() (resp. Device::synchronize) waits for:
+  // the worker wakes it when a task reaches it, not after every task. Set under mutex_
+  // (resp. the device's progress mutex), cleared to kNoRequest by the worker under it.
+  std::atomic<uint64_t> notify_at_{kNoRequest};
+  std::atomic<uint64_t> device_notify_at_{kNoRequest};
+  std::thread thread_;                  // last: starts once the members above exist
 };
 
 // An event: each record() makes a new generation that completes when the stream
@@ -84,13 +117,20 @@ class Stream {
 class Event {
  public:
   Event() = default;
+  // Waits until no stream task refers to the event any more.
+  ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
+  // Releases an event without waiting: when stream tasks (records, waits) still refer to
+  // it, the last of them deletes it (kilnrtDestroyEvent).
+  static void destroy(std::unique_ptr<Event> event);
 
   // Enqueues a record on `stream`.
   void record(Stream& stream);
   // Back to the never-recorded state (queries report complete, waits are no-ops).
   void reset();
+  // The same in stream order: enqueues a reset of the records made so far on `stream`.
+  void enqueue_reset(Stream& stream);
   // The latest generation at the time of the call (0: never recorded).
   uint64_t generation() const;
   bool is_complete(uint64_t generation) const;
@@ -102,14 +142,30 @@ class Event {
   Expected<std::chrono::steady_clock::time_point> timestamp() const;
 
  private:
+  friend class Stream;
   void complete(uint64_t generation);
+  void reset_up_to(uint64_t generation);
+  // Stream tasks referring to the event hold a use while queued.
+  void acquire() const;
+  void release() const;
 
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   uint64_t recorded_ = 0;   // generations handed out
-  uint64_t completed_ = 0;  // highest generation completed
+  uint64_t completed_ = 0;  // every generation up to this one has completed
+  // Generations above completed_ + 1 that completed early (records of one event on
+  // several streams may finish out of order), sorted.
+  std::vector<uint64_t> completed_early_;
+  uint64_t base_ = 0;  // recorded_ at the last reset(): generations up to it are "never"
   std::chrono::steady_clock::time_point time_{};
+  uint64_t time_generation_ = 0;  // the generation time_ belongs to
   bool has_time_ = false;
+  mutable int uses_ = 0;
+  bool retired_ = false;  // destroy() was called; the last use deletes the event
 };
+
+// kilnFinalize sets this so stream tasks waiting on an event that can no longer complete
+// give up (with an error) instead of hanging; kilnInit clears it.
+void set_event_waits_abandoned(bool abandoned);
 
 }  // namespace kiln::rt

@@ -169,6 +169,102 @@ class CliTest(unittest.TestCase):
         j = json.loads(r.stdout)
         self.assertEqual(j["outputs"][0]["shape"], [1, 6])  # N left open -> 1
 
+    def test_run_onnx_with_open_dims_takes_the_given_shape(self):
+        # N is not fixed: the input's shape decides the outputs' (set through the C API's
+        # dataset tensor desc), and the output buffers are sized to fit.
+        x = RNG.standard_normal((5, 4)).astype(np.float32)
+        np.save(os.path.join(WORK, "x5.npy"), x)
+        out = os.path.join(WORK, "out5")
+        kiln("run", self.onnx_path, "--input", "x=" + os.path.join(WORK, "x5.npy"), "--output-dir", out)
+        scores, label = numpy_linear(x)
+        np.testing.assert_allclose(np.load(os.path.join(out, "scores_relu_0.npy")), scores, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.load(os.path.join(out, "label.npy")), label)
+
+    def test_run_threads_and_bad_input_spec(self):
+        j = json.loads(kiln("run", self.kiln_path, "--json", "--threads", "1").stdout)
+        self.assertEqual(j["threads"], 1)
+        r = kiln("run", self.kiln_path, "--input", "x", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("NAME=FILE.npy", r.stderr)
+        np.save(os.path.join(WORK, "x64.npy"), np.zeros((3, 4), np.float64))
+        r = kiln("run", self.kiln_path, "--input", "x=" + os.path.join(WORK, "x64.npy"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("float64", r.stderr)
+        self.assertIn("float32", r.stderr)
+
+    # ---- kiln bench ----------------------------------------------------------------------
+
+    def bench_json(self, *args):
+        r = kiln("bench", self.kiln_path, "--json", *args)
+        j = json.loads(r.stdout)  # exactly one JSON object on stdout
+        self.assertGreater(j["throughput_per_s"], 0)
+        lat = j["latency_ms"]
+        for k in ("p50", "p90", "p99"):
+            self.assertGreater(lat[k], 0)
+            self.assertLess(lat[k], 10_000)
+        self.assertLessEqual(lat["p50"], lat["p90"])
+        self.assertLessEqual(lat["p90"], lat["p99"])
+        self.assertGreaterEqual(j["host_us_per_call"]["mean"], 0)
+        # The rate is the inferences over the wall time of the timed part.
+        self.assertAlmostEqual(j["throughput_per_s"], j["inferences"] / j["seconds"], delta=1e-6 * j["throughput_per_s"])
+        return j
+
+    def test_bench_json_loops(self):
+        j = self.bench_json("--loops", "20", "--warmup", "1")
+        self.assertEqual(j["inferences"], 20)
+        self.assertEqual(j["devices"], 1)
+        self.assertEqual(j["streams_per_device"], 1)
+
+    def test_bench_streams_and_devices(self):
+        j = self.bench_json("--streams", "2", "--devices", "2", "--loops", "40", "--threads", "1")
+        self.assertEqual(j["inferences"], 40)
+        self.assertEqual(j["devices"], 2)
+        self.assertEqual(j["streams_per_device"], 2)
+        self.assertEqual(j["threads_per_device"], 1)
+
+    def test_bench_duration_and_inputs(self):
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        np.save(os.path.join(WORK, "xb.npy"), x)
+        j = self.bench_json("--duration", "0.3", "--input", "x=" + os.path.join(WORK, "xb.npy"), "--depth", "3")
+        self.assertGreater(j["inferences"], 0)
+        self.assertGreaterEqual(j["seconds"], 0.3)
+        self.assertLess(j["seconds"], 30)
+
+    def test_bench_onnx_with_open_dims(self):
+        j = json.loads(kiln("bench", self.onnx_path, "--json", "--loops", "4", "--streams", "2").stdout)
+        self.assertEqual(j["inferences"], 4)
+        self.assertTrue(any("not fixed" in n for n in j["notes"]))
+
+    def test_bench_text(self):
+        r = kiln("bench", self.kiln_path, "--loops", "10")
+        self.assertIn("inferences/s", r.stdout)
+        self.assertIn("p99", r.stdout)
+        self.assertIn("kilnmdlExecuteAsync", r.stdout)
+        self.assertIn("--streams", kiln("bench", "--help").stdout)
+        self.assertIn("bench", kiln("--help").stdout)
+
+    def test_bench_bad_options(self):
+        for args, text in ((["--streams", "0"], "--streams"),
+                           (["--devices", "0"], "--devices"),
+                           (["--threads", "0"], "--threads"),
+                           (["--loops", "0"], "--loops"),
+                           (["--duration", "0"], "--duration"),
+                           (["--warmup", "-1"], "--warmup"),
+                           (["--depth", "0"], "--depth"),
+                           (["--loops", "5", "--duration", "1"], "--duration"),
+                           (["--streams", "two"], "--streams")):
+            r = kiln("bench", self.kiln_path, *args, check=False)
+            self.assertEqual(r.returncode, 2, f"{args}: {r.stderr}")
+            self.assertIn(text, r.stderr, args)
+            self.assertEqual(r.stdout, "", args)
+        r = kiln("bench", os.path.join(WORK, "missing.kiln"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("missing.kiln", r.stderr)
+        r = kiln("bench", self.kiln_path, "--input", "nope=" + os.path.join(WORK, "xb.npy"), "--loops", "1", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nope", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+
 
 if __name__ == "__main__":
     KILN, WORK = sys.argv[1], sys.argv[2]

@@ -1,0 +1,872 @@
+// The C API of models: tensor descs, data buffers, datasets, model descs, load/unload,
+// kilnmdlQuerySize and sync/async execution (include/kiln/kiln.h).
+//
+// Tensor descs, data buffers, datasets and model descs are plain host objects: they work
+// with or without kilnInit, and their handles are checked against live sets so a destroyed
+// or foreign handle is an error code. Everything that touches a model needs kilnInit.
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "model/kiln_model.h"
+#include "runtime/api_internal.h"
+#include "runtime/device.h"
+#include "runtime/memory.h"
+#include "runtime/model_runtime.h"
+#include "runtime/stream.h"
+
+struct kilnTensorDesc {
+  kilnDataType dtype = KILN_DT_UNDEFINED;
+  std::vector<int64_t> dims;
+  kilnFormat format = KILN_FORMAT_UNDEFINED;
+  bool owned_by_dataset = false;  // kilnmdlGetDatasetTensorDesc hands these out
+};
+
+struct kilnDataBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+struct kilnmdlDataset {
+  mutable std::mutex mutex;  // executions on stream threads update `descs`
+  std::vector<kilnDataBuffer*> buffers;
+  // Per buffer index: the shape set by kilnmdlSetDatasetTensorDesc (inputs) or written by
+  // an execution (outputs). Shared with queued executions, which write them when they run.
+  std::vector<std::shared_ptr<kilnTensorDesc>> descs;
+};
+
+struct kilnmdlDesc {
+  bool filled = false;
+  uint32_t model_id = 0;
+  std::vector<kiln::rt::ModelIo> inputs;
+  std::vector<kiln::rt::ModelIo> outputs;
+};
+
+namespace kiln::rt {
+namespace {
+
+HandleSet<kilnTensorDesc>& tensor_descs() {
+  static auto* set = new HandleSet<kilnTensorDesc>();
+  return *set;
+}
+HandleSet<kilnDataBuffer>& data_buffers() {
+  static auto* set = new HandleSet<kilnDataBuffer>();
+  return *set;
+}
+HandleSet<kilnmdlDataset>& datasets() {
+  static auto* set = new HandleSet<kilnmdlDataset>();
+  return *set;
+}
+HandleSet<kilnmdlDesc>& model_descs() {
+  static auto* set = new HandleSet<kilnmdlDesc>();
+  return *set;
+}
+
+// Guards the contents of dataset-owned descs, which a queued execution writes on its
+// stream's thread while the dataset may be read for another submission (output of one
+// execution, input of the next). Callers reading them through the kilnGetTensorDesc*
+// accessors synchronize with the stream first, as kiln.h says.
+std::mutex& owned_desc_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+
+kilnError fail_coded(const char* api, const CodedStatus& s) {
+  return fail(s.code, "%s: %s", api, s.status.to_string().c_str());
+}
+
+bool valid_c_dtype(int t) {
+  return t == KILN_DT_UNDEFINED || from_c_dtype(static_cast<kilnDataType>(t));
+}
+bool valid_format(int f) { return f >= KILN_FORMAT_UNDEFINED && f <= KILN_FORMAT_NC1HWC0; }
+
+// Releases the models at every kilnFinalize (after the streams are gone, so nothing is
+// queued any more).
+void ensure_finalize_hook() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    add_finalize_hook([] {
+      for (const std::shared_ptr<Model>& m : ModelTable::get().remove_all()) m->wait_idle();
+    });
+  });
+}
+
+// The device a model is loaded for: the current context's.
+kilnError current_device(const char* api, Device** device) {
+  Context* ctx = current_context();
+  if (!ctx)
+    return fail(
+        KILN_ERROR_RT_CONTEXT_NULL,
+        "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)",
+        api);
+  *device = &ctx->device();
+  return KILN_SUCCESS;
+}
+
+kilnError load(const char* api, Expected<model::LoadedModel> loaded,
+               std::optional<BufferRef> workspace, uint32_t* model_id) {
+  if (!loaded.ok()) {
+    Status s = loaded.status();
+    return fail(load_error_code(s), "%s: %s", api, s.to_string().c_str());
+  }
+  Device* device = nullptr;
+  if (kilnError e = current_device(api, &device)) return e;
+  std::shared_ptr<Model> model;
+  CodedStatus s = Model::create(std::move(loaded).value(), *device, workspace, &model);
+  if (!s.ok()) return fail_coded(api, s);
+  ensure_finalize_hook();
+  *model_id = ModelTable::get().add(std::move(model));
+  return KILN_SUCCESS;
+}
+
+#define KILN_REQUIRE_INIT(api)                    \
+  std::shared_lock runtime_guard(runtime_lock()); \
+  if (!runtime_state())                           \
+  return fail(KILN_ERROR_UNINITIALIZE, "%s: kilnInit has not been called", api)
+
+// The model named by `id`, or null with the error recorded in *error. With `token`, the
+// lookup also counts an execution in flight, atomically with respect to kilnmdlUnload.
+std::shared_ptr<Model> find_model(const char* api, uint32_t id, kilnError* error,
+                                  std::shared_ptr<ExecutionToken>* token = nullptr) {
+  std::shared_ptr<Model> m = ModelTable::get().find(id, token);
+  if (!m) *error = fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, id);
+  return m;
+}
+
+// Snapshots the datasets into a request (so a queued execution does not read them again)
+// and makes sure the output dataset has a tensor desc per output for the execution to fill.
+CodedStatus make_request(const Model& model, const kilnmdlDataset* input, kilnmdlDataset* output,
+                         ExecutionRequest* request,
+                         std::vector<std::shared_ptr<kilnTensorDesc>>* output_descs) {
+  if (!input || !datasets().contains(input))
+    return coded(KILN_ERROR_INVALID_PARAM,
+                 invalid_argument("the input dataset %p is not a live dataset",
+                                  static_cast<const void*>(input)));
+  if (!output || !datasets().contains(output))
+    return coded(KILN_ERROR_INVALID_PARAM,
+                 invalid_argument("the output dataset %p is not a live dataset",
+                                  static_cast<void*>(output)));
+  {
+    std::lock_guard lock(input->mutex);
+    for (size_t i = 0; i < input->buffers.size(); ++i) {
+      const kilnDataBuffer* b = input->buffers[i];
+      if (!data_buffers().contains(b))
+        return coded(KILN_ERROR_INVALID_PARAM,
+                     invalid_argument("buffer %zu of the input dataset was destroyed", i));
+      InputBinding in;
+      in.buffer = {b->data, b->size};
+      if (i < input->descs.size() && input->descs[i]) {
+        std::lock_guard desc_lock(owned_desc_mutex());
+        in.dims = input->descs[i]->dims;
+        in.dtype = input->descs[i]->dtype;
+      }
+      request->inputs.push_back(std::move(in));
+    }
+  }
+  std::lock_guard lock(output->mutex);
+  for (size_t i = 0; i < output->buffers.size(); ++i) {
+    const kilnDataBuffer* b = output->buffers[i];
+    if (!data_buffers().contains(b))
+      return coded(KILN_ERROR_INVALID_PARAM,
+                   invalid_argument("buffer %zu of the output dataset was destroyed", i));
+    request->outputs.push_back({b->data, b->size});
+  }
+  if (output->buffers.size() == model.outputs().size()) {
+    output->descs.resize(output->buffers.size());
+    for (size_t i = 0; i < output->descs.size(); ++i) {
+      std::shared_ptr<kilnTensorDesc>& d = output->descs[i];
+      if (!d) {
+        const ModelIo& io = model.outputs()[i];
+        d = std::make_shared<kilnTensorDesc>();
+        d->dtype = io.c_dtype;
+        d->dims = io.dims;
+        d->format = io.format;
+        d->owned_by_dataset = true;
+        tensor_descs().add(d.get());
+      }
+      output_descs->push_back(d);
+    }
+  }
+  return {};
+}
+
+void write_output_descs(const Model& model, const std::vector<std::vector<int64_t>>& dims,
+                        const std::vector<std::shared_ptr<kilnTensorDesc>>& descs) {
+  std::lock_guard lock(owned_desc_mutex());
+  for (size_t i = 0; i < descs.size() && i < dims.size(); ++i) {
+    descs[i]->dtype = model.outputs()[i].c_dtype;
+    descs[i]->dims = dims[i];
+    descs[i]->format = model.outputs()[i].format;
+  }
+}
+
+const ModelIo* io_at(const char* api, const kilnmdlDesc* desc, size_t index, bool input) {
+  if (!desc || !model_descs().contains(desc)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live model desc", api,
+         static_cast<const void*>(desc));
+    return nullptr;
+  }
+  const auto& ios = input ? desc->inputs : desc->outputs;
+  if (!desc->filled) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: the model desc was not filled by kilnmdlGetDesc", api);
+    return nullptr;
+  }
+  if (index >= ios.size()) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: %s index %zu is out of range (the model has %zu)", api,
+         input ? "input" : "output", index, ios.size());
+    return nullptr;
+  }
+  return &ios[index];
+}
+
+kilnError get_dims(const char* api, const kilnmdlDesc* desc, size_t index, kilnmdlIODims* dims,
+                   bool input) {
+  if (!dims) return fail(KILN_ERROR_INVALID_PARAM, "%s: dims is NULL", api);
+  const ModelIo* io = io_at(api, desc, index, input);
+  if (!io) return KILN_ERROR_INVALID_PARAM;
+  std::memset(dims, 0, sizeof(*dims));
+  std::strncpy(dims->name, io->name.c_str(), KILN_MAX_TENSOR_NAME_LEN - 1);
+  if (!io->has_rank) {
+    // Rank not known at compile time: AscendCL's convention, one dim of -2.
+    dims->dimCount = 1;
+    dims->dims[0] = -2;
+    return KILN_SUCCESS;
+  }
+  dims->dimCount = io->dims.size();
+  for (size_t k = 0; k < io->dims.size(); ++k) dims->dims[k] = io->dims[k];
+  return KILN_SUCCESS;
+}
+
+kilnError index_by_name(const char* api, const kilnmdlDesc* desc, const char* name, size_t* index,
+                        bool input) {
+  if (!desc || !model_descs().contains(desc))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live model desc", api,
+                static_cast<const void*>(desc));
+  if (!name || !index)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: name and index must not be NULL", api);
+  const auto& ios = input ? desc->inputs : desc->outputs;
+  for (size_t i = 0; i < ios.size(); ++i)
+    if (ios[i].name == name) {
+      *index = i;
+      return KILN_SUCCESS;
+    }
+  return fail(KILN_ERROR_INVALID_PARAM, "%s: the model has no %s named '%s'", api,
+              input ? "input" : "output", name);
+}
+
+const kilnTensorDesc* live_desc(const char* api, const kilnTensorDesc* desc) {
+  if (desc && tensor_descs().contains(desc)) return desc;
+  fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live tensor desc", api,
+       static_cast<const void*>(desc));
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace kiln::rt
+
+using namespace kiln::rt;  // NOLINT: the C entry points below implement kiln::rt's API
+
+// ---- Tensor descs ----------------------------------------------------------------------------
+
+kilnTensorDesc* kilnCreateTensorDesc(kilnDataType dataType, int numDims, const int64_t* dims,
+                                     kilnFormat format) {
+  const char* api = "kilnCreateTensorDesc";
+  if (!valid_c_dtype(dataType)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d is not a kilnDataType", api,
+         static_cast<int>(dataType));
+    return nullptr;
+  }
+  if (!valid_format(format)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: format %d is not a kilnFormat", api,
+         static_cast<int>(format));
+    return nullptr;
+  }
+  if (numDims < 0 || numDims > KILN_MAX_DIM_CNT || (numDims > 0 && !dims)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: numDims %d must be in [0, %d] with dims not NULL", api,
+         numDims, KILN_MAX_DIM_CNT);
+    return nullptr;
+  }
+  for (int i = 0; i < numDims; ++i)
+    if (dims[i] < -2) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: dim %d is %lld (-1: not fixed, -2: rank not known)", api,
+           i, static_cast<long long>(dims[i]));
+      return nullptr;
+    }
+  auto* d = new (std::nothrow) kilnTensorDesc();
+  if (!d) {
+    fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
+    return nullptr;
+  }
+  d->dtype = dataType;
+  d->dims.assign(dims, dims + numDims);
+  d->format = format;
+  tensor_descs().add(d);
+  return d;
+}
+
+void kilnDestroyTensorDesc(const kilnTensorDesc* desc) {
+  const char* api = "kilnDestroyTensorDesc";
+  if (!desc) return;
+  if (!tensor_descs().contains(desc)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live tensor desc", api,
+         static_cast<const void*>(desc));
+    return;
+  }
+  if (desc->owned_by_dataset) {
+    fail(KILN_ERROR_INVALID_PARAM,
+         "%s: %p belongs to its dataset (kilnmdlGetDatasetTensorDesc); it goes with it", api,
+         static_cast<const void*>(desc));
+    return;
+  }
+  if (tensor_descs().remove(desc)) delete desc;
+}
+
+kilnDataType kilnGetTensorDescType(const kilnTensorDesc* desc) {
+  return live_desc("kilnGetTensorDescType", desc) ? desc->dtype : KILN_DT_UNDEFINED;
+}
+
+kilnFormat kilnGetTensorDescFormat(const kilnTensorDesc* desc) {
+  return live_desc("kilnGetTensorDescFormat", desc) ? desc->format : KILN_FORMAT_UNDEFINED;
+}
+
+size_t kilnGetTensorDescNumDims(const kilnTensorDesc* desc) {
+  return live_desc("kilnGetTensorDescNumDims", desc) ? desc->dims.size() : 0;
+}
+
+kilnError kilnGetTensorDescDimV2(const kilnTensorDesc* desc, size_t index, int64_t* dimSize) {
+  const char* api = "kilnGetTensorDescDimV2";
+  if (!live_desc(api, desc)) return KILN_ERROR_INVALID_PARAM;
+  if (!dimSize) return fail(KILN_ERROR_INVALID_PARAM, "%s: dimSize is NULL", api);
+  if (index >= desc->dims.size())
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the desc has %zu dims)",
+                api, index, desc->dims.size());
+  *dimSize = desc->dims[index];
+  return KILN_SUCCESS;
+}
+
+size_t kilnGetTensorDescElementCount(const kilnTensorDesc* desc) {
+  const char* api = "kilnGetTensorDescElementCount";
+  if (!live_desc(api, desc)) return 0;
+  size_t n = 1;
+  for (int64_t d : desc->dims) {
+    if (d < 0) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: the desc has dims not fixed", api);
+      return 0;
+    }
+    if (d != 0 && n > SIZE_MAX / static_cast<size_t>(d)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: the element count overflows", api);
+      return 0;
+    }
+    n *= static_cast<size_t>(d);
+  }
+  return n;
+}
+
+size_t kilnGetTensorDescSize(const kilnTensorDesc* desc) {
+  const char* api = "kilnGetTensorDescSize";
+  if (!live_desc(api, desc)) return 0;
+  std::optional<kiln::DataType> t = from_c_dtype(desc->dtype);
+  if (!t || *t == kiln::DataType::kString) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d has no fixed element size", api,
+         static_cast<int>(desc->dtype));
+    return 0;
+  }
+  bool has_zero = false;
+  for (int64_t d : desc->dims) has_zero |= d == 0;
+  size_t n = kilnGetTensorDescElementCount(desc);
+  if (n == 0 && !has_zero) return 0;  // not fixed, or overflow: message recorded
+  size_t elem = kiln::dtype_bytes(*t, 1);
+  if (n > SIZE_MAX / elem) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: the size overflows", api);
+    return 0;
+  }
+  return n * elem;
+}
+
+// ---- Data buffers ----------------------------------------------------------------------------
+
+kilnDataBuffer* kilnCreateDataBuffer(void* data, size_t size) {
+  if (!data && size) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnCreateDataBuffer: data is NULL with size %zu", size);
+    return nullptr;
+  }
+  auto* b = new (std::nothrow) kilnDataBuffer{data, size};
+  if (!b) {
+    fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer: out of memory");
+    return nullptr;
+  }
+  data_buffers().add(b);
+  return b;
+}
+
+kilnError kilnDestroyDataBuffer(const kilnDataBuffer* dataBuffer) {
+  if (!dataBuffer || !data_buffers().remove(dataBuffer))
+    return fail(KILN_ERROR_INVALID_PARAM, "kilnDestroyDataBuffer: %p is not a live data buffer",
+                static_cast<const void*>(dataBuffer));
+  delete dataBuffer;
+  return KILN_SUCCESS;
+}
+
+kilnError kilnUpdateDataBuffer(kilnDataBuffer* dataBuffer, void* data, size_t size) {
+  const char* api = "kilnUpdateDataBuffer";
+  if (!dataBuffer || !data_buffers().contains(dataBuffer))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
+                static_cast<void*>(dataBuffer));
+  if (!data && size)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: data is NULL with size %zu", api, size);
+  dataBuffer->data = data;
+  dataBuffer->size = size;
+  return KILN_SUCCESS;
+}
+
+void* kilnGetDataBufferAddr(const kilnDataBuffer* dataBuffer) {
+  if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferAddr: %p is not a live data buffer",
+         static_cast<const void*>(dataBuffer));
+    return nullptr;
+  }
+  return dataBuffer->data;
+}
+
+size_t kilnGetDataBufferSizeV2(const kilnDataBuffer* dataBuffer) {
+  if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferSizeV2: %p is not a live data buffer",
+         static_cast<const void*>(dataBuffer));
+    return 0;
+  }
+  return dataBuffer->size;
+}
+
+// ---- Datasets --------------------------------------------------------------------------------
+
+kilnmdlDataset* kilnmdlCreateDataset(void) {
+  auto* d = new (std::nothrow) kilnmdlDataset();
+  if (!d) {
+    fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset: out of memory");
+    return nullptr;
+  }
+  datasets().add(d);
+  return d;
+}
+
+kilnError kilnmdlDestroyDataset(const kilnmdlDataset* dataset) {
+  if (!dataset || !datasets().remove(dataset))
+    return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDataset: %p is not a live dataset",
+                static_cast<const void*>(dataset));
+  // Its descs stop being handles; a queued execution may still hold (and write) them.
+  for (const auto& d : dataset->descs)
+    if (d) tensor_descs().remove(d.get());
+  delete dataset;
+  return KILN_SUCCESS;
+}
+
+kilnError kilnmdlAddDatasetBuffer(kilnmdlDataset* dataset, kilnDataBuffer* dataBuffer) {
+  const char* api = "kilnmdlAddDatasetBuffer";
+  if (!dataset || !datasets().contains(dataset))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+                static_cast<void*>(dataset));
+  if (!dataBuffer || !data_buffers().contains(dataBuffer))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
+                static_cast<void*>(dataBuffer));
+  std::lock_guard lock(dataset->mutex);
+  try {
+    dataset->buffers.push_back(dataBuffer);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+  return KILN_SUCCESS;
+}
+
+size_t kilnmdlGetDatasetNumBuffers(const kilnmdlDataset* dataset) {
+  if (!dataset || !datasets().contains(dataset)) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetDatasetNumBuffers: %p is not a live dataset",
+         static_cast<const void*>(dataset));
+    return 0;
+  }
+  std::lock_guard lock(dataset->mutex);
+  return dataset->buffers.size();
+}
+
+kilnDataBuffer* kilnmdlGetDatasetBuffer(const kilnmdlDataset* dataset, size_t index) {
+  const char* api = "kilnmdlGetDatasetBuffer";
+  if (!dataset || !datasets().contains(dataset)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+         static_cast<const void*>(dataset));
+    return nullptr;
+  }
+  std::lock_guard lock(dataset->mutex);
+  if (index >= dataset->buffers.size()) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
+         api, index, dataset->buffers.size());
+    return nullptr;
+  }
+  return dataset->buffers[index];
+}
+
+kilnError kilnmdlSetDatasetTensorDesc(kilnmdlDataset* dataset, kilnTensorDesc* tensorDesc,
+                                      size_t index) {
+  const char* api = "kilnmdlSetDatasetTensorDesc";
+  if (!dataset || !datasets().contains(dataset))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+                static_cast<void*>(dataset));
+  if (!live_desc(api, tensorDesc)) return KILN_ERROR_INVALID_PARAM;
+  for (size_t k = 0; k < tensorDesc->dims.size(); ++k)
+    if (tensorDesc->dims[k] < 0)
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: dim %zu of the desc is %lld; an actual shape has every dim >= 0", api, k,
+                  static_cast<long long>(tensorDesc->dims[k]));
+  std::lock_guard lock(dataset->mutex);
+  if (index >= dataset->buffers.size())
+    return fail(KILN_ERROR_INVALID_PARAM,
+                "%s: index %zu is out of range (the dataset has %zu buffers)", api, index,
+                dataset->buffers.size());
+  try {
+    if (dataset->descs.size() < dataset->buffers.size())
+      dataset->descs.resize(dataset->buffers.size());
+    std::shared_ptr<kilnTensorDesc>& slot = dataset->descs[index];
+    if (!slot) {
+      slot = std::make_shared<kilnTensorDesc>();
+      slot->owned_by_dataset = true;
+      tensor_descs().add(slot.get());
+    }
+    std::lock_guard desc_lock(owned_desc_mutex());
+    slot->dtype = tensorDesc->dtype;
+    slot->dims = tensorDesc->dims;
+    slot->format = tensorDesc->format;
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+  return KILN_SUCCESS;
+}
+
+kilnTensorDesc* kilnmdlGetDatasetTensorDesc(const kilnmdlDataset* dataset, size_t index) {
+  const char* api = "kilnmdlGetDatasetTensorDesc";
+  if (!dataset || !datasets().contains(dataset)) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+         static_cast<const void*>(dataset));
+    return nullptr;
+  }
+  std::lock_guard lock(dataset->mutex);
+  if (index >= dataset->buffers.size()) {
+    fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
+         api, index, dataset->buffers.size());
+    return nullptr;
+  }
+  if (index >= dataset->descs.size() || !dataset->descs[index]) {
+    fail(KILN_ERROR_INVALID_PARAM,
+         "%s: buffer %zu has no tensor desc (none set, and no execution wrote one)", api, index);
+    return nullptr;
+  }
+  return dataset->descs[index].get();
+}
+
+// ---- Model descs -----------------------------------------------------------------------------
+
+kilnmdlDesc* kilnmdlCreateDesc(void) {
+  auto* d = new (std::nothrow) kilnmdlDesc();
+  if (!d) {
+    fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDesc: out of memory");
+    return nullptr;
+  }
+  model_descs().add(d);
+  return d;
+}
+
+kilnError kilnmdlDestroyDesc(kilnmdlDesc* modelDesc) {
+  if (!modelDesc || !model_descs().remove(modelDesc))
+    return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDesc: %p is not a live model desc",
+                static_cast<void*>(modelDesc));
+  delete modelDesc;
+  return KILN_SUCCESS;
+}
+
+kilnError kilnmdlGetDesc(kilnmdlDesc* modelDesc, uint32_t modelId) {
+  const char* api = "kilnmdlGetDesc";
+  KILN_REQUIRE_INIT(api);
+  if (!modelDesc || !model_descs().contains(modelDesc))
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live model desc", api,
+                static_cast<void*>(modelDesc));
+  kilnError error = KILN_SUCCESS;
+  std::shared_ptr<Model> m = find_model(api, modelId, &error);
+  if (!m) return error;
+  modelDesc->inputs = m->inputs();
+  modelDesc->outputs = m->outputs();
+  modelDesc->model_id = modelId;
+  modelDesc->filled = true;
+  return KILN_SUCCESS;
+}
+
+size_t kilnmdlGetNumInputs(kilnmdlDesc* modelDesc) {
+  if (!modelDesc || !model_descs().contains(modelDesc)) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumInputs: %p is not a live model desc",
+         static_cast<void*>(modelDesc));
+    return 0;
+  }
+  return modelDesc->inputs.size();
+}
+
+size_t kilnmdlGetNumOutputs(kilnmdlDesc* modelDesc) {
+  if (!modelDesc || !model_descs().contains(modelDesc)) {
+    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumOutputs: %p is not a live model desc",
+         static_cast<void*>(modelDesc));
+    return 0;
+  }
+  return modelDesc->outputs.size();
+}
+
+size_t kilnmdlGetInputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetInputSizeByIndex", modelDesc, index, true);
+  return io ? io->size_bytes : 0;
+}
+
+size_t kilnmdlGetOutputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetOutputSizeByIndex", modelDesc, index, false);
+  return io ? io->size_bytes : 0;
+}
+
+const char* kilnmdlGetInputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetInputNameByIndex", modelDesc, index, true);
+  return io ? io->name.c_str() : nullptr;
+}
+
+const char* kilnmdlGetOutputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetOutputNameByIndex", modelDesc, index, false);
+  return io ? io->name.c_str() : nullptr;
+}
+
+kilnError kilnmdlGetInputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
+                                     size_t* index) {
+  return index_by_name("kilnmdlGetInputIndexByName", modelDesc, name, index, true);
+}
+
+kilnError kilnmdlGetOutputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
+                                      size_t* index) {
+  return index_by_name("kilnmdlGetOutputIndexByName", modelDesc, name, index, false);
+}
+
+kilnError kilnmdlGetInputDims(const kilnmdlDesc* modelDesc, size_t index, kilnmdlIODims* dims) {
+  return get_dims("kilnmdlGetInputDims", modelDesc, index, dims, true);
+}
+
+kilnError kilnmdlGetOutputDims(const kilnmdlDesc* modelDesc, size_t index, kilnmdlIODims* dims) {
+  return get_dims("kilnmdlGetOutputDims", modelDesc, index, dims, false);
+}
+
+kilnDataType kilnmdlGetInputDataType(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetInputDataType", modelDesc, index, true);
+  return io ? io->c_dtype : KILN_DT_UNDEFINED;
+}
+
+kilnDataType kilnmdlGetOutputDataType(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetOutputDataType", modelDesc, index, false);
+  return io ? io->c_dtype : KILN_DT_UNDEFINED;
+}
+
+kilnFormat kilnmdlGetInputFormat(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetInputFormat", modelDesc, index, true);
+  return io ? io->format : KILN_FORMAT_UNDEFINED;
+}
+
+kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index) {
+  const ModelIo* io = io_at("kilnmdlGetOutputFormat", modelDesc, index, false);
+  return io ? io->format : KILN_FORMAT_UNDEFINED;
+}
+
+// ---- Loading ---------------------------------------------------------------------------------
+
+kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId) {
+  const char* api = "kilnmdlLoadFromFile";
+  KILN_REQUIRE_INIT(api);
+  if (!modelPath || !modelId)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
+  try {
+    return load(api, kiln::model::load_model(modelPath), std::nullopt, modelId);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, modelPath);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}
+
+kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* modelId) {
+  const char* api = "kilnmdlLoadFromMem";
+  KILN_REQUIRE_INIT(api);
+  if (!model || !modelSize || !modelId)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: model and modelId must not be NULL, modelSize not 0",
+                api);
+  if (std::optional<Allocation> a = MemoryRegistry::get().find(model, 1);
+      a && a->kind == MemoryKind::kDevice)
+    return fail(KILN_ERROR_INVALID_MEMORY,
+                "%s: model %p is device memory of cpu:%d; the bytes must be in host memory", api,
+                model, a->device);
+  try {
+    return load(api, kiln::model::load_model_from_memory(model, modelSize), std::nullopt, modelId);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}
+
+kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
+                                     size_t workSize, void* weightPtr, size_t weightSize) {
+  const char* api = "kilnmdlLoadFromFileWithMem";
+  KILN_REQUIRE_INIT(api);
+  if (!modelPath || !modelId)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
+  if (weightPtr)
+    return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
+                "%s: weightPtr must be NULL: weights stay in the mapped model file, shared by "
+                "every execution",
+                api);
+  // As in AscendCL, a NULL workPtr leaves the activation memory to the runtime.
+  std::optional<BufferRef> workspace;
+  if (workPtr) workspace = BufferRef{workPtr, workSize};
+  try {
+    return load(api, kiln::model::load_model(modelPath), workspace, modelId);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, modelPath);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}
+
+kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weightSize) {
+  const char* api = "kilnmdlQuerySize";
+  KILN_REQUIRE_INIT(api);
+  if (!fileName || !workSize || !weightSize)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: fileName, workSize and weightSize must not be NULL",
+                api);
+  try {
+    auto loaded = kiln::model::load_model(fileName);
+    if (!loaded.ok())
+      return fail(load_error_code(loaded.status()), "%s: %s", api,
+                  loaded.status().to_string().c_str());
+    auto sizes = model_sizes(*loaded->graph);
+    if (!sizes.ok())
+      return fail(KILN_ERROR_FEATURE_UNSUPPORTED, "%s: %s: %s", api, fileName,
+                  sizes.status().to_string().c_str());
+    *workSize = sizes->work_bytes;
+    *weightSize = sizes->weight_bytes;
+    return KILN_SUCCESS;
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, fileName);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}
+
+kilnError kilnmdlUnload(uint32_t modelId) {
+  const char* api = "kilnmdlUnload";
+  KILN_REQUIRE_INIT(api);
+  std::shared_ptr<Model> m = ModelTable::get().remove(modelId);
+  if (!m)
+    return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
+  // New executions no longer find the id; wait for the ones already running or queued.
+  m->wait_idle();
+  return KILN_SUCCESS;
+}
+
+// ---- Execution -------------------------------------------------------------------------------
+
+kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output) {
+  const char* api = "kilnmdlExecute";
+  KILN_REQUIRE_INIT(api);
+  kilnError error = KILN_SUCCESS;
+  std::shared_ptr<ExecutionToken> token;
+  std::shared_ptr<Model> m = find_model(api, modelId, &error, &token);
+  if (!m) return error;
+  Context* ctx = current_context();
+  if (!ctx)
+    return fail(
+        KILN_ERROR_RT_CONTEXT_NULL,
+        "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)",
+        api);
+  if (&ctx->device() != &m->device())
+    return fail(KILN_ERROR_RESOURCE_NOT_MATCH,
+                "%s: model %u was loaded on %s, the current context is on %s", api, modelId,
+                m->device().name().c_str(), ctx->device().name().c_str());
+  try {
+    ExecutionRequest request;
+    std::vector<std::shared_ptr<kilnTensorDesc>> output_descs;
+    CodedStatus s = make_request(*m, input, output, &request, &output_descs);
+    if (s.ok()) s = m->bind(request);
+    if (!s.ok()) return fail_coded(api, s);
+    std::vector<std::vector<int64_t>> dims;
+    {
+      Device& device = m->device();
+      std::lock_guard engine(device.compute_engine());
+      ComputeScope scope(device);
+      s = m->run(request, &dims);
+    }
+    if (!s.ok()) return fail_coded(api, s);
+    write_output_descs(*m, dims, output_descs);
+    return KILN_SUCCESS;
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}
+
+kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output,
+                              kilnrtStream stream) {
+  const char* api = "kilnmdlExecuteAsync";
+  KILN_REQUIRE_INIT(api);
+  kilnError error = KILN_SUCCESS;
+  // The token keeps the model alive and counted in flight until the task has run, or was
+  // dropped unrun (a stream in error state skips it).
+  std::shared_ptr<ExecutionToken> token;
+  std::shared_ptr<Model> m = find_model(api, modelId, &error, &token);
+  if (!m) return error;
+  kiln::Expected<Stream*> resolved = resolve_stream(stream, api);
+  if (!resolved.ok()) return fail(resolved.status());
+  Stream* s = *resolved;
+  if (&s->device() != &m->device())
+    return fail(KILN_ERROR_RT_STREAM_CONTEXT, "%s: model %u was loaded on %s, %s is on %s", api,
+                modelId, m->device().name().c_str(), s->name().c_str(), s->device().name().c_str());
+  try {
+    auto request = std::make_shared<ExecutionRequest>();
+    auto output_descs = std::make_shared<std::vector<std::shared_ptr<kilnTensorDesc>>>();
+    CodedStatus st = make_request(*m, input, output, request.get(), output_descs.get());
+    if (st.ok()) st = m->bind(*request);
+    if (!st.ok()) return fail_coded(api, st);
+    s->submit(Engine::kCompute, [m, request, output_descs, token]() -> kiln::Status {
+      kiln::Status result;
+      try {
+        std::vector<std::vector<int64_t>> dims;
+        CodedStatus r = m->run(*request, &dims);
+        if (r.ok()) {
+          write_output_descs(*m, dims, *output_descs);
+        } else {
+          result = std::move(r.status);
+          result.add_context("kilnmdlExecuteAsync of model %u", m->id());
+        }
+      } catch (const std::bad_alloc&) {
+        result =
+            kiln::resource_exhausted("kilnmdlExecuteAsync of model %u: out of memory", m->id());
+      } catch (const std::exception& e) {
+        result = kiln::internal_error("kilnmdlExecuteAsync of model %u: unexpected exception: %s",
+                                      m->id(), e.what());
+      }
+      // Released here rather than when the stream drops the task: kilnmdlUnload waits for it.
+      token->release();
+      return result;
+    });
+    return KILN_SUCCESS;
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
+  }
+}

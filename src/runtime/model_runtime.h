@@ -1,0 +1,247 @@
+// Loaded models behind the kilnmdl* C API: the model table (ids), one prepared executor
+// per model shared by every execution, execution contexts with their own activation
+// arenas, binding of caller buffers to model inputs and outputs, and the workspace bound
+// reported by kilnmdlQuerySize.
+//
+// Threading: a Model may be executed from any number of threads and streams at once. The
+// graph and its weights (views of the mapped .kiln file) are shared read-only; each
+// execution takes an ExecutionContext from the model's pool, so executions never share
+// activation memory. A model loaded with a caller workspace has a single context and runs
+// one execution at a time.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "kiln/kiln.h"
+#include "model/kiln_model.h"
+#include "runtime/device.h"
+#include "runtime/graph_executor.h"
+
+namespace kiln::rt {
+
+// A Status together with the C error code it becomes at the API boundary.
+struct CodedStatus {
+  kilnError code = KILN_SUCCESS;
+  Status status;
+  bool ok() const { return code == KILN_SUCCESS; }
+};
+CodedStatus coded(kilnError code, Status status);
+
+// Kiln DataType <-> kilnDataType (AscendCL numbering). Types with no C twin (float8,
+// packed 4-bit and 2-bit types) map to KILN_DT_UNDEFINED.
+kilnDataType to_c_dtype(DataType t);
+// nullopt for KILN_DT_UNDEFINED and values outside the enum.
+std::optional<DataType> from_c_dtype(kilnDataType t);
+
+// ---- Activation arenas -------------------------------------------------------------------
+
+// The TensorAllocator an execution context installs while its execution runs. Blocks are
+// kept in free lists by exact (64-byte rounded) size and reused by later allocations of
+// that size, so the steady state of a model with fixed shapes allocates nothing.
+//  - Heap arena: fresh blocks come from the heap; a size unused for several executions is
+//    given back, so models whose shapes change do not hoard memory.
+//  - Workspace arena: blocks are carved from a caller-given range (bump pointer plus the
+//    free lists), reset at the start of each execution. When the range is used up the
+//    allocation is refused (never overrun), refused() turns true, and the execution fails.
+class ExecutionArena final : public TensorAllocator {
+ public:
+  ExecutionArena();                         // heap
+  ExecutionArena(void* base, size_t size);  // workspace; base must be 64-byte aligned
+  ~ExecutionArena() override;
+  ExecutionArena(const ExecutionArena&) = delete;
+  ExecutionArena& operator=(const ExecutionArena&) = delete;
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p, size_t bytes) override;
+
+  // Called at the start of each execution.
+  void begin_run();
+  // True if an allocation was refused since begin_run; `bytes` gets its size.
+  bool refused(size_t* bytes = nullptr) const;
+
+  struct Stats {
+    uint64_t fresh_blocks = 0;   // blocks taken from the heap / bump pointer, ever
+    uint64_t reused_blocks = 0;  // allocations served from a free list, ever
+    size_t in_use = 0;           // bytes handed out now
+    size_t peak_in_use = 0;      // highest in_use
+    size_t held = 0;             // heap: bytes owned (in use + free lists); workspace: bump offset
+  };
+  Stats stats() const;
+
+ private:
+  struct Bucket {
+    std::vector<void*> free;
+    uint64_t last_run = 0;  // the last execution that allocated this size
+  };
+  void release_bucket_locked(Bucket& b, size_t bytes);
+
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, Bucket> buckets_;
+  char* base_ = nullptr;  // workspace, or null for the heap
+  size_t size_ = 0;
+  size_t offset_ = 0;
+  uint64_t run_ = 0;
+  bool refused_ = false;
+  size_t refused_bytes_ = 0;
+  Stats stats_;
+};
+
+// ---- Workspace bound ---------------------------------------------------------------------
+
+struct ModelSizes {
+  size_t work_bytes = 0;    // activation workspace an execution needs at most
+  size_t weight_bytes = 0;  // constant data the model carries (stays in the mapped file)
+};
+// Fails (naming the value or node) when the workspace cannot be bounded: a value whose
+// dims are not fixed, a sequence, or a Loop/Scan whose trip count is known only at run
+// time.
+Expected<ModelSizes> model_sizes(const ir::Graph& graph);
+
+// ---- Models ------------------------------------------------------------------------------
+
+// An input or output of a model as the C API sees it. The model's inputs are the graph
+// inputs without an initializer, in graph order: an input that has an initializer is an
+// overridable constant of the ONNX model and keeps its value (ONNX test data and ONNX
+// Runtime number inputs the same way).
+struct ModelIo {
+  std::string name;
+  DataType dtype = DataType::kUndefined;
+  kilnDataType c_dtype = KILN_DT_UNDEFINED;
+  bool has_rank = true;
+  std::vector<int64_t> dims;           // -1 for a dim not fixed at compile time; empty if !has_rank
+  bool is_static = false;              // rank and every dim known
+  size_t size_bytes = 0;               // 0 unless is_static
+  kilnFormat format = KILN_FORMAT_ND;  // NCHW for rank 4, ND otherwise
+  size_t graph_index = 0;              // index in graph().inputs() / outputs()
+};
+
+// Caller memory for one input or output of an execution.
+struct BufferRef {
+  void* data = nullptr;
+  size_t size = 0;
+};
+struct InputBinding {
+  BufferRef buffer;
+  std::optional<std::vector<int64_t>> dims;  // from kilnmdlSetDatasetTensorDesc
+  kilnDataType dtype = KILN_DT_UNDEFINED;    // from that desc (UNDEFINED: the model's)
+};
+// One execution's inputs and outputs, validated by Model::bind before it is queued.
+struct ExecutionRequest {
+  std::vector<InputBinding> inputs;
+  std::vector<BufferRef> outputs;
+  std::vector<std::vector<int64_t>> input_dims;  // resolved by bind
+};
+
+class ExecutionContext;
+class Model;
+
+// Counts one execution of a model in flight (see Model::begin_execution). Shared by the
+// copies of a queued task; release() is idempotent and also runs at destruction, so a task
+// the stream skips releases it too.
+class ExecutionToken {
+ public:
+  explicit ExecutionToken(std::shared_ptr<Model> model);
+  ~ExecutionToken() { release(); }
+  ExecutionToken(const ExecutionToken&) = delete;
+  ExecutionToken& operator=(const ExecutionToken&) = delete;
+  void release();
+
+ private:
+  std::shared_ptr<Model> model_;  // the token keeps the model alive
+  std::atomic<bool> released_{false};
+};
+
+class Model : public std::enable_shared_from_this<Model> {
+ public:
+  // Prepares `loaded` for `device`. With `workspace` (64-byte aligned device memory of the
+  // device, at least model_sizes().work_bytes) activations come only from it.
+  static CodedStatus create(model::LoadedModel loaded, Device& device,
+                            std::optional<BufferRef> workspace, std::shared_ptr<Model>* out);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  uint32_t id() const { return id_; }
+  void set_id(uint32_t id) { id_ = id; }
+  Device& device() const { return device_; }
+  const std::vector<ModelIo>& inputs() const { return inputs_; }
+  const std::vector<ModelIo>& outputs() const { return outputs_; }
+  const ir::Graph& graph() const { return *loaded_.graph; }
+
+  // Checks a request against the model (counts, dtypes, shapes, buffer sizes, that every
+  // buffer is device memory of the model's device) and resolves the input dims.
+  CodedStatus bind(ExecutionRequest& request) const;
+  // Runs a bound request on the calling thread (which holds the device's compute engine)
+  // and copies the outputs into their buffers; `output_dims` gets each output's dims.
+  CodedStatus run(const ExecutionRequest& request, std::vector<std::vector<int64_t>>* output_dims);
+
+  // Counts an execution in flight until the token is released. wait_idle() waits for
+  // every token (kilnmdlUnload).
+  std::shared_ptr<ExecutionToken> begin_execution();
+  void wait_idle();
+
+  struct Stats {
+    size_t contexts = 0;           // execution contexts made so far
+    ExecutionArena::Stats arenas;  // summed over the contexts
+    uint64_t executions = 0;
+  };
+  Stats stats() const;
+
+ private:
+  friend class ExecutionToken;
+  Model(model::LoadedModel loaded, Device& device);
+  ExecutionContext* acquire_context();
+  void release_context(ExecutionContext* ctx);
+
+  uint32_t id_ = 0;
+  model::LoadedModel loaded_;
+  Device& device_;
+  std::unique_ptr<GraphExecutor> executor_;
+  std::vector<ModelIo> inputs_;
+  std::vector<ModelIo> outputs_;
+  std::optional<BufferRef> workspace_;
+  std::mutex workspace_mutex_;  // one execution at a time with a workspace
+
+  mutable std::mutex pool_mutex_;
+  std::vector<std::unique_ptr<ExecutionContext>> contexts_;  // all, for stats
+  std::vector<ExecutionContext*> idle_;
+  uint64_t executions_ = 0;
+
+  std::mutex inflight_mutex_;
+  std::condition_variable inflight_cv_;
+  int64_t inflight_ = 0;
+};
+
+// Loaded models by id. Ids come from a counter and are never reused in a process.
+class ModelTable {
+ public:
+  static ModelTable& get();
+  uint32_t add(std::shared_ptr<Model> model);
+  // With `token`, also begins an execution of the model (Model::begin_execution) under the
+  // table's lock, so kilnmdlUnload either sees it in flight or the caller sees no model.
+  std::shared_ptr<Model> find(uint32_t id, std::shared_ptr<ExecutionToken>* token = nullptr) const;
+  std::shared_ptr<Model> remove(uint32_t id);
+  std::vector<std::shared_ptr<Model>> remove_all();
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<uint32_t, std::shared_ptr<Model>> models_;
+  uint32_t next_id_ = 1;
+};
+
+// Maps a model-loading Status to its C error code (missing file, bad file, unsupported).
+kilnError load_error_code(const Status& status);
+
+}  // namespace kiln::rt

@@ -1,0 +1,423 @@
+// Streams (an in-order queue run by one host thread) and events (generations completed
+// by record tasks).
+#include "runtime/stream.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::rt {
+namespace {
+
+// How long an idle stream thread looks for more work before it sleeps: long enough to
+// catch the next task of a caller submitting in a loop (no wake-up system call), short
+// enough not to burn a core the device's kernels could use. The first part spins with
+// pause; the rest yields between looks, so a thread that is ready to run on this core
+// (the submitter, another stream) gets it.
+constexpr auto kSpin = std::chrono::microseconds(1);
+constexpr auto kSpinYield = std::chrono::microseconds(4);
+
+// A waiting task re-checks the abandon flag this often (only while blocked).
+constexpr int64_t kAbandonPollMs = 50;
+
+std::atomic<bool> event_waits_abandoned{false};
+
+// Set on each stream's own thread.
+thread_local Stream* t_worker_stream = nullptr;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
+
+void set_event_waits_abandoned(bool abandoned) {
+  event_waits_abandoned.store(abandoned, std::memory_order_release);
+}
+
+// ---- Stream ------------------------------------------------------------------------------
+
+Stream::Stream(Device& device, Context* context)
+    : device_(device),
+      context_(context),
+      completed_(std::make_shared<std::atomic<uint64_t>>(0)),
+      thread_([this] { worker(); }) {
+  device_.add_stream(this);
+}
+
+Stream::~Stream() {
+  KILN_CHECK(!on_worker_thread(), "%s destroyed from one of its own tasks", name().c_str());
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    wake = worker_sleeping_;
+  }
+  if (wake) work_cv_.notify_one();
+  thread_.join();  // the worker drains the queue first
+  device_.remove_stream(this);
+}
+
+std::string Stream::name() const {
+  return str_format("stream %p on %s", static_cast<const void*>(this), device_.name().c_str());
+}
+
+uint64_t Stream::submit(Engine engine, Task task) {
+  return enqueue(engine, std::move(task), /*always=*/false);
+}
+
+uint64_t Stream::enqueue(Engine engine, Task task, bool always) {
+  uint64_t seq;
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    seq = ++next_seq_;
+    queue_.push_back(Item{engine, std::move(task), seq, always});
+    published_.store(seq, std::memory_order_release);
+    wake = worker_sleeping_;
+  }
+  // A spinning or busy worker finds the task without a wake-up.
+  if (wake) work_cv_.notify_one();
+  return seq;
+}
+
+bool Stream::spin_for_work(uint64_t seen) const {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    // Look at the submitter's counter only every few pauses: each look pulls its cache
+    // line away from the submitter, and a few tasks arriving meanwhile make one batch.
+    for (int i = 0; i < 4; ++i) {
+      if (published_.load(std::memory_order_acquire) != seen) return true;
+      for (int k = 0; k < 16; ++k) cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() - start > kSpin) break;
+  }
+  for (;;) {
+    std::this_thread::yield();
+    if (published_.load(std::memory_order_acquire) != seen) return true;
+    if (std::chrono::steady_clock::now() - start > kSpinYield) return false;
+  }
+}
+
+void Stream::worker() {
+  // The stream's thread lives on the device's cores, so its compute tasks need no
+  // affinity change (ComputeScope finds the thread already there).
+  pin_thread_to_cores(device_.cores());
+  t_worker_stream = this;
+  std::vector<Item> batch;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (queue_.empty()) {
+      if (stopping_) return;
+      uint64_t seen = next_seq_;
+      lock.unlock();
+      bool arrived = spin_for_work(seen);
+      lock.lock();
+      if (!arrived) {
+        while (queue_.empty() && !stopping_) {
+          worker_sleeping_ = true;
+          work_cv_.wait(lock);
+          worker_sleeping_ = false;
+        }
+      }
+      continue;
+    }
+    // Take everything queued at once: one lock round trip per batch, not per task.
+    batch.swap(queue_);
+    lock.unlock();
+    for (Item& item : batch) run_item(item);
+    batch.clear();
+    lock.lock();
+  }
+}
+
+void Stream::run_item(Item& item) {
+  Status status;
+  if (item.task && (item.always || !has_error_.load(std::memory_order_acquire))) {
+    switch (item.engine) {
+      case Engine::kCompute: {
+        std::lock_guard engine(device_.compute_engine());
+        ComputeScope scope(device_);
+        status = item.task();
+        break;
+      }
+      case Engine::kCopy: {
+        std::lock_guard engine(device_.copy_engine());
+        status = item.task();
+        break;
+      }
+      case Engine::kHost:
+        status = item.task();
+        break;
+    }
+  }
+  item.task = nullptr;  // release what the task captured before anyone sees it done
+  if (!status.ok()) {
+    std::lock_guard lock(mutex_);
+    if (error_.ok()) {
+      status.add_context("task %llu on %s", static_cast<unsigned long long>(item.seq),
+                         name().c_str());
+      error_ = std::move(status);
+      has_error_.store(true, std::memory_order_release);
+    }
+  }
+  // Pairs with the requests of wait_idle() and Device::synchronize(): either the waiter
+  // sees the new count when it checks, or this thread sees its request and wakes it.
+  completed_->store(item.seq, std::memory_order_seq_cst);
+  if (item.seq >= notify_at_.load(std::memory_order_seq_cst)) {
+    {
+      std::lock_guard lock(mutex_);
+      notify_at_.store(kNoRequest, std::memory_order_seq_cst);
+    }
+    done_cv_.notify_all();  // waiters not done yet ask again
+  }
+  if (item.seq >= device_notify_at_.load(std::memory_order_seq_cst)) {
+    device_.notify_progress(device_notify_at_);
+  }
+}
+
+Status Stream::wait_idle(int64_t timeout_ms) {
+  if (on_worker_thread()) {
+    return failed_precondition("%s: cannot wait for the stream from one of its own tasks",
+                               name().c_str());
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::unique_lock lock(mutex_);
+  uint64_t target = next_seq_;
+  bool finished = true;
+  for (;;) {
+    // Ask the worker to wake us at `target` (the lowest request wins; whoever is woken
+    // early asks again), then check: see run_item().
+    if (target < notify_at_.load(std::memory_order_seq_cst)) {
+      notify_at_.store(target, std::memory_order_seq_cst);
+    }
+    if (completed_->load(std::memory_order_seq_cst) >= target) break;
+    if (timeout_ms < 0) {
+      done_cv_.wait(lock);
+    } else if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+               completed_->load(std::memory_order_seq_cst) < target) {
+      finished = false;
+      break;
+    }
+  }
+  if (!finished) {
+    uint64_t left = target - completed_->load(std::memory_order_acquire);
+    return deadline_exceeded("%s: %llu of %llu tasks still pending after %lld ms", name().c_str(),
+                             static_cast<unsigned long long>(left),
+                             static_cast<unsigned long long>(target),
+                             static_cast<long long>(timeout_ms));
+  }
+  return Status();
+}
+
+Status Stream::take_error() {
+  std::lock_guard lock(mutex_);
+  Status error = std::move(error_);
+  error_ = Status();
+  has_error_.store(false, std::memory_order_release);
+  return error;
+}
+
+Status Stream::synchronize(int64_t timeout_ms) {
+  KILN_RETURN_IF_ERROR(wait_idle(timeout_ms));
+  return take_error();
+}
+
+bool Stream::on_worker_thread() const { return t_worker_stream == this; }
+
+Stream* Stream::current() { return t_worker_stream; }
+
+bool Stream::idle() const {
+  std::lock_guard lock(mutex_);
+  return completed_->load(std::memory_order_acquire) >= next_seq_;
+}
+
+uint64_t Stream::submitted() const {
+  std::lock_guard lock(mutex_);
+  return next_seq_;
+}
+
+StreamFence Stream::fence() const {
+  std::lock_guard lock(mutex_);
+  return StreamFence{completed_, next_seq_};
+}
+
+void Stream::wait_event(const Event& event) {
+  uint64_t generation = event.generation();
+  // Nothing to wait for: never recorded, or that record already ran.
+  if (generation == 0 || event.is_complete(generation)) return;
+  event.acquire();
+  const Event* e = &event;
+  enqueue(
+      Engine::kHost,
+      [e, generation]() -> Status {
+        Status status;
+        for (;;) {
+          status = e->wait(generation, kAbandonPollMs);
+          if (status.ok() || event_waits_abandoned.load(std::memory_order_acquire)) break;
+        }
+        e->release();
+        if (!status.ok()) status.add_context("wait for an event abandoned by kilnFinalize");
+        return status;
+      },
+      /*always=*/true);
+}
+
+// ---- Event -------------------------------------------------------------------------------
+
+Event::~Event() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return uses_ == 0; });
+}
+
+void Event::destroy(std::unique_ptr<Event> event) {
+  if (!event) return;
+  {
+    std::lock_guard lock(event->mutex_);
+    if (event->uses_ > 0) {
+      event->retired_ = true;
+      event.release();  // the last release() deletes it
+      return;
+    }
+  }
+  // No use left: `event` deletes it here.
+}
+
+void Event::acquire() const {
+  std::lock_guard lock(mutex_);
+  ++uses_;
+}
+
+void Event::release() const {
+  bool last_of_retired = false;
+  {
+    std::lock_guard lock(mutex_);
+    --uses_;
+    if (uses_ == 0) {
+      if (retired_) {
+        last_of_retired = true;
+      } else {
+        cv_.notify_all();  // a destructor may be waiting
+      }
+    }
+  }
+  if (last_of_retired) delete this;
+}
+
+void Event::record(Stream& stream) {
+  uint64_t generation;
+  {
+    std::lock_guard lock(mutex_);
+    generation = ++recorded_;
+    ++uses_;
+  }
+  stream.enqueue(
+      Engine::kHost,
+      [this, generation]() -> Status {
+        complete(generation);
+        release();
+        return Status();
+      },
+      /*always=*/true);
+}
+
+void Event::complete(uint64_t generation) {
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  if (generation == completed_ + 1) {
+    completed_ = generation;
+    while (!completed_early_.empty() && completed_early_.front() == completed_ + 1) {
+      completed_ = completed_early_.front();
+      completed_early_.erase(completed_early_.begin());
+    }
+  } else if (generation > completed_) {
+    completed_early_.insert(
+        std::upper_bound(completed_early_.begin(), completed_early_.end(), generation),
+        generation);
+  }
+  if (generation > base_ && generation >= time_generation_) {
+    time_ = now;
+    time_generation_ = generation;
+    has_time_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Event::reset() {
+  std::lock_guard lock(mutex_);
+  base_ = recorded_;
+  has_time_ = false;
+}
+
+void Event::reset_up_to(uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  base_ = std::max(base_, generation);
+  if (time_generation_ <= base_) has_time_ = false;
+}
+
+void Event::enqueue_reset(Stream& stream) {
+  uint64_t generation;
+  {
+    std::lock_guard lock(mutex_);
+    generation = recorded_;  // later records are not undone by this reset
+    ++uses_;
+  }
+  stream.enqueue(
+      Engine::kHost,
+      [this, generation]() -> Status {
+        reset_up_to(generation);
+        release();
+        return Status();
+      },
+      /*always=*/true);
+}
+
+uint64_t Event::generation() const {
+  std::lock_guard lock(mutex_);
+  return recorded_ > base_ ? recorded_ : 0;
+}
+
+bool Event::is_complete(uint64_t generation) const {
+  std::lock_guard lock(mutex_);
+  return generation <= completed_ ||
+         std::binary_search(completed_early_.begin(), completed_early_.end(), generation);
+}
+
+Status Event::wait(uint64_t generation, int64_t timeout_ms) const {
+  std::unique_lock lock(mutex_);
+  auto done = [&] {
+    return generation <= completed_ ||
+           std::binary_search(completed_early_.begin(), completed_early_.end(), generation);
+  };
+  if (timeout_ms < 0) {
+    cv_.wait(lock, done);
+    return Status();
+  }
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    return deadline_exceeded("event %p: record %llu not complete after %lld ms",
+                             static_cast<const void*>(this),
+                             static_cast<unsigned long long>(generation),
+                             static_cast<long long>(timeout_ms));
+  }
+  return Status();
+}
+
+Expected<std::chrono::steady_clock::time_point> Event::timestamp() const {
+  std::lock_guard lock(mutex_);
+  if (recorded_ <= base_) {
+    return failed_precondition("event %p was never recorded", static_cast<const void*>(this));
+  }
+  if (!has_time_ || time_generation_ != recorded_) {
+    return failed_precondition("event %p: its latest record has not completed yet",
+                               static_cast<const void*>(this));
+  }
+  return time_;
+}
+
+}  // namespace kiln::rt
