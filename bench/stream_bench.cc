@@ -4,7 +4,8 @@
 //    consumer thread (notify on every push);
 //  - event record + kilnrtStreamWaitEvent + synchronize round trip (us) vs a mutex +
 //    condition-variable ping-pong between two threads.
-// Usage: stream_bench [tasks=1000000] [round_trips=20000]
+// Usage: stream_bench [tasks=1000000] [round_trips=20000] [repetitions=5]
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,7 +15,9 @@
 #include <functional>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "runtime/api_internal.h"
@@ -172,13 +175,37 @@ double ping_pong_us(long n) {
   return us;
 }
 
+// Best and median of `reps` runs. The runs of all rows are interleaved round by round,
+// so a burst of load from other processes hits Kiln and its peers alike.
+struct Row {
+  Row(const char* n, std::function<double()> m) : name(n), measure(std::move(m)) {}
+  const char* name;
+  std::function<double()> measure;
+  std::vector<double> samples;
+};
+
+void print_rows(const char* title, const char* unit, std::vector<Row>& rows, int reps) {
+  for (int r = 0; r < reps; ++r) {
+    for (Row& row : rows) row.samples.push_back(row.measure());
+  }
+  std::printf("%-58s %10s %10s\n", title, (std::string("best ") + unit).c_str(),
+              (std::string("median ") + unit).c_str());
+  for (Row& row : rows) {
+    std::sort(row.samples.begin(), row.samples.end());
+    std::printf("%-58s %10.2f %10.2f\n", row.name, row.samples.front(),
+                row.samples[row.samples.size() / 2]);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long tasks = argc > 1 ? std::atol(argv[1]) : 1000000;
   long trips = argc > 2 ? std::atol(argv[2]) : 20000;
-  if (tasks <= 0 || trips <= 0) {
-    std::fprintf(stderr, "usage: stream_bench [tasks>0] [round_trips>0]\n");
+  int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  if (tasks <= 0 || trips <= 0 || reps <= 0) {
+    std::fprintf(stderr, "usage: stream_bench [tasks>0] [round_trips>0] [repetitions>0]\n");
     return 2;
   }
   check(kilnInit(nullptr), "kilnInit");
@@ -193,25 +220,27 @@ int main(int argc, char** argv) {
   stream_empty_task_ns(a, kiln::rt::Engine::kHost, tasks / 10 + 1);
   event_round_trip_us(a, b, e, trips / 10 + 1);
 
-  unsigned cores = std::thread::hardware_concurrency();
-  std::printf("stream_bench: %ld tasks, %ld round trips, %u hardware threads\n\n", tasks, trips,
-              cores);
-  std::printf("%-58s %12s\n", "empty task (submit N, then synchronize)", "ns/task");
-  std::printf("%-58s %12.1f\n", "kiln stream, Engine::kHost",
-              stream_empty_task_ns(a, kiln::rt::Engine::kHost, tasks));
-  std::printf("%-58s %12.1f\n", "kiln stream, submit alone (stream thread held back)",
-              stream_submit_only_ns(a, tasks));
-  std::printf("%-58s %12.1f\n", "kiln stream, Engine::kCompute (engine lock + ComputeScope)",
-              stream_empty_task_ns(a, kiln::rt::Engine::kCompute, tasks));
-  std::printf("%-58s %12.1f\n", "kilnrtLaunchCallback (C API, NO_BLOCK)", api_callback_ns(a, tasks));
-  std::printf("%-58s %12.1f\n", "peer: mutex+condvar queue, one consumer thread",
-              textbook_queue_ns(tasks));
-  std::printf("%-58s %12.1f\n", "peer: direct std::function call", plain_function_ns(tasks));
-  std::printf("\n%-58s %12s\n", "round trip", "us");
-  std::printf("%-58s %12.2f\n", "kiln record + StreamWaitEvent + SynchronizeStream",
-              event_round_trip_us(a, b, e, trips));
-  std::printf("%-58s %12.2f\n", "peer: mutex+condvar ping-pong between two threads",
-              ping_pong_us(trips));
+  std::printf("stream_bench: %ld tasks, %ld round trips, best and median of %d runs, %u hardware "
+              "threads\n\n",
+              tasks, trips, reps, std::thread::hardware_concurrency());
+  std::vector<Row> task_rows = {
+      {"kiln stream, Engine::kHost",
+       [&] { return stream_empty_task_ns(a, kiln::rt::Engine::kHost, tasks); }},
+      {"kiln stream, Engine::kCompute (engine lock + ComputeScope)",
+       [&] { return stream_empty_task_ns(a, kiln::rt::Engine::kCompute, tasks); }},
+      {"kilnrtLaunchCallback (C API, NO_BLOCK)", [&] { return api_callback_ns(a, tasks); }},
+      {"kiln stream, submit alone (stream thread held back)",
+       [&] { return stream_submit_only_ns(a, tasks); }},
+      {"peer: mutex+condvar queue, one consumer thread", [&] { return textbook_queue_ns(tasks); }},
+      {"peer: direct std::function call", [&] { return plain_function_ns(tasks); }},
+  };
+  print_rows("empty task (submit N, then synchronize)", "ns", task_rows, reps);
+  std::vector<Row> trip_rows = {
+      {"kiln record + StreamWaitEvent + SynchronizeStream",
+       [&] { return event_round_trip_us(a, b, e, trips); }},
+      {"peer: mutex+condvar ping-pong between two threads", [&] { return ping_pong_us(trips); }},
+  };
+  print_rows("round trip", "us", trip_rows, reps);
 
   check(kilnrtDestroyEvent(e), "kilnrtDestroyEvent");
   check(kilnrtDestroyStream(a), "kilnrtDestroyStream");

@@ -111,6 +111,7 @@ void Stream::worker() {
   pin_thread_to_cores(device_.cores());
   t_worker_stream = this;
   std::vector<Item> batch;
+  std::atomic<uint64_t>* completed = completed_.get();
   std::unique_lock lock(mutex_);
   for (;;) {
     if (queue_.empty()) {
@@ -131,13 +132,13 @@ void Stream::worker() {
     // Take everything queued at once: one lock round trip per batch, not per task.
     batch.swap(queue_);
     lock.unlock();
-    for (Item& item : batch) run_item(item);
+    for (Item& item : batch) run_item(item, completed);
     batch.clear();
     lock.lock();
   }
 }
 
-void Stream::run_item(Item& item) {
+void Stream::run_item(Item& item, std::atomic<uint64_t>* completed) {
   Status status;
   if (item.task && (item.always || !has_error_.load(std::memory_order_acquire))) {
     switch (item.engine) {
@@ -169,7 +170,7 @@ void Stream::run_item(Item& item) {
   }
   // Pairs with the requests of wait_idle() and Device::synchronize(): either the waiter
   // sees the new count when it checks, or this thread sees its request and wakes it.
-  completed_->store(item.seq, std::memory_order_seq_cst);
+  completed->store(item.seq, std::memory_order_seq_cst);
   if (item.seq >= notify_at_.load(std::memory_order_seq_cst)) {
     {
       std::lock_guard lock(mutex_);
