@@ -172,6 +172,11 @@ KILN_API kilnError kilnrtStreamWaitEvent(kilnrtStream stream, kilnrtEvent event)
 /* ---- Events ----------------------------------------------------------------------- */
 
 KILN_API kilnError kilnrtCreateEvent(kilnrtEvent* event);
+/* Flags of kilnrtCreateEventWithFlag, AscendCL's values; any combination is accepted.
+ * Every Kiln event keeps timestamps and can be waited on, so they change nothing. */
+#define KILN_EVENT_SYNC 0x00000001u
+#define KILN_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002u
+#define KILN_EVENT_TIME_LINE 0x00000008u
 KILN_API kilnError kilnrtCreateEventWithFlag(kilnrtEvent* event, uint32_t flag);
 KILN_API kilnError kilnrtDestroyEvent(kilnrtEvent event);
 /* Completes (and takes a timestamp) when all work submitted to `stream` before it has run. */

@@ -566,9 +566,13 @@ kilnError kilnrtCreateEventWithFlag(kilnrtEvent* event, uint32_t flag) {
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
   if (event == nullptr) return kiln::rt::null_param(kApi, "event");
   *event = nullptr;
-  // 0: default, 1: with timing. Every event takes timestamps (the cost is one clock read).
-  if (flag > 1) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: flag %u is not supported (0 or 1)", kApi, flag);
+  // AscendCL's flags are accepted so ported code runs unchanged; every event takes
+  // timestamps (the cost is one clock read) and can be waited on, so none changes anything.
+  constexpr uint32_t kKnownFlags = KILN_EVENT_SYNC | KILN_EVENT_CAPTURE_STREAM_PROGRESS | KILN_EVENT_TIME_LINE;
+  if ((flag & ~kKnownFlags) != 0) {
+    return fail(KILN_ERROR_INVALID_PARAM,
+                "%s: flag 0x%x has unknown bits (known: KILN_EVENT_SYNC, KILN_EVENT_CAPTURE_STREAM_PROGRESS, "
+                "KILN_EVENT_TIME_LINE)", kApi, flag);
   }
   try {
     auto created = std::make_unique<Event>();

@@ -955,7 +955,7 @@ TEST_F(StreamTest, NullParametersAreInvalidParam) {
             KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(kilnrtGetVersion(nullptr, &v, &v), KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(kilnrtGetRunMode(nullptr), KILN_ERROR_INVALID_PARAM);
-  EXPECT_EQ(kilnrtCreateEventWithFlag(&e, 7), KILN_ERROR_INVALID_PARAM);
+  EXPECT_EQ(kilnrtCreateEventWithFlag(&e, 0x10), KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(kilnrtSynchronizeEventWithTimeout(e, -5), KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(kilnrtSynchronizeDeviceWithTimeout(-3), KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(kilnrtProcessReport(-9), KILN_ERROR_INVALID_PARAM);
