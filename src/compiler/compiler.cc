@@ -164,21 +164,15 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   KILN_RETURN_IF_ERROR(apply_input_shapes(g, options.input_shapes));
   CompiledModel out;
   KILN_LOG(kInfo, "%s: imported %zu nodes", name.c_str(), g.nodes().size());
-  KILN_ASSIGN_OR_RETURN(int folded, fold_constant_nodes(g), "%s", name.c_str());
-  if (folded) out.notes.push_back(str_format("turned %d Constant nodes into weights", folded));
-  KILN_LOG(kInfo, "%s: folded %d Constant nodes", name.c_str(), folded);
-
-  KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
-  KILN_LOG(kInfo, "%s: shapes and types inferred", name.c_str());
-  // Gradient lowering needs the forward shapes; the ops it adds are inferred after it.
-  KILN_ASSIGN_OR_RETURN(int lowered, lower_gradient_nodes(g), "%s", name.c_str());
-  if (lowered) {
-    out.notes.push_back(str_format("lowered %d Gradient nodes into ops", lowered));
-    KILN_RETURN_IF_ERROR(ops::infer_graph(g), "%s", name.c_str());
-  }
-  if (log_enabled(LogLevel::kDebug)) KILN_LOG(kDebug, "%s: graph after inference:\n%s", name.c_str(), ir::to_text(g).c_str());
-  int removed = remove_dead_nodes(g);
-  if (removed) out.notes.push_back(str_format("removed %d dead nodes", removed));
+  out.nodes_before = g.nodes().size();
+  PassContext ctx(options.passes);
+  Status passes = run_passes(g, ctx);
+  out.passes = ctx.records();
+  KILN_RETURN_IF_ERROR(passes, "%s", name.c_str());
+  for (const PassRecord& r : out.passes)
+    out.notes.insert(out.notes.end(), r.notes.begin(), r.notes.end());
+  if (log_enabled(LogLevel::kDebug))
+    KILN_LOG(kDebug, "%s: graph after the passes:\n%s", name.c_str(), ir::to_text(g).c_str());
   KILN_RETURN_IF_ERROR(ir::verify(g), "%s", name.c_str());
   out.info.kiln_version = KILN_VERSION_STRING;
   out.info.source_hash = imported.source_hash;

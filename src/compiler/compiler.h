@@ -1,6 +1,6 @@
-// The compile driver behind `kiln compile`: ONNX -> IR -> fixed input shapes -> shape and
-// type inference -> dead-node removal -> .kiln. The graph engine's optimisation passes
-// (folding, fusion, layout, memory planning) plug in here as they land.
+// The compile driver behind `kiln compile`: ONNX -> IR -> fixed input shapes -> the pass
+// pipeline (pass_manager.h: constant folding, inference, gradient lowering, simplification,
+// CSE, dead-node removal) -> .kiln.
 #pragma once
 
 #include <map>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/pass_manager.h"
 #include "core/status.h"
 #include "frontend/onnx/onnx_importer.h"
 #include "ir/graph.h"
@@ -21,6 +22,7 @@ Expected<InputShapes> parse_input_shapes(const std::string& spec);
 
 struct CompileOptions {
   InputShapes input_shapes;
+  PassOptions passes;  // -O level, disabled passes, verification after each pass
 };
 
 // The result of checking a model (ATC --mode=3): everything found, not just the first.
@@ -35,6 +37,8 @@ struct CompiledModel {
   std::shared_ptr<ir::Graph> graph;
   model::ModelInfo info;
   std::vector<std::string> notes;  // what the compiler did, for the report
+  std::vector<PassRecord> passes;  // one per pass run, in order
+  size_t nodes_before = 0;         // nodes as imported
 };
 
 // Imports an ONNX file and compiles it. Errors name the file and the node at fault.

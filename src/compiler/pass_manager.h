@@ -1,0 +1,99 @@
+// The pass manager: named graph passes, each with a minimum -O level, run in a fixed
+// pipeline order with per-pass records (what changed, how long) for the compile report.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+
+namespace kiln::compiler {
+
+// What one pass did in one compile.
+struct PassRecord {
+  std::string name;
+  int changed = 0;  // rewrites, removed nodes, folded constants: the pass's own unit
+  double ms = 0;
+  std::vector<std::string> notes;
+};
+
+struct PassOptions {
+  int opt_level = 3;                 // 0..3, as -O0..-O3
+  std::set<std::string> disabled;    // pass names; required passes cannot be disabled
+  // Run ir::verify after every pass. On in debug builds and with KILN_VERIFY_PASSES=1.
+  bool verify_each_pass = default_verify_each_pass();
+  static bool default_verify_each_pass();
+};
+
+// Handed to every pass: the options, and the record of the pass being run.
+class PassContext {
+ public:
+  explicit PassContext(PassOptions options = {}) : options_(std::move(options)) {}
+  const PassOptions& options() const { return options_; }
+  int opt_level() const { return options_.opt_level; }
+
+  // Counts rewrites of the running pass.
+  void add_changed(int n) { current().changed += n; }
+  void note(std::string text) { current().notes.push_back(std::move(text)); }
+  const std::vector<PassRecord>& records() const { return records_; }
+
+  // Used by the pass manager.
+  void begin_pass(const std::string& name);
+  PassRecord& current();
+
+ private:
+  PassOptions options_;
+  std::vector<PassRecord> records_;
+  PassRecord scratch_;  // target of add_changed/note outside a managed pass (passes run directly)
+};
+
+using PassFn = std::function<Status(ir::Graph&, PassContext&)>;
+
+struct PassInfo {
+  std::string name;
+  int min_level = 1;      // runs when opt_level >= min_level
+  bool required = false;  // correctness needs it: runs at every level and cannot be switched off
+  std::string description;
+  PassFn run;
+};
+
+// The passes in pipeline order. The built-in passes are registered on first use.
+class PassRegistry {
+ public:
+  static PassRegistry& instance();
+  // Appends a pass to the pipeline; names must be unique.
+  Status add(PassInfo info);
+  const PassInfo* find(const std::string& name) const;
+  const std::vector<PassInfo>& passes() const { return passes_; }
+  // "a, b, c": for error messages.
+  std::string names() const;
+
+ private:
+  std::vector<PassInfo> passes_;
+};
+
+// Whether `info` runs under `options` (level, disabled set, required flag).
+bool pass_enabled(const PassInfo& info, const PassOptions& options);
+
+// Checks that every name in options.disabled is a registered pass and not required.
+Status validate_pass_options(const PassOptions& options);
+
+// Runs the enabled passes in order, recording each one in ctx. With verify_each_pass,
+// a graph the IR verifier rejects names the pass that broke it.
+Status run_passes(ir::Graph& graph, PassContext& ctx);
+// Same with a pipeline of one's own (tests, tools building custom pipelines).
+Status run_passes(ir::Graph& graph, PassContext& ctx, const PassRegistry& registry);
+
+// Parses an ATC-style fusion switch file into pass names to disable. Two forms:
+//   text: one `PassName:off` (or `:on`) per line, '#' starts a comment;
+//   JSON: {"Switch":{"GraphFusion":{"NAME":"off","ALL":"off"},"UBFusion":{...}}}.
+// "ALL":"off" switches off every pass that is not required (required passes keep running);
+// a named "on" after it switches that pass back on. Unknown pass names are errors.
+Expected<std::set<std::string>> parse_fusion_switch_file(const std::string& path);
+Expected<std::set<std::string>> parse_fusion_switch_text(const std::string& text,
+                                                         const std::string& source_name);
+
+}  // namespace kiln::compiler
