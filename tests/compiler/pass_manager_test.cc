@@ -35,7 +35,8 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
   ASSERT_TRUE(o3.ok());
   EXPECT_EQ(names_run(*o3),
             (std::vector<std::string>{"constant_node_folding", "shape_inference", "gradient_lowering",
-                                      "algebraic_simplify", "cse", "dead_node_removal"}));
+                                      "constant_folding", "algebraic_simplify", "batchnorm_folding", "cse",
+                                      "dead_node_removal"}));
   EXPECT_EQ(o3->graph->nodes().size(), 1u);
   EXPECT_EQ(testing::changed(*o3, "constant_node_folding"), 1);
   EXPECT_EQ(testing::changed(*o3, "algebraic_simplify"), 2);
@@ -87,7 +88,8 @@ TEST(FusionSwitchTest, TextForm) {
 TEST(FusionSwitchTest, AllOffKeepsRequiredPasses) {
   auto d = parse_fusion_switch_text("ALL:off\nshape_inference:off\n", "sw.cfg");
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  EXPECT_EQ(*d, (std::set<std::string>{"algebraic_simplify", "cse", "dead_node_removal"}));
+  EXPECT_EQ(*d, (std::set<std::string>{"algebraic_simplify", "batchnorm_folding", "constant_folding", "cse",
+                                       "dead_node_removal"}));
   PassOptions o;
   o.disabled = *d;
   EXPECT_TRUE(validate_pass_options(o).ok());
@@ -100,7 +102,8 @@ TEST(FusionSwitchTest, JsonForm) {
                                     "sw.json");
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   // ALL applies first, so the named "on" wins whatever the key order.
-  EXPECT_EQ(*d, (std::set<std::string>{"algebraic_simplify", "dead_node_removal"}));
+  EXPECT_EQ(*d, (std::set<std::string>{"algebraic_simplify", "batchnorm_folding", "constant_folding",
+                                       "dead_node_removal"}));
   EXPECT_FALSE(parse_fusion_switch_text(R"({"Switch":{"GraphFusion":{"Nope":"off"}}})", "sw.json").ok());
   EXPECT_FALSE(parse_fusion_switch_text(R"({"Switch":{"Other":{}}})", "sw.json").ok());
   EXPECT_FALSE(parse_fusion_switch_text(R"({"Switch": )", "sw.json").ok());

@@ -7,7 +7,8 @@ namespace kiln::compiler {
 
 void register_builtin_passes(PassRegistry& registry) {
   for (PassInfo p : {constant_node_folding_pass(), shape_inference_pass(), gradient_lowering_pass(),
-                     algebraic_simplify_pass(), cse_pass(), dead_node_removal_pass()}) {
+                     constant_folding_pass(), algebraic_simplify_pass(),
+                     batchnorm_folding_pass(), cse_pass(), dead_node_removal_pass()}) {
     Status s = registry.add(std::move(p));
     if (!s.ok()) KILN_LOG(kError, "registering built-in passes: %s", s.to_string().c_str());
   }
