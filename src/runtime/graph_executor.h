@@ -1,7 +1,7 @@
 // GraphExecutor: runs an IR graph node by node with the reference kernels of the op
 // registry. Prepared once (schema lookup, value slots, last-use points), run many times.
-// This is the minimal runtime of the walking skeleton; streams, events and device
-// memory build on it (issue: runtime API).
+// Safe to run from several threads at once (subgraph executors are prepared up front);
+// the C API's model executions (model_runtime.h) run through it on streams.
 #pragma once
 
 #include <memory>
