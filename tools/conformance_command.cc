@@ -3,6 +3,9 @@
 // own forked process, so a crash or a hang (timeout) is that test's failure and the run
 // goes on. An expectations file lists the tests that do not pass yet: a test outside the
 // list that fails, or a listed test that passes, fails the run (so the list only shrinks).
+// With --check-levels each test also runs compiled at -O0, and its -O3 outputs must match
+// the -O0 ones (conformance_compare.h: kLevelRtol relative to max|ref|): any mismatch fails
+// the run, since optimisation must not change results.
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -40,24 +43,78 @@ struct ConformanceArgs {
   std::string write_expectations;
   double timeout_s = 60;
   bool quiet_passes = false;
+  bool check_levels = false;
 };
 
 enum class Outcome { kPass, kFail, kSkip };
+
+// The -O3 vs -O0 check of --check-levels.
+enum class LevelCheck { kNotChecked, kAgree, kMismatch };
 
 struct TestResult {
   std::string name;  // "<suite>/<test>"
   Outcome outcome = Outcome::kFail;
   std::string message;
   double ms = 0;
+  LevelCheck levels = LevelCheck::kNotChecked;
+  std::string levels_message;  // why the levels disagree
+};
+
+// What the level check found in the child: checked or not, and the first disagreement.
+struct LevelResult {
+  bool checked = false;
+  std::string mismatch;  // empty when -O3 and -O0 agree
 };
 
 // ---- One test, run in a child process ------------------------------------------------------
 
-Expected<std::string> run_test(const fs::path& dir) {
+// Compiles the test model at -O0 and runs it on `feeds`: the reference of the level check.
+Expected<std::vector<RuntimeValue>> run_at_o0(const fs::path& dir, const std::vector<rt::NamedValue>& feeds) {
+  compiler::CompileOptions options;
+  options.passes.opt_level = 0;
+  KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file((dir / "model.onnx").string(), options),
+                        "compile");
+  KILN_ASSIGN_OR_RETURN(auto executor, rt::GraphExecutor::create(compiled.graph), "prepare");
+  std::vector<RuntimeValue> outputs;
+  KILN_RETURN_IF_ERROR(executor->run(feeds, &outputs), "run");
+  return outputs;
+}
+
+// Compares the -O3 outputs with a -O0 run of the same inputs (outputs of random ops excepted).
+LevelResult check_levels(const fs::path& dir, const ir::Graph& g, const std::vector<rt::NamedValue>& feeds,
+                         const std::vector<RuntimeValue>& outputs, const RandomOutputs& random) {
+  LevelResult result;
+  result.checked = true;
+  auto reference = run_at_o0(dir, feeds);
+  if (!reference.ok()) {
+    result.mismatch = "-O0 fails where -O3 runs: " + reference.status().to_string();
+    return result;
+  }
+  if (reference->size() != outputs.size()) {
+    result.mismatch = str_format("-O0 gives %zu outputs, -O3 %zu", reference->size(), outputs.size());
+    return result;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const ir::Value* v = g.outputs()[i];
+    if (random.for_output(v)) continue;
+    ValueDiff d = diff_values(outputs[i], (*reference)[i], kLevelRtol, kLevelAtol);
+    if (d.within()) continue;
+    result.mismatch = d.mismatch.empty()
+                          ? str_format("output '%s': -O3 differs from -O0 by %g (max |ref| %g, %.3g x tolerance)",
+                                       v->name().c_str(), d.max_abs, d.max_ref, d.error)
+                          : str_format("output '%s': -O3 %s", v->name().c_str(), d.mismatch.c_str());
+    return result;
+  }
+  return result;
+}
+
+Expected<std::string> run_test(const fs::path& dir, bool levels, LevelResult* level_result) {
   fs::path data = dir / "test_data_set_0";
   if (!fs::is_directory(data)) return not_found("no test_data_set_0");
   KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled,
                         compiler::compile_onnx_file((dir / "model.onnx").string(), {}), "compile");
+  // Tests of --check-levels perturb the -O3 graph (never set in normal runs).
+  KILN_RETURN_IF_ERROR(apply_debug_perturbation(*compiled.graph).status());
   const ir::Graph& g = *compiled.graph;
   std::vector<rt::NamedValue> feeds;
   int k = 0;
@@ -81,6 +138,9 @@ Expected<std::string> run_test(const fs::path& dir) {
   std::vector<RuntimeValue> outputs;
   KILN_RETURN_IF_ERROR(executor->run(feeds, &outputs), "run");
   RandomOutputs random = random_outputs(g);
+  // Before the comparison with the expected outputs, so a test that fails still says
+  // whether optimisation changed its results.
+  if (levels) *level_result = check_levels(dir, g, feeds, outputs, random);
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const ir::Value* v = g.outputs()[i];
     fs::path p = data / ("output_" + std::to_string(i) + ".pb");
@@ -93,13 +153,15 @@ Expected<std::string> run_test(const fs::path& dir) {
   return std::string();
 }
 
-// Child side: runs the test and writes "P", "S<reason>" or "F<reason>" to `fd`.
-[[noreturn]] void child_main(const fs::path& dir, int fd) {
+// Child side: runs the test and writes "P", "S<reason>" or "F<reason>" to `fd`; with the
+// level check, then a newline and "=" (levels agree), "!<reason>" or "-" (not checked).
+[[noreturn]] void child_main(const fs::path& dir, bool levels, int fd) {
   set_num_threads(1);  // the runner parallelises across tests
   set_log_level(LogLevel::kError);
   std::string line;
+  LevelResult level_result;
   try {
-    auto r = run_test(dir);
+    auto r = run_test(dir, levels, &level_result);
     if (r.ok()) {
       line = "P";
     } else if (r.status().code() == StatusCode::kNotFound && r.status().to_string().find("test_data_set") != std::string::npos) {
@@ -111,12 +173,15 @@ Expected<std::string> run_test(const fs::path& dir) {
     line = std::string("Funexpected exception: ") + e.what();
   }
   // Messages name files relative to the test folder: reasons stay the same on every machine.
-  for (std::string prefix = dir.string() + "/"; ;) {
-    size_t at = line.find(prefix);
-    if (at == std::string::npos) break;
-    line.erase(at, prefix.size());
-  }
-  line = printable_one_line(line);
+  auto relative = [prefix = dir.string() + "/"](std::string text) {
+    for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.erase(at, prefix.size());
+    return printable_one_line(text);
+  };
+  line = relative(line);
+  if (levels)
+    line += "\n" + (!level_result.checked ? std::string("-")
+                                          : level_result.mismatch.empty() ? std::string("=")
+                                                                          : "!" + relative(level_result.mismatch));
   size_t off = 0;
   while (off < line.size()) {
     ssize_t n = ::write(fd, line.data() + off, line.size() - off);
@@ -153,7 +218,8 @@ void run_all(const std::vector<fs::path>& dirs, const std::string& suite, const 
     while (next < dirs.size() && static_cast<int>(running.size()) < jobs) {
       int fds[2];
       if (::pipe(fds) != 0) {
-        results[next] = {suite + "/" + dirs[next].filename().string(), Outcome::kFail, "cannot create a pipe", 0};
+        results[next] = {suite + "/" + dirs[next].filename().string(), Outcome::kFail, "cannot create a pipe", 0,
+                         LevelCheck::kNotChecked, ""};
         on_done(results[next++]);
         continue;
       }
@@ -161,12 +227,13 @@ void run_all(const std::vector<fs::path>& dirs, const std::string& suite, const 
       pid_t pid = ::fork();
       if (pid == 0) {
         ::close(fds[0]);
-        child_main(dirs[next], fds[1]);
+        child_main(dirs[next], args.check_levels, fds[1]);
       }
       ::close(fds[1]);
       if (pid < 0) {
         ::close(fds[0]);
-        results[next] = {suite + "/" + dirs[next].filename().string(), Outcome::kFail, "cannot fork", 0};
+        results[next] = {suite + "/" + dirs[next].filename().string(), Outcome::kFail, "cannot fork", 0,
+                         LevelCheck::kNotChecked, ""};
         on_done(results[next++]);
         continue;
       }
@@ -204,8 +271,18 @@ void run_all(const std::vector<fs::path>& dirs, const std::string& suite, const 
         res.outcome = Outcome::kFail;
         res.message = describe_exit(wstatus);
       } else {
-        res.outcome = r.out[0] == 'P' ? Outcome::kPass : r.out[0] == 'S' ? Outcome::kSkip : Outcome::kFail;
-        res.message = r.out.substr(1);
+        std::string out = r.out, levels;
+        if (size_t nl = out.find('\n'); nl != std::string::npos) {
+          levels = out.substr(nl + 1);
+          out.resize(nl);
+        }
+        res.outcome = out[0] == 'P' ? Outcome::kPass : out[0] == 'S' ? Outcome::kSkip : Outcome::kFail;
+        res.message = out.substr(1);
+        if (!levels.empty() && levels[0] == '=') res.levels = LevelCheck::kAgree;
+        if (!levels.empty() && levels[0] == '!') {
+          res.levels = LevelCheck::kMismatch;
+          res.levels_message = levels.substr(1);
+        }
       }
       on_done(res);
       pfds.erase(pfds.begin() + static_cast<std::ptrdiff_t>(i));
@@ -276,11 +353,16 @@ int run_conformance(const ConformanceArgs& args) {
     } else {
       std::printf("FAIL %s%s: %s\n", r.name.c_str(), listed ? " [expected]" : "", r.message.c_str());
     }
+    if (r.levels == LevelCheck::kMismatch)
+      std::printf("LEVELS %s: -O3 and -O0 disagree: %s\n", r.name.c_str(), r.levels_message.c_str());
     std::fflush(stdout);
   });
 
   int passed = 0, failed = 0, skipped = 0, unexpected_fail = 0, unexpected_pass = 0;
+  int levels_checked = 0, levels_mismatch = 0;
   for (const TestResult& r : results) {
+    levels_checked += r.levels != LevelCheck::kNotChecked;
+    levels_mismatch += r.levels == LevelCheck::kMismatch;
     bool listed = expected.count(r.name) > 0;
     if (r.outcome == Outcome::kPass) {
       ++passed;
@@ -294,11 +376,19 @@ int run_conformance(const ConformanceArgs& args) {
   }
   if (!args.json.empty()) {
     nlohmann::json j = nlohmann::json::array();
-    for (const TestResult& r : results)
-      j.push_back({{"name", r.name},
-                   {"status", r.outcome == Outcome::kPass ? "pass" : r.outcome == Outcome::kSkip ? "skip" : "fail"},
-                   {"message", r.message},
-                   {"ms", r.ms}});
+    for (const TestResult& r : results) {
+      nlohmann::json t = {{"name", r.name},
+                          {"status", r.outcome == Outcome::kPass ? "pass" : r.outcome == Outcome::kSkip ? "skip" : "fail"},
+                          {"message", r.message},
+                          {"ms", r.ms}};
+      if (args.check_levels) {
+        t["levels"] = r.levels == LevelCheck::kAgree      ? "agree"
+                      : r.levels == LevelCheck::kMismatch ? "mismatch"
+                                                          : "not checked";
+        if (!r.levels_message.empty()) t["levels_message"] = r.levels_message;
+      }
+      j.push_back(std::move(t));
+    }
     std::ofstream(args.json) << j.dump(1) << "\n";
   }
   if (!args.write_expectations.empty()) {
@@ -324,7 +414,11 @@ int run_conformance(const ConformanceArgs& args) {
   if (!args.expect.empty())
     std::printf("expectations: %d failures listed, %d unexpected failures, %d listed tests now pass\n",
                 failed - unexpected_fail, unexpected_fail, unexpected_pass);
+  if (args.check_levels)
+    std::printf("levels: %d tests checked, %d agree, %d mismatches (-O3 vs -O0, rtol %g of max|ref| + atol %g)\n",
+                levels_checked, levels_checked - levels_mismatch, levels_mismatch, kLevelRtol, kLevelAtol);
   std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (levels_mismatch) return kExitError;
   if (!args.expect.empty()) return unexpected_fail || unexpected_pass ? kExitError : 0;
   return failed ? kExitError : 0;
 }
@@ -341,6 +435,8 @@ std::function<int()> setup(CLI::App& app) {
                  "Update this expectations file with the failures of this run");
   app.add_option("--timeout", args->timeout_s, "Seconds a test may take before it counts as hung (default 60)");
   app.add_flag("--quiet-passes", args->quiet_passes, "Do not print a line for each passing test");
+  app.add_flag("--check-levels", args->check_levels,
+               "Also run each test compiled at -O0 and fail when the -O3 outputs differ from it");
   return [args] { return run_conformance(*args); };
 }
 

@@ -45,11 +45,13 @@ int run_inspect(const InspectArgs& args) {
   std::shared_ptr<ir::Graph> graph;
   model::ModelInfo info;
   std::vector<std::string> unsupported;
+  model::LoadedModel kiln_model;  // shape buckets and file size of a .kiln
   if (*kind == ModelKind::kKiln) {
     auto loaded = model::load_model(args.model);
     if (!loaded.ok()) return report_error("inspect", loaded.status().to_string());
     graph = loaded->graph;
     info = loaded->info;
+    kiln_model = std::move(loaded).value();
   } else {
     frontend::ImportOptions options;
     options.require_supported_ops = false;
@@ -83,6 +85,17 @@ int run_inspect(const InspectArgs& args) {
       j["source_name"] = info.source_name;
       j["target"] = {{"arch", info.target_arch}, {"features", info.target_features}};
       j["checksum"] = str_format("%016llx", (unsigned long long)info.checksum);
+      j["file_bytes"] = kiln_model.file_size;
+      j["weight_section_bytes"] = kiln_model.weight_bytes;
+      if (kiln_model.bucket_kind != model::BucketKind::kNone) {
+        nlohmann::json buckets = nlohmann::json::array();
+        for (const model::LoadedVariant& v : kiln_model.variants)
+          buckets.push_back({{"shapes", v.shapes}, {"nodes", v.graph->nodes().size()}});
+        j["buckets"] = {{"kind", model::bucket_kind_name(kiln_model.bucket_kind)},
+                        {"variants", std::move(buckets)},
+                        {"pad_values", kiln_model.pad_values},
+                        {"dynamic_graph", kiln_model.dynamic_graph != nullptr}};
+      }
     } else {
       j["unsupported_nodes"] = unsupported;
     }
@@ -108,6 +121,24 @@ int run_inspect(const InspectArgs& args) {
                 v->has_initializer() ? " (has a default)" : "");
   for (const ir::Value* v : graph->outputs()) std::printf("output %s: %s\n", v->name().c_str(), v->type().to_string().c_str());
   std::printf("weights: %.2f MB\n", static_cast<double>(graph->weight_bytes()) / 1e6);
+  if (is_kiln && kiln_model.bucket_kind != model::BucketKind::kNone) {
+    // The inputs and ops above are the first bucket's; the weight section holds every
+    // bucket's weights, each stored once.
+    std::printf("shape buckets (%s, %zu; weight section %.2f MB, file %.2f MB):\n",
+                model::bucket_kind_name(kiln_model.bucket_kind), kiln_model.variants.size(),
+                static_cast<double>(kiln_model.weight_bytes) / 1e6, static_cast<double>(kiln_model.file_size) / 1e6);
+    for (size_t k = 0; k < kiln_model.variants.size(); ++k) {
+      std::string shapes;
+      for (const auto& [name, dims] : kiln_model.variants[k].shapes) {
+        auto pad = kiln_model.pad_values.find(name);
+        shapes += (shapes.empty() ? "" : "  ") + name + dims_to_string(dims);
+        if (k == 0 && pad != kiln_model.pad_values.end()) shapes += str_format(" (pad %g)", pad->second);
+      }
+      std::printf("  %zu: %s  (%zu nodes)\n", k + 1, shapes.c_str(), kiln_model.variants[k].graph->nodes().size());
+    }
+    if (kiln_model.dynamic_graph)
+      std::printf("  dynamic graph for shapes no bucket fits: %zu nodes\n", kiln_model.dynamic_graph->nodes().size());
+  }
   std::printf("nodes: %zu\n", nodes);
   std::vector<std::pair<std::string, int>> sorted(hist.begin(), hist.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

@@ -1,7 +1,12 @@
 // The compile driver behind `kiln compile`.
 #include "compiler/compiler.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -47,6 +52,87 @@ Expected<InputShapes> parse_input_shapes(const std::string& spec) {
   return out;
 }
 
+Expected<std::vector<int64_t>> parse_dynamic_batch(const std::string& spec) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string item = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    char* e = nullptr;
+    long long v = std::strtoll(item.c_str(), &e, 10);
+    if (item.empty() || *e != '\0' || v < 1)
+      return invalid_argument("--dynamic-batch-size '%s': '%s' is not a batch size >= 1", spec.c_str(),
+                              item.c_str());
+    for (int64_t have : out)
+      if (have == v) return invalid_argument("--dynamic-batch-size '%s' gives %lld twice", spec.c_str(), v);
+    out.push_back(v);
+    if (comma == spec.size()) break;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Expected<std::vector<InputShapes>> parse_dynamic_dims(const std::string& spec) {
+  // Each item binds one input; InputShapes keeps one entry per name, so parse item by item.
+  std::map<std::string, std::vector<std::vector<int64_t>>> items;
+  std::vector<std::string> order;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find(';', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    auto one = parse_input_shapes(item);
+    if (!one.ok()) {
+      Status st = one.status();
+      return st.add_context("--dynamic-dims");
+    }
+    const auto& [name, dims] = *one->begin();
+    if (!items.count(name)) order.push_back(name);
+    items[name].push_back(dims);
+  }
+  if (items.empty()) return invalid_argument("--dynamic-dims '%s' gives no shapes", spec.c_str());
+  const size_t n = items.begin()->second.size();
+  for (const auto& [name, shapes] : items)
+    if (shapes.size() != n)
+      return invalid_argument(
+          "--dynamic-dims gives input '%s' %zu shapes and input '%s' %zu: every input must appear "
+          "once per bucket",
+          items.begin()->first.c_str(), n, name.c_str(), shapes.size());
+  std::vector<InputShapes> out(n);
+  for (const auto& [name, shapes] : items)
+    for (size_t k = 0; k < n; ++k) out[k][name] = shapes[k];
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b)
+      if (out[a] == out[b]) return invalid_argument("--dynamic-dims gives bucket %zu twice (as bucket %zu)", a, b);
+  return out;
+}
+
+Expected<std::map<std::string, double>> parse_pad_values(const std::string& spec) {
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find(';', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    size_t colon = item.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      return invalid_argument("--pad-value item '%s' is not NAME:VALUE", item.c_str());
+    std::string name = item.substr(0, colon), value = item.substr(colon + 1);
+    char* e = nullptr;
+    double v = std::strtod(value.c_str(), &e);
+    if (value.empty() || *e != '\0' || std::isnan(v))
+      return invalid_argument("--pad-value '%s': '%s' is not a number", item.c_str(), value.c_str());
+    if (!out.emplace(name, v).second) return invalid_argument("--pad-value names input '%s' twice", name.c_str());
+  }
+  return out;
+}
+
 namespace {
 
 void substitute_symbols(ir::Graph& graph, const std::unordered_map<std::string, int64_t>& bound) {
@@ -85,6 +171,7 @@ Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes) {
       for (int i = 0; i < s.rank(); ++i) {
         const Dim& d = s[i];
         int64_t want = dims[static_cast<size_t>(i)];
+        if (want < 0) continue;  // left open (the dynamic variant of a bucketed model)
         if (d.is_static() && d.value != want)
           return invalid_argument("--input-shape gives input '%s' dim %d = %lld, the model fixes it to %lld",
                                   name.c_str(), i, (long long)want, (long long)d.value);
@@ -97,7 +184,12 @@ Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes) {
         }
       }
     }
-    s = Shape::from_static(dims);
+    if (!s.has_rank()) {
+      s = Shape::from_static(dims);
+    } else {
+      for (int i = 0; i < s.rank(); ++i)
+        if (dims[static_cast<size_t>(i)] >= 0) s[i] = Dim(dims[static_cast<size_t>(i)]);
+    }
   }
   substitute_symbols(graph, bound);
   return ok_status();
@@ -184,17 +276,195 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   return out;
 }
 
+using Importer = std::function<Expected<frontend::ImportResult>()>;
+
+int64_t bucket_elements(const InputShapes& shapes) {
+  int64_t total = 0;
+  for (const auto& [name, dims] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+std::string shapes_text(const InputShapes& shapes) {
+  std::string s;
+  for (const auto& [name, dims] : shapes) {
+    if (!s.empty()) s += ";";
+    s += name + ":";
+    for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  }
+  return s;
+}
+
+const ir::Value* model_input(const ir::Graph& g, const std::string& name) {
+  for (const ir::Value* v : g.inputs())
+    if (v->name() == name && !v->has_initializer()) return v;
+  return nullptr;
+}
+
+// Compiles one bucket per shape set plus the dynamic variant. `first` is an import already
+// made (to find the inputs); every other compile re-imports, since the passes rewrite the
+// graph in place.
+Expected<CompiledModel> compile_buckets(frontend::ImportResult first, const Importer& importer,
+                                        const std::string& name, const CompileOptions& options) {
+  const ir::Graph& g = *first.graph;
+  if (!options.dynamic_batch.empty() && !options.dynamic_dims.empty())
+    return invalid_argument("%s: give --dynamic-batch-size or --dynamic-dims, not both", name.c_str());
+  const bool batch = !options.dynamic_batch.empty();
+  std::vector<InputShapes> buckets;  // the bucketed inputs' shapes, per bucket
+  InputShapes open_shapes;           // the bucketed inputs as the dynamic variant keeps them
+  if (batch) {
+    std::vector<const ir::Value*> batch_inputs;
+    for (const ir::Value* v : g.inputs())
+      if (!v->has_initializer() && v->shape().has_rank() && v->shape().rank() >= 1 && !v->shape()[0].is_static())
+        batch_inputs.push_back(v);
+    if (batch_inputs.empty())
+      return invalid_argument(
+          "%s: --dynamic-batch-size needs an input whose axis 0 is symbolic; the model's inputs are: %s",
+          name.c_str(), input_list(g).c_str());
+    buckets.resize(options.dynamic_batch.size());
+    for (const ir::Value* v : batch_inputs) {
+      // The other dims: as declared, or as --input-shape gives them (its axis 0 is replaced).
+      std::vector<int64_t> dims;
+      auto given = options.input_shapes.find(v->name());
+      if (given != options.input_shapes.end()) {
+        if (static_cast<int>(given->second.size()) != v->shape().rank())
+          return invalid_argument("--input-shape gives input '%s' rank %zu, the model declares %s",
+                                  v->name().c_str(), given->second.size(), v->shape().to_string().c_str());
+        dims = given->second;
+      } else {
+        for (int i = 0; i < v->shape().rank(); ++i) {
+          const Dim& d = v->shape()[i];
+          if (i > 0 && !d.is_static())
+            return invalid_argument(
+                "%s: input '%s' has shape %s: with --dynamic-batch-size only axis 0 may stay open; fix "
+                "the others with --input-shape (axis 0 of that shape is replaced by each batch size)",
+                name.c_str(), v->name().c_str(), v->shape().to_string().c_str());
+          dims.push_back(d.is_static() ? d.value : -1);
+        }
+      }
+      dims[0] = -1;
+      open_shapes[v->name()] = dims;
+      for (size_t k = 0; k < buckets.size(); ++k) {
+        dims[0] = options.dynamic_batch[k];
+        buckets[k][v->name()] = dims;
+      }
+    }
+  } else {
+    buckets = options.dynamic_dims;
+    for (const auto& [in, dims] : buckets[0]) {
+      const ir::Value* v = model_input(g, in);
+      if (!v)
+        return invalid_argument("--dynamic-dims names '%s', but the model's inputs are: %s", in.c_str(),
+                                input_list(g).c_str());
+      if (options.input_shapes.count(in))
+        return invalid_argument("input '%s' is given by both --input-shape and --dynamic-dims", in.c_str());
+      if (v->shape().has_rank()) {
+        std::vector<int64_t> dims;
+        for (const Dim& d : v->shape().dims()) dims.push_back(d.is_static() ? d.value : -1);
+        open_shapes[in] = dims;
+      }
+    }
+    for (const ir::Value* v : g.inputs())
+      if (!v->has_initializer() && !v->shape().is_static() && !buckets[0].count(v->name()) &&
+          !options.input_shapes.count(v->name()))
+        return invalid_argument(
+            "%s: input '%s' has shape %s and is not in --dynamic-dims: give it in every bucket, or fix "
+            "it with --input-shape",
+            name.c_str(), v->name().c_str(), v->shape().to_string().c_str());
+  }
+  for (const auto& [in, value] : options.pad_values)
+    if (!buckets[0].count(in))
+      return invalid_argument("--pad-value names '%s', which is not a bucketed input (bucketed: %s)", in.c_str(),
+                              shapes_text(buckets[0]).c_str());
+  std::stable_sort(buckets.begin(), buckets.end(), [](const InputShapes& a, const InputShapes& b) {
+    return bucket_elements(a) < bucket_elements(b);
+  });
+
+  CompiledModel out;
+  std::optional<frontend::ImportResult> pending(std::move(first));
+  auto next_import = [&]() -> Expected<frontend::ImportResult> {
+    if (pending) {
+      frontend::ImportResult r = std::move(*pending);
+      pending.reset();
+      return r;
+    }
+    return importer();
+  };
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    auto start = std::chrono::steady_clock::now();
+    CompileOptions o = options;
+    o.dynamic_batch.clear();
+    o.dynamic_dims.clear();
+    for (const auto& [in, dims] : buckets[k]) o.input_shapes[in] = dims;
+    KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, next_import());
+    KILN_ASSIGN_OR_RETURN(CompiledModel variant, compile_imported(std::move(imported), name, o),
+                          "bucket %zu (%s)", k + 1, shapes_text(buckets[k]).c_str());
+    if (options.progress) {
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      options.progress(str_format("bucket %zu/%zu (%s): %zu -> %zu nodes, %.0f ms", k + 1, buckets.size(),
+                                  shapes_text(buckets[k]).c_str(), variant.nodes_before,
+                                  variant.graph->nodes().size(), ms));
+    }
+    if (k == 0) {
+      out = std::move(variant);
+      out.variants.push_back({buckets[k], out.graph});
+    } else {
+      out.variants.push_back({buckets[k], variant.graph});
+    }
+  }
+  // The dynamic variant: the same pipeline with the bucketed dims left open.
+  auto start = std::chrono::steady_clock::now();
+  CompileOptions o = options;
+  o.dynamic_batch.clear();
+  o.dynamic_dims.clear();
+  for (const auto& [in, dims] : open_shapes) o.input_shapes[in] = dims;
+  KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, next_import());
+  KILN_ASSIGN_OR_RETURN(CompiledModel dynamic, compile_imported(std::move(imported), name, o),
+                        "the dynamic variant (bucketed dims left open)");
+  if (options.progress) {
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    options.progress(str_format("dynamic variant (for shapes no bucket fits): %zu -> %zu nodes, %.0f ms",
+                                dynamic.nodes_before, dynamic.graph->nodes().size(), ms));
+  }
+  out.dynamic_graph = dynamic.graph;
+  out.bucket_kind = batch ? model::BucketKind::kBatch : model::BucketKind::kDims;
+  for (const auto& [in, value] : options.pad_values) out.pad_values[in] = value;
+  return out;
+}
+
+Expected<CompiledModel> compile_with(const Importer& importer, const std::string& name,
+                                     const CompileOptions& options) {
+  KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, importer());
+  if (options.dynamic_batch.empty() && options.dynamic_dims.empty()) {
+    if (!options.pad_values.empty())
+      return invalid_argument("%s: --pad-value needs --dynamic-batch-size or --dynamic-dims", name.c_str());
+    return compile_imported(std::move(imported), name, options);
+  }
+  return compile_buckets(std::move(imported), importer, name, options);
+}
+
 }  // namespace
 
 Expected<CompiledModel> compile_onnx_file(const std::string& path, const CompileOptions& options) {
-  KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, frontend::import_onnx_file(path));
-  return compile_imported(std::move(imported), path, options);
+  return compile_with([&] { return frontend::import_onnx_file(path); }, path, options);
 }
 
 Expected<CompiledModel> compile_onnx_bytes(const void* data, size_t size, const std::string& name,
                                            const CompileOptions& options) {
-  KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, frontend::import_onnx_bytes(data, size));
-  return compile_imported(std::move(imported), name, options);
+  return compile_with([&] { return frontend::import_onnx_bytes(data, size); }, name, options);
+}
+
+Status write_compiled_model(const CompiledModel& compiled, const std::string& path) {
+  if (compiled.variants.empty()) return model::write_model(*compiled.graph, compiled.info, path);
+  model::BucketedModel m;
+  m.kind = compiled.bucket_kind;
+  for (const CompiledVariant& v : compiled.variants) m.variants.push_back({v.shapes, v.graph});
+  m.pad_values = compiled.pad_values;
+  m.dynamic_graph = compiled.dynamic_graph;
+  return model::write_model(m, compiled.info, path);
 }
 
 Expected<CheckReport> check_onnx_file(const std::string& path, const CompileOptions& options) {

@@ -3,6 +3,7 @@
 // CSE, dead-node removal) -> .kiln.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,9 +21,26 @@ namespace kiln::compiler {
 using InputShapes = std::map<std::string, std::vector<int64_t>>;
 Expected<InputShapes> parse_input_shapes(const std::string& spec);
 
+// Shape buckets (ATC's "gears"), as `kiln compile` takes them:
+//   --dynamic-batch-size "1,4,8": the batch sizes (axis 0 of every input whose axis 0 is
+//     symbolic);
+//   --dynamic-dims "x:1,3,48,320;x:1,3,48,640": each item binds one input's full shape, the
+//     k-th bucket is formed by the k-th item of each input;
+//   --pad-value "x:0;mask:0": per input, what padding fills (default 0).
+Expected<std::vector<int64_t>> parse_dynamic_batch(const std::string& spec);
+Expected<std::vector<InputShapes>> parse_dynamic_dims(const std::string& spec);
+Expected<std::map<std::string, double>> parse_pad_values(const std::string& spec);
+
 struct CompileOptions {
   InputShapes input_shapes;
   PassOptions passes;  // -O level, disabled passes, verification after each pass
+  // Shape buckets: at most one of the two. Each bucket is compiled separately with the
+  // whole pipeline, plus one variant with the bucketed dims left symbolic (the dynamic path).
+  std::vector<int64_t> dynamic_batch;
+  std::vector<InputShapes> dynamic_dims;
+  std::map<std::string, double> pad_values;
+  // Called after each bucket is compiled with a one-line progress message.
+  std::function<void(const std::string&)> progress;
 };
 
 // The result of checking a model (ATC --mode=3): everything found, not just the first.
@@ -33,8 +51,21 @@ struct CheckReport {
   bool ok() const { return unsupported_nodes.empty() && shape_problems.empty(); }
 };
 
+// One shape bucket of a model compiled with --dynamic-batch-size / --dynamic-dims: the
+// graph compiled for these input shapes.
+struct CompiledVariant {
+  InputShapes shapes;
+  std::shared_ptr<ir::Graph> graph;
+};
+
 struct CompiledModel {
   std::shared_ptr<ir::Graph> graph;
+  // Shape buckets, smallest first; empty for a model compiled for one set of shapes.
+  // `graph` is then the first variant's graph.
+  std::vector<CompiledVariant> variants;
+  model::BucketKind bucket_kind = model::BucketKind::kNone;  // kNone iff variants is empty
+  std::shared_ptr<ir::Graph> dynamic_graph;  // bucketed dims left symbolic (buckets only)
+  std::map<std::string, double> pad_values;  // bucketed inputs only
   model::ModelInfo info;
   std::vector<std::string> notes;  // what the compiler did, for the report
   std::vector<PassRecord> passes;  // one per pass run, in order
@@ -45,12 +76,15 @@ struct CompiledModel {
 Expected<CompiledModel> compile_onnx_file(const std::string& path, const CompileOptions& options);
 Expected<CompiledModel> compile_onnx_bytes(const void* data, size_t size, const std::string& name,
                                            const CompileOptions& options);
+// Writes a compiled model (with its shape buckets, if any) as a .kiln file.
+Status write_compiled_model(const CompiledModel& compiled, const std::string& path);
 // Checks an ONNX file without writing anything (`kiln compile --check`).
 Expected<CheckReport> check_onnx_file(const std::string& path, const CompileOptions& options);
 
 // Fixes input dims: binds symbolic dims of the named inputs to the given extents and
 // substitutes every other use of the same symbol in the graph. Errors on unknown input
-// names, rank mismatches and conflicts with static dims.
+// names, rank mismatches and conflicts with static dims. An extent of -1 (never from the
+// command line) keeps the declared dim.
 Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes);
 
 // Turns Constant nodes into initializers (computing the tensor with the op's reference

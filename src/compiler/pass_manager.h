@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@ struct PassRecord {
   int changed = 0;  // rewrites, removed nodes, folded constants: the pass's own unit
   double ms = 0;
   std::vector<std::string> notes;
+  // Fusion pattern name -> how many times this pass applied it (the report's "fusions").
+  std::map<std::string, int> fusions;
 };
 
 struct PassOptions {
@@ -38,6 +41,12 @@ class PassContext {
   // Counts rewrites of the running pass.
   void add_changed(int n) { current().changed += n; }
   void note(std::string text) { current().notes.push_back(std::move(text)); }
+  // Records one application of a fusion pattern (e.g. "Conv+Add+Relu") and counts it as a
+  // change of the running pass.
+  void count_fusion(const std::string& pattern, int n = 1) {
+    current().fusions[pattern] += n;
+    current().changed += n;
+  }
   const std::vector<PassRecord>& records() const { return records_; }
 
   // Used by the pass manager.

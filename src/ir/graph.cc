@@ -169,6 +169,36 @@ Status Graph::topological_sort() {
   return ok_status();
 }
 
+Status Graph::reorder_nodes(const std::vector<const Node*>& order) {
+  if (order.size() != nodes_.size())
+    return invalid_argument("graph '%s': a new node order lists %zu nodes, the graph has %zu", name_.c_str(),
+                            order.size(), nodes_.size());
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = i;
+  std::unordered_set<const Node*> placed;
+  for (const Node* n : order) {
+    if (!n || !index.count(n) || !placed.insert(n).second)
+      return invalid_argument("graph '%s': a new node order is not a permutation of its nodes", name_.c_str());
+    for (const Value* v : node_reads(*n)) {
+      const Node* p = v->producer();
+      if (p && index.count(p) && !placed.count(p))
+        return invalid_argument("graph '%s': a new node order runs %s before %s, which produces its input '%s'",
+                                name_.c_str(), n->label().c_str(), p->label().c_str(), v->name().c_str());
+    }
+  }
+  std::vector<std::unique_ptr<Node>> sorted;
+  sorted.reserve(nodes_.size());
+  for (const Node* n : order) sorted.push_back(std::move(nodes_[index[n]]));
+  nodes_ = std::move(sorted);
+  return ok_status();
+}
+
+std::vector<const Value*> Graph::node_reads(const Node& node) const {
+  std::vector<const Value*> reads;
+  collect_reads(node, reads, *this);
+  return reads;
+}
+
 size_t Graph::initializer_bytes() const {
   size_t total = 0;
   for (const auto& v : values_)

@@ -162,6 +162,13 @@ class Graph {
 
   // Orders nodes so every producer precedes its users. Fails naming a node on a cycle.
   Status topological_sort();
+  // Puts the nodes in the given order (a permutation of nodes(); e.g. from a scheduler).
+  // Fails, changing nothing, if it is not one or a node would run before a producer of a
+  // value it reads.
+  Status reorder_nodes(const std::vector<const Node*>& order);
+  // Every value `node` reads: its inputs and the values of this graph its subgraphs read
+  // from the enclosing scope.
+  std::vector<const Value*> node_reads(const Node& node) const;
   // Total bytes of initializer data (this graph and subgraphs).
   size_t initializer_bytes() const;
   // Initializers plus tensors held in node attributes (e.g. Constant nodes): all the

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,17 +43,55 @@ struct ModelInfo {
 // The features of the CPU this process runs on (for ModelInfo::target_features).
 std::vector<std::string> host_cpu_features();
 
+// How the shape buckets of a model were formed (kiln compile --dynamic-batch-size /
+// --dynamic-dims).
+enum class BucketKind : int32_t { kNone = 0, kBatch = 1, kDims = 2 };
+inline constexpr int32_t kMaxBucketKind = 2;
+const char* bucket_kind_name(BucketKind kind);  // "none", "batch", "dims"
+
+// Input name -> the static dims one bucket was compiled for.
+using BucketShapes = std::map<std::string, std::vector<int64_t>>;
+
+// One shape bucket: the graph compiled for `shapes`.
+struct ModelVariant {
+  BucketShapes shapes;
+  std::shared_ptr<ir::Graph> graph;
+};
+
+// A model compiled into shape buckets. Weights equal byte for byte across the graphs are
+// stored once.
+struct BucketedModel {
+  BucketKind kind = BucketKind::kBatch;
+  std::vector<ModelVariant> variants;          // smallest first; at least one
+  std::map<std::string, double> pad_values;    // input -> pad value (absent: 0)
+  std::shared_ptr<ir::Graph> dynamic_graph;    // bucketed dims left symbolic; may be null
+};
+
 // Writes `graph` (already compiled: typed, in execution order) to `path`.
 // Writes to a temporary file and renames, so a failed write never leaves a partial model.
 Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path);
+// Writes a model with shape buckets: variants[0].graph is the file's main graph (what a
+// reader without bucket support runs), the others follow in the variant table.
+Status write_model(const BucketedModel& model, const ModelInfo& info, const std::string& path);
+
+// One variant of a loaded model. A file without buckets loads as one variant with no
+// shapes whose graph is LoadedModel::graph.
+struct LoadedVariant {
+  BucketShapes shapes;
+  std::shared_ptr<ir::Graph> graph;
+};
 
 // A loaded model. The graph's initializer tensors view the file mapping, which lives as
 // long as any of them (or this object) does.
 struct LoadedModel {
   ModelInfo info;
-  std::shared_ptr<ir::Graph> graph;
+  std::shared_ptr<ir::Graph> graph;  // the first variant's graph
   size_t file_size = 0;
   size_t weight_bytes = 0;
+  BucketKind bucket_kind = BucketKind::kNone;
+  std::vector<LoadedVariant> variants;        // at least one
+  std::map<std::string, double> pad_values;   // bucketed models only
+  std::shared_ptr<ir::Graph> dynamic_graph;   // bucketed models only; may be null
 };
 
 // Maps and validates `path`. Errors name the file, the section and offset at fault.

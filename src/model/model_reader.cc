@@ -63,7 +63,7 @@ class GraphParser {
   Status graph(const fb::Graph& fg, ir::Graph& out, int depth,
                std::vector<const ir::Graph*>& scopes);
 
- private:
+  // Also used for the bucket tables of the Model (see charge()).
   // Charges `bytes` of vector/string payload. A verified buffer can still point many
   // tables at one large vector; without this bound a small file could make the loader
   // copy gigabytes. An honest writer stores each payload once, so the sum of payload
@@ -109,6 +109,8 @@ class GraphParser {
     return out;
   }
 
+
+ private:
   Expected<Tensor> tensor(const fb::TensorData& ft);
   Expected<ir::Attribute> attribute(const fb::Attr& fa, int depth,
                                     std::vector<const ir::Graph*>& scopes);
@@ -441,6 +443,125 @@ Status GraphParser::graph(const fb::Graph& fg, ir::Graph& out, int depth,
   return ok_status();
 }
 
+// The graph of a variant or the dynamic graph must take and give what the main graph does
+// (the runtime binds the caller's buffers once for all of them).
+Status same_interface(const ir::Graph& main, const ir::Graph& g, const char* what) {
+  auto check = [&](const std::vector<ir::Value*>& a, const std::vector<ir::Value*>& b,
+                   const char* kind) -> Status {
+    if (a.size() != b.size())
+      return data_loss("%s has %zu %ss, the main graph %zu", what, b.size(), kind, a.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      const ir::TensorType& ta = a[k]->type();
+      const ir::TensorType& tb = b[k]->type();
+      if (a[k]->name() != b[k]->name() || ta.dtype != tb.dtype || ta.kind != tb.kind ||
+          ta.shape.has_rank() != tb.shape.has_rank() ||
+          (ta.shape.has_rank() && ta.shape.rank() != tb.shape.rank()) ||
+          a[k]->has_initializer() != b[k]->has_initializer())
+        return data_loss("%s %s %zu is '%s' %s, the main graph's is '%s' %s", what, kind, k,
+                         b[k]->name().c_str(), tb.to_string().c_str(), a[k]->name().c_str(),
+                         ta.to_string().c_str());
+    }
+    return ok_status();
+  };
+  KILN_RETURN_IF_ERROR(check(main.inputs(), g.inputs(), "input"));
+  return check(main.outputs(), g.outputs(), "output");
+}
+
+const ir::Value* find_input(const ir::Graph& g, const std::string& name) {
+  for (const ir::Value* v : g.inputs())
+    if (v->name() == name && !v->has_initializer()) return v;
+  return nullptr;
+}
+
+// Reads the bucket fields of the Model table into `m` (whose main graph is parsed), with
+// the same care as the main graph: every variant graph is rebuilt and verified, and every
+// shape must name an input of its graph, with that input's static dims.
+Status parse_buckets(const fb::Model& fm, GraphParser& parser, LoadedModel& m) {
+  const int32_t kind = fm.bucket_kind();
+  if (kind < 0 || kind > kMaxBucketKind) return data_loss("bucket kind %d is not valid", kind);
+  m.bucket_kind = static_cast<BucketKind>(kind);
+  const auto* fvariants = fm.variants();
+  const auto* fpads = fm.pad_values();
+  if (m.bucket_kind == BucketKind::kNone) {
+    if ((fvariants && fvariants->size() != 0) || (fpads && fpads->size() != 0) || fm.dynamic_graph())
+      return data_loss("the model has no bucket kind but holds variants, pad values or a dynamic graph");
+    m.variants.push_back({{}, m.graph});
+    return ok_status();
+  }
+  if (!fvariants || fvariants->size() == 0)
+    return data_loss("bucket kind '%s' but no variants", bucket_kind_name(m.bucket_kind));
+  KILN_RETURN_IF_ERROR(parser.charge_vector(fvariants));
+  for (uint32_t k = 0; k < fvariants->size(); ++k) {
+    const fb::Variant& fv = *fvariants->Get(k);
+    LoadedVariant v;
+    if (k == 0) {
+      if (fv.graph()) return data_loss("variant 0 has its own graph (it must be the model's graph)");
+      v.graph = m.graph;
+    } else {
+      if (!fv.graph()) return data_loss("variant %u has no graph", k);
+      KILN_ASSIGN_OR_RETURN(std::string gname, parser.string(fv.graph()->name()));
+      auto g = std::make_shared<ir::Graph>(std::move(gname));
+      std::vector<const ir::Graph*> scopes;
+      KILN_RETURN_IF_ERROR(parser.graph(*fv.graph(), *g, 0, scopes), "variant %u", k);
+      KILN_RETURN_IF_ERROR(ir::verify(*g), "variant %u fails verification", k);
+      KILN_RETURN_IF_ERROR(same_interface(*m.graph, *g, str_format("variant %u", k).c_str()));
+      v.graph = std::move(g);
+    }
+    const auto* fshapes = fv.shapes();
+    if (!fshapes || fshapes->size() == 0) return data_loss("variant %u has no input shapes", k);
+    KILN_RETURN_IF_ERROR(parser.charge_vector(fshapes));
+    for (uint32_t j = 0; j < fshapes->size(); ++j) {
+      const fb::InputShape& fs = *fshapes->Get(j);
+      KILN_ASSIGN_OR_RETURN(std::string name, parser.string(fs.name()));
+      std::vector<int64_t> dims;
+      if (const auto* fd = fs.dims()) {
+        KILN_RETURN_IF_ERROR(parser.charge_vector(fd));
+        dims.assign(fd->begin(), fd->end());
+      }
+      const ir::Value* in = find_input(*v.graph, name);
+      if (!in) return data_loss("variant %u shape %u names '%s', which is not an input", k, j, name.c_str());
+      const Shape& declared = in->shape();
+      bool match = declared.has_rank() && declared.rank() == static_cast<int>(dims.size());
+      for (size_t d = 0; match && d < dims.size(); ++d)
+        if (dims[d] < 0 || !declared[static_cast<int>(d)].is_static() ||
+            declared[static_cast<int>(d)].value != dims[d])
+          match = false;
+      if (!match)
+        return data_loss("variant %u gives input '%s' shape %s, its graph declares %s", k, name.c_str(),
+                         dims_to_string(dims).c_str(), declared.to_string().c_str());
+      if (!v.shapes.emplace(name, std::move(dims)).second)
+        return data_loss("variant %u gives input '%s' twice", k, name.c_str());
+    }
+    if (k > 0 && v.shapes.size() != m.variants[0].shapes.size())
+      return data_loss("variant %u gives %zu input shapes, variant 0 gives %zu", k, v.shapes.size(),
+                       m.variants[0].shapes.size());
+    for (const auto& [name, dims] : v.shapes)
+      if (k > 0 && !m.variants[0].shapes.count(name))
+        return data_loss("variant %u gives input '%s' a shape, variant 0 does not", k, name.c_str());
+    m.variants.push_back(std::move(v));
+  }
+  if (fpads) {
+    KILN_RETURN_IF_ERROR(parser.charge_vector(fpads));
+    for (uint32_t j = 0; j < fpads->size(); ++j) {
+      KILN_ASSIGN_OR_RETURN(std::string name, parser.string(fpads->Get(j)->name()));
+      if (!find_input(*m.graph, name))
+        return data_loss("pad value %u names '%s', which is not an input", j, name.c_str());
+      if (!m.pad_values.emplace(name, fpads->Get(j)->value()).second)
+        return data_loss("pad value for input '%s' appears twice", name.c_str());
+    }
+  }
+  if (const fb::Graph* fd = fm.dynamic_graph()) {
+    KILN_ASSIGN_OR_RETURN(std::string gname, parser.string(fd->name()));
+    auto g = std::make_shared<ir::Graph>(std::move(gname));
+    std::vector<const ir::Graph*> scopes;
+    KILN_RETURN_IF_ERROR(parser.graph(*fd, *g, 0, scopes), "dynamic graph");
+    KILN_RETURN_IF_ERROR(ir::verify(*g), "dynamic graph fails verification");
+    KILN_RETURN_IF_ERROR(same_interface(*m.graph, *g, "the dynamic graph"));
+    m.dynamic_graph = std::move(g);
+  }
+  return ok_status();
+}
+
 // A one-line error naming the file and the section at fault. Whatever the inner check
 // called it, a model that fails validation is a damaged file (data loss), unless the
 // loader ran out of memory.
@@ -542,6 +663,8 @@ Expected<LoadedModel> parse(const uint8_t* base, size_t size, std::shared_ptr<co
   s = ir::verify(*graph);
   if (!s.ok()) return at(file, "metadata: graph fails verification", s);
   m.graph = std::move(graph);
+  s = parse_buckets(*fm, parser, m);
+  if (!s.ok()) return at(file, "metadata: shape buckets", s);
   return m;
 }
 

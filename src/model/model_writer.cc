@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -59,21 +60,39 @@ class MetadataBuilder {
     if (size > 0 && !t.raw_data())
       return invalid_argument("tensor %s has no data", t.description().c_str());
     const auto* data = static_cast<const uint8_t*>(t.raw_data());
-    // Tensors that share storage (one constant feeding several values) are stored once.
+    // Tensors that share storage (one constant feeding several values) are stored once,
+    // and so are tensors with equal bytes (the same weight in each shape bucket's graph,
+    // compiled separately): a hash finds candidates, memcmp confirms.
     uint64_t offset;
     auto key = std::make_pair(data, size);
     auto it = dedup_.find(key);
     if (size > 0 && it != dedup_.end()) {
       offset = it->second;
+    } else if (std::optional<uint64_t> same = find_equal(data, size)) {
+      offset = *same;
+      dedup_.emplace(key, offset);
     } else {
       offset = align_up(weight_cursor_, kWeightAlignment);
       weight_cursor_ = offset + size;
       if (size > 0) {
+        by_content_[XXH3_64bits(data, size)].push_back(weights_.size());
         weights_.push_back({data, offset, size});
         dedup_.emplace(key, offset);
       }
     }
     return fb::CreateTensorData(fbb_, static_cast<int32_t>(t.dtype()), dims, offset, size);
+  }
+
+  // The offset of stored bytes equal to [data, +size), if any.
+  std::optional<uint64_t> find_equal(const uint8_t* data, uint64_t size) const {
+    if (size == 0) return std::nullopt;
+    auto it = by_content_.find(XXH3_64bits(data, size));
+    if (it == by_content_.end()) return std::nullopt;
+    for (size_t k : it->second) {
+      const PendingWeight& w = weights_[k];
+      if (w.size == size && std::memcmp(w.data, data, size) == 0) return w.offset;
+    }
+    return std::nullopt;
   }
 
   Expected<fbs::Offset<fb::Graph>> graph(const ir::Graph& g) {
@@ -244,6 +263,7 @@ class MetadataBuilder {
   fbs::FlatBufferBuilder fbb_{1 << 16};
   std::vector<PendingWeight> weights_;
   std::map<std::pair<const uint8_t*, uint64_t>, uint64_t> dedup_;
+  std::unordered_map<uint64_t, std::vector<size_t>> by_content_;  // XXH3 -> weights_ indices
   uint64_t weight_cursor_ = 0;
 };
 
@@ -337,22 +357,10 @@ Status write_file(const std::string& tmp, const uint8_t* metadata, size_t metada
   return status;
 }
 
-}  // namespace
-
-Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
-  MetadataBuilder mb;
+// Finishes the metadata with `root` and writes the file through a temporary.
+Status finish_and_write(MetadataBuilder& mb, fbs::Offset<fb::Model> root, const std::string& path) {
   auto& fbb = mb.fbb();
-  KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
-  auto kiln_version = fbb.CreateString(info.kiln_version);
-  auto source_hash = fbb.CreateString(info.source_hash);
-  auto source_name = fbb.CreateString(info.source_name);
-  auto producer = fbb.CreateString(info.producer);
-  auto target_arch = fbb.CreateString(info.target_arch);
-  auto features = fbb.CreateVectorOfStrings(info.target_features);
-  auto root = fb::CreateModel(fbb, kiln_version, source_hash, source_name, producer, target_arch,
-                              features, graph_off);
   fb::FinishModelBuffer(fbb, root);
-
   const std::string tmp = path + ".tmp";
   Status status = write_file(tmp, fbb.GetBufferPointer(), fbb.GetSize(), mb);
   if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0)
@@ -360,6 +368,84 @@ Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::str
                          std::strerror(errno));
   if (!status.ok()) ::unlink(tmp.c_str());
   return status;
+}
+
+// The Model table's fields before the graph.
+struct InfoOffsets {
+  fbs::Offset<fbs::String> kiln_version, source_hash, source_name, producer, target_arch;
+  fbs::Offset<fbs::Vector<fbs::Offset<fbs::String>>> features;
+};
+InfoOffsets info_offsets(fbs::FlatBufferBuilder& fbb, const ModelInfo& info) {
+  return {fbb.CreateString(info.kiln_version), fbb.CreateString(info.source_hash),
+          fbb.CreateString(info.source_name),  fbb.CreateString(info.producer),
+          fbb.CreateString(info.target_arch),  fbb.CreateVectorOfStrings(info.target_features)};
+}
+
+}  // namespace
+
+const char* bucket_kind_name(BucketKind kind) {
+  switch (kind) {
+    case BucketKind::kNone:
+      return "none";
+    case BucketKind::kBatch:
+      return "batch";
+    case BucketKind::kDims:
+      return "dims";
+  }
+  return "unknown";
+}
+
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
+  MetadataBuilder mb;
+  auto& fbb = mb.fbb();
+  KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
+  InfoOffsets io = info_offsets(fbb, info);
+  auto root = fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer,
+                              io.target_arch, io.features, graph_off);
+  return finish_and_write(mb, root, path);
+}
+
+Status write_model(const BucketedModel& model, const ModelInfo& info, const std::string& path) {
+  if (model.variants.empty())
+    return invalid_argument("while writing model '%s': no shape buckets", path.c_str());
+  if (model.kind == BucketKind::kNone || static_cast<int32_t>(model.kind) > kMaxBucketKind)
+    return invalid_argument("while writing model '%s': bucket kind %d is not valid", path.c_str(),
+                            static_cast<int>(model.kind));
+  MetadataBuilder mb;
+  auto& fbb = mb.fbb();
+  std::vector<fbs::Offset<fb::Variant>> variants;
+  fbs::Offset<fb::Graph> main_graph;
+  for (size_t k = 0; k < model.variants.size(); ++k) {
+    const ModelVariant& v = model.variants[k];
+    if (!v.graph) return invalid_argument("while writing model '%s': variant %zu has no graph", path.c_str(), k);
+    fbs::Offset<fb::Graph> g;
+    KILN_ASSIGN_OR_RETURN(g, mb.graph(*v.graph), "while writing model '%s' variant %zu", path.c_str(), k);
+    if (k == 0) {
+      main_graph = g;
+      g = fbs::Offset<fb::Graph>();  // variant 0's graph is Model.graph
+    }
+    std::vector<fbs::Offset<fb::InputShape>> shapes;
+    for (const auto& [name, dims] : v.shapes)
+      shapes.push_back(fb::CreateInputShape(fbb, fbb.CreateString(name), fbb.CreateVector(dims)));
+    auto shapes_vec = fbb.CreateVector(shapes);
+    variants.push_back(fb::CreateVariant(fbb, shapes_vec, g));
+  }
+  fbs::Offset<fb::Graph> dynamic_graph;
+  if (model.dynamic_graph) {
+    KILN_ASSIGN_OR_RETURN(dynamic_graph, mb.graph(*model.dynamic_graph),
+                          "while writing model '%s' dynamic graph", path.c_str());
+  }
+  std::vector<fbs::Offset<fb::PadValue>> pads;
+  for (const auto& [name, value] : model.pad_values)
+    pads.push_back(fb::CreatePadValue(fbb, fbb.CreateString(name), value));
+  auto variants_vec = fbb.CreateVector(variants);
+  auto pads_vec = fbb.CreateVector(pads);
+  InfoOffsets io = info_offsets(fbb, info);
+  auto root = fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer,
+                              io.target_arch, io.features, main_graph,
+                              static_cast<int32_t>(model.kind), variants_vec, pads_vec,
+                              dynamic_graph);
+  return finish_and_write(mb, root, path);
 }
 
 }  // namespace kiln::model

@@ -28,6 +28,10 @@ inline constexpr int64_t kMaxOpset = 27;
 // "" (ai.onnx) and "ai.onnx.ml" are the domains Kiln knows; "com.microsoft" ops may be
 // registered as well.
 inline constexpr const char* kOnnxDomain = "";
+// Kiln's own fused operators (docs/fused-ops.md), version 1. A graph holding one imports
+// this domain: graph.opset_imports()[kKilnDomain] = kKilnOpset.
+inline constexpr const char* kKilnDomain = "kiln";
+inline constexpr int64_t kKilnOpset = 1;
 
 // ---- Shape and type inference -------------------------------------------------------
 

@@ -1,12 +1,14 @@
 // Loaded models: execution contexts and their arenas, binding, execution, the model table.
 #include "runtime/model_runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include "core/logging.h"
 #include "runtime/memory.h"
+#include "runtime/shape_buckets.h"
 
 namespace kiln::rt {
 
@@ -264,6 +266,23 @@ Expected<ModelSizes> model_sizes(const ir::Graph& graph) {
   return sizes;
 }
 
+Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded) {
+  if (loaded.bucket_kind == model::BucketKind::kNone || loaded.variants.empty())
+    return model_sizes(*loaded.graph);
+  ModelSizes sizes;
+  for (size_t k = 0; k < loaded.variants.size(); ++k) {
+    const model::LoadedVariant& v = loaded.variants[k];
+    KILN_ASSIGN_OR_RETURN(ModelSizes one, model_sizes(*v.graph), "shape bucket %zu", k);
+    size_t padded = 0;
+    for (const ir::Value* in : v.graph->inputs())
+      if (v.shapes.count(in->name()))
+        padded += round_up(dtype_bytes(in->dtype(), in->shape().num_elements()));
+    sizes.work_bytes = std::max(sizes.work_bytes, one.work_bytes + padded);
+  }
+  sizes.weight_bytes = loaded.weight_bytes;
+  return sizes;
+}
+
 // ---- Model -------------------------------------------------------------------------------
 
 class ExecutionContext {
@@ -384,6 +403,10 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
                  s.add_context("preparing the model"));
   }
   m->executor_ = std::move(executor).value();
+  if (m->loaded_.bucket_kind != model::BucketKind::kNone) {
+    CodedStatus s = m->prepare_buckets();
+    if (!s.ok()) return s;
+  }
 
   std::shared_ptr<ExecutionArena> arena;
   if (workspace) {
@@ -394,7 +417,7 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
     CodedStatus mem =
         check_device_memory(workspace->data, workspace->size, device, "the workspace");
     if (!mem.ok()) return mem;
-    auto sizes = model_sizes(g);
+    auto sizes = model_sizes(m->loaded_);
     if (!sizes.ok()) return coded(KILN_ERROR_FEATURE_UNSUPPORTED, sizes.status());
     if (workspace->size < sizes->work_bytes)
       return coded(
@@ -514,6 +537,266 @@ void Model::release_context(ExecutionContext* ctx) {
   idle_.push_back(ctx);
 }
 
+namespace {
+
+CodedStatus prepare_error(const Status& s, const char* what) {
+  Status st = s;
+  return coded(s.code() == StatusCode::kUnsupported ? KILN_ERROR_FEATURE_UNSUPPORTED : KILN_ERROR_PARSE_MODEL,
+               st.add_context("preparing %s", what));
+}
+
+std::string bucket_list(const model::LoadedModel& m) {
+  std::string s;
+  for (const model::LoadedVariant& v : m.variants) {
+    std::string one;
+    for (const auto& [name, dims] : v.shapes) one += (one.empty() ? "" : " ") + name + dims_to_string(dims);
+    s += (s.empty() ? "" : ", ") + one;
+  }
+  return s;
+}
+
+std::string input_list(const std::vector<ModelIo>& ios, const std::vector<std::vector<int64_t>>& dims) {
+  std::string s;
+  for (size_t i = 0; i < ios.size(); ++i) s += (i ? " " : "") + ios[i].name + dims_to_string(dims[i]);
+  return s;
+}
+
+}  // namespace
+
+CodedStatus Model::prepare_buckets() {
+  const model::LoadedModel& m = loaded_;
+  variant_executors_.push_back(executor_.get());
+  for (size_t k = 1; k < m.variants.size(); ++k) {
+    auto e = GraphExecutor::create(m.variants[k].graph);
+    if (!e.ok()) return prepare_error(e.status(), str_format("shape bucket %zu", k).c_str());
+    variant_executors_.push_back(e->get());
+    extra_executors_.push_back(std::move(e).value());
+  }
+  if (m.dynamic_graph) {
+    auto e = GraphExecutor::create(m.dynamic_graph);
+    if (!e.ok()) return prepare_error(e.status(), "the dynamic graph");
+    dynamic_executor_ = std::move(e).value();
+  }
+  // The model's inputs and outputs as the caller sees them: a dim the variants disagree
+  // on, or that the dynamic graph leaves open, is open.
+  auto open_dims = [&](ModelIo& io, auto graph_values) {
+    for (const model::LoadedVariant& v : m.variants) {
+      const ir::Value* val = graph_values(*v.graph)[io.graph_index];
+      for (size_t d = 0; d < io.dims.size(); ++d)
+        if (!val->shape()[static_cast<int>(d)].is_static() || val->shape()[static_cast<int>(d)].value != io.dims[d])
+          io.dims[d] = -1;
+    }
+    if (m.dynamic_graph) {
+      const ir::Value* val = graph_values(*m.dynamic_graph)[io.graph_index];
+      for (size_t d = 0; d < io.dims.size(); ++d)
+        if (!val->shape()[static_cast<int>(d)].is_static()) io.dims[d] = -1;
+    }
+    io.is_static = io.has_rank;
+    for (int64_t d : io.dims) io.is_static = io.is_static && d >= 0;
+    io.size_bytes = 0;
+    if (io.is_static) {
+      int64_t n = 1;
+      for (int64_t d : io.dims) n *= d;
+      io.size_bytes = dtype_bytes(io.dtype, n);
+    }
+  };
+  for (ModelIo& io : inputs_) open_dims(io, [](const ir::Graph& g) { return g.inputs(); });
+  for (ModelIo& io : outputs_) open_dims(io, [](const ir::Graph& g) { return g.outputs(); });
+  bucket_dims_.assign(m.variants.size(), std::vector<std::vector<int64_t>>(inputs_.size()));
+  for (size_t k = 0; k < m.variants.size(); ++k)
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      auto it = m.variants[k].shapes.find(inputs_[i].name);
+      if (it != m.variants[k].shapes.end()) bucket_dims_[k][i] = it->second;
+    }
+  pad_values_.assign(inputs_.size(), 0.0);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    auto it = m.pad_values.find(inputs_[i].name);
+    if (it != m.pad_values.end()) pad_values_[i] = it->second;
+  }
+  return {};
+}
+
+CodedStatus Model::execute(const GraphExecutor& executor,
+                           const std::vector<std::pair<size_t, RuntimeValue>>& feeds,
+                           std::vector<RuntimeValue>* values, ExecutionArena& arena) {
+  Status st = executor.run_indexed(feeds, values);
+  size_t refused_bytes = 0;
+  if (arena.refused(&refused_bytes)) {
+    return workspace_
+               ? coded(KILN_ERROR_BAD_ALLOC,
+                       resource_exhausted("the workspace given at load (%zu bytes) ran out: a %zu-byte "
+                                          "activation did not fit",
+                                          workspace_->size, refused_bytes))
+               : coded(KILN_ERROR_BAD_ALLOC,
+                       resource_exhausted("out of memory for a %zu-byte activation", refused_bytes));
+  }
+  if (!st.ok())
+    return coded(st.code() == StatusCode::kResourceExhausted ? KILN_ERROR_BAD_ALLOC : KILN_ERROR_FAILURE,
+                 std::move(st));
+  return {};
+}
+
+CodedStatus Model::copy_outputs(const std::vector<RuntimeValue>& values, const ExecutionRequest& request,
+                                const std::vector<std::vector<int64_t>>* true_dims,
+                                std::vector<std::vector<int64_t>>* output_dims) {
+  output_dims->assign(outputs_.size(), {});
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const ModelIo& io = outputs_[i];
+    const RuntimeValue& v = values[io.graph_index];
+    if (!v.is_tensor() || v.tensor().dtype() != io.dtype)
+      return coded(KILN_ERROR_FAILURE,
+                   internal_error("output %zu ('%s') came out as %s, declared %s", i, io.name.c_str(),
+                                  v.description().c_str(), shape_text(io).c_str()));
+    const Tensor& t = v.tensor();
+    const std::vector<int64_t>& dims = true_dims ? (*true_dims)[io.graph_index] : t.dims();
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    size_t bytes = dtype_bytes(t.dtype(), n);
+    if (bytes > request.outputs[i].size)
+      return coded(KILN_ERROR_MODEL_OUTPUT_NOT_MATCH,
+                   invalid_argument("output %zu ('%s') is %s%s, %zu bytes; its buffer holds %zu", i,
+                                    io.name.c_str(), dtype_name(t.dtype()), dims_to_string(dims).c_str(),
+                                    bytes, request.outputs[i].size));
+    if (dims == t.dims()) {
+      // memmove: an output may view an input (Identity), whose buffer may be this one.
+      if (bytes) std::memmove(request.outputs[i].data, t.raw_data(), bytes);
+    } else if (bytes) {
+      copy_leading_block(t, dims, request.outputs[i].data);
+    }
+    (*output_dims)[i] = dims;
+  }
+  return {};
+}
+
+std::optional<std::vector<std::vector<int64_t>>> Model::true_output_dims(
+    const std::vector<std::vector<int64_t>>& input_dims) {
+  {
+    std::lock_guard lock(shape_cache_mutex_);
+    auto it = shape_cache_.find(input_dims);
+    if (it != shape_cache_.end()) return it->second;
+  }
+  std::optional<std::vector<std::vector<int64_t>>> result;
+  if (loaded_.dynamic_graph) {
+    std::vector<std::pair<size_t, std::vector<int64_t>>> feeds;
+    for (size_t i = 0; i < inputs_.size(); ++i) feeds.emplace_back(inputs_[i].graph_index, input_dims[i]);
+    // Outside the execution's arena: these few small tensors must not take workspace.
+    TensorAllocatorScope heap(nullptr);
+    auto dims = infer_output_dims(*loaded_.dynamic_graph, feeds);
+    if (dims.ok()) {
+      result = std::move(dims).value();
+    } else {
+      KILN_LOG(kInfo, "output shapes for inputs %s not inferred (%s): running the dynamic graph",
+               input_list(inputs_, input_dims).c_str(), dims.status().to_string().c_str());
+    }
+  }
+  std::lock_guard lock(shape_cache_mutex_);
+  if (shape_cache_.size() >= 1024) shape_cache_.clear();  // bounds memory for callers cycling shapes
+  shape_cache_[input_dims] = result;
+  return result;
+}
+
+CodedStatus Model::run_bucketed(const ExecutionRequest& request,
+                                std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena) {
+  const std::vector<std::vector<int64_t>>& dims = request.input_dims;
+  const bool batch = loaded_.bucket_kind == model::BucketKind::kBatch;
+  // The smallest bucket that fits (variants are stored smallest first).
+  size_t chosen = bucket_dims_.size();
+  bool exact = false;
+  for (size_t k = 0; k < bucket_dims_.size() && chosen == bucket_dims_.size(); ++k) {
+    bool fits = true, same = true;
+    for (size_t i = 0; i < inputs_.size() && fits; ++i) {
+      const std::vector<int64_t>& b = bucket_dims_[k][i];
+      if (b.empty()) continue;  // not bucketed: bind checked it against the model
+      if (b.size() != dims[i].size()) {
+        fits = false;
+        break;
+      }
+      for (size_t d = 0; d < b.size(); ++d) {
+        if (dims[i][d] > b[d] || (batch && d > 0 && dims[i][d] != b[d])) fits = false;
+        if (dims[i][d] != b[d]) same = false;
+      }
+    }
+    if (fits) {
+      chosen = k;
+      exact = same;
+    }
+  }
+  std::optional<std::vector<std::vector<int64_t>>> true_dims;
+  const char* why = "fit no shape bucket of the model";
+  if (chosen < bucket_dims_.size() && !exact) {
+    true_dims = true_output_dims(dims);
+    if (!true_dims) {  // cannot slice: run at the true shape
+      chosen = bucket_dims_.size();
+      why = "fit a shape bucket, but the true output shapes cannot be inferred to slice them";
+    }
+  }
+  if (chosen == bucket_dims_.size()) {
+    if (!dynamic_executor_)
+      return coded(KILN_ERROR_MODEL_INPUT_NOT_MATCH,
+                   invalid_argument("inputs %s %s (buckets: %s) and the model has no dynamic graph",
+                                    input_list(inputs_, dims).c_str(), why, bucket_list(loaded_).c_str()));
+    if (!warned_dynamic_.exchange(true))
+      KILN_LOG(kWarning,
+               "inputs %s %s (buckets: %s): running the dynamic graph, with shapes resolved at run "
+               "time (slower; said once per model)",
+               input_list(inputs_, dims).c_str(), why, bucket_list(loaded_).c_str());
+    std::vector<std::pair<size_t, RuntimeValue>> feeds;
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      feeds.emplace_back(inputs_[i].graph_index,
+                         Tensor::view(inputs_[i].dtype, dims[i], request.inputs[i].buffer.data, nullptr));
+    std::vector<RuntimeValue> values;
+    CodedStatus s = execute(*dynamic_executor_, feeds, &values, arena);
+    if (s.ok()) s = copy_outputs(values, request, nullptr, output_dims);
+    return s;
+  }
+  KILN_LOG(kDebug, "inputs %s: shape bucket %zu of %zu%s", input_list(inputs_, dims).c_str(), chosen + 1,
+           bucket_dims_.size(), exact ? "" : " (padded, outputs sliced)");
+  std::vector<std::pair<size_t, RuntimeValue>> feeds;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    Tensor in = Tensor::view(inputs_[i].dtype, dims[i], request.inputs[i].buffer.data, nullptr);
+    const std::vector<int64_t>& b = bucket_dims_[chosen][i];
+    if (!b.empty() && b != dims[i]) {
+      Expected<Tensor> padded = pad_tensor(in, b, pad_values_[i]);
+      if (!padded.ok()) {
+        Status st = padded.status();
+        return coded(st.code() == StatusCode::kResourceExhausted ? KILN_ERROR_BAD_ALLOC : KILN_ERROR_FAILURE,
+                     st.add_context("padding input '%s' to shape bucket %s", inputs_[i].name.c_str(),
+                                    dims_to_string(b).c_str()));
+      }
+      in = std::move(padded).value();
+    }
+    feeds.emplace_back(inputs_[i].graph_index, std::move(in));
+  }
+  std::vector<RuntimeValue> values;
+  CodedStatus s = execute(*variant_executors_[chosen], feeds, &values, arena);
+  if (!s.ok()) return s;
+  if (true_dims) {
+    // The padded run must cover the true outputs; it always does unless padding shrank an
+    // output (then the true-shape run is the only correct answer).
+    for (size_t o = 0; o < values.size() && true_dims; ++o) {
+      const RuntimeValue& v = values[o];
+      const std::vector<int64_t>& t = (*true_dims)[o];
+      bool covers = v.is_tensor() && v.tensor().rank() == static_cast<int>(t.size());
+      for (size_t d = 0; covers && d < t.size(); ++d) covers = t[d] <= v.tensor().dim(static_cast<int>(d));
+      if (!covers) true_dims.reset();
+    }
+    if (!true_dims) {
+      values.clear();
+      feeds.clear();
+      if (!dynamic_executor_)
+        return coded(KILN_ERROR_FAILURE, internal_error("the padded run's outputs do not cover the true shapes"));
+      std::vector<std::pair<size_t, RuntimeValue>> exact_feeds;
+      for (size_t i = 0; i < inputs_.size(); ++i)
+        exact_feeds.emplace_back(inputs_[i].graph_index,
+                                 Tensor::view(inputs_[i].dtype, dims[i], request.inputs[i].buffer.data, nullptr));
+      s = execute(*dynamic_executor_, exact_feeds, &values, arena);
+      if (s.ok()) s = copy_outputs(values, request, nullptr, output_dims);
+      return s;
+    }
+  }
+  return copy_outputs(values, request, true_dims ? &*true_dims : nullptr, output_dims);
+}
+
 CodedStatus Model::run(const ExecutionRequest& request,
                        std::vector<std::vector<int64_t>>* output_dims) {
   KILN_CHECK(
@@ -527,59 +810,22 @@ CodedStatus Model::run(const ExecutionRequest& request,
   CodedStatus result;
   {
     TensorAllocatorScope scope(ctx->arena);
-    std::vector<std::pair<size_t, RuntimeValue>> feeds;
-    feeds.reserve(inputs_.size());
-    for (size_t i = 0; i < inputs_.size(); ++i)
-      feeds.emplace_back(inputs_[i].graph_index,
-                         Tensor::view(inputs_[i].dtype, request.input_dims[i],
-                                      request.inputs[i].buffer.data, nullptr));
-    std::vector<RuntimeValue> values;
-    Status st = executor_->run_indexed(feeds, &values);
-    size_t refused_bytes = 0;
-    if (arena.refused(&refused_bytes)) {
-      result =
-          workspace_
-              ? coded(KILN_ERROR_BAD_ALLOC,
-                      resource_exhausted(
-                          "the workspace given at load (%zu bytes) ran out: a %zu-byte "
-                          "activation did not fit",
-                          workspace_->size, refused_bytes))
-              : coded(KILN_ERROR_BAD_ALLOC,
-                      resource_exhausted("out of memory for a %zu-byte activation", refused_bytes));
-    } else if (!st.ok()) {
-      result = coded(
-          st.code() == StatusCode::kResourceExhausted ? KILN_ERROR_BAD_ALLOC : KILN_ERROR_FAILURE,
-          std::move(st));
+    if (!variant_executors_.empty()) {
+      result = run_bucketed(request, output_dims, arena);
     } else {
-      output_dims->assign(outputs_.size(), {});
-      for (size_t i = 0; i < outputs_.size() && result.ok(); ++i) {
-        const ModelIo& io = outputs_[i];
-        const RuntimeValue& v = values[io.graph_index];
-        if (!v.is_tensor() || v.tensor().dtype() != io.dtype) {
-          result = coded(
-              KILN_ERROR_FAILURE,
-              internal_error("output %zu ('%s') came out as %s, declared %s", i, io.name.c_str(),
-                             v.description().c_str(), shape_text(io).c_str()));
-          break;
-        }
-        const Tensor& t = v.tensor();
-        size_t bytes = t.size_bytes();
-        if (bytes > request.outputs[i].size) {
-          result =
-              coded(KILN_ERROR_MODEL_OUTPUT_NOT_MATCH,
-                    invalid_argument("output %zu ('%s') is %s, %zu bytes; its buffer holds %zu", i,
-                                     io.name.c_str(), t.description().c_str(), bytes,
-                                     request.outputs[i].size));
-          break;
-        }
-        // memmove: an output may view an input (Identity), whose buffer may be this one.
-        if (bytes) std::memmove(request.outputs[i].data, t.raw_data(), bytes);
-        (*output_dims)[i] = t.dims();
-      }
+      std::vector<std::pair<size_t, RuntimeValue>> feeds;
+      feeds.reserve(inputs_.size());
+      for (size_t i = 0; i < inputs_.size(); ++i)
+        feeds.emplace_back(inputs_[i].graph_index,
+                           Tensor::view(inputs_[i].dtype, request.input_dims[i],
+                                        request.inputs[i].buffer.data, nullptr));
+      std::vector<RuntimeValue> values;
+      result = execute(*executor_, feeds, &values, arena);
+      if (result.ok()) result = copy_outputs(values, request, nullptr, output_dims);
+      // Activations go back to the arena before the context is handed on.
+      values.clear();
+      feeds.clear();
     }
-    // Activations go back to the arena before the context is handed on.
-    values.clear();
-    feeds.clear();
   }
   release_context(ctx);
   return result;

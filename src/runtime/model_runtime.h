@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -107,6 +108,11 @@ struct ModelSizes {
 // dims are not fixed, a sequence, or a Loop/Scan whose trip count is known only at run
 // time.
 Expected<ModelSizes> model_sizes(const ir::Graph& graph);
+// The same for a loaded model: for one with shape buckets, the largest variant's workspace
+// plus its padded input copies (an input no bucket fits runs the dynamic graph, whose
+// workspace cannot be bounded: such an execution fails with KILN_ERROR_BAD_ALLOC if it
+// does not fit), and the weight section of the file (weights are stored once).
+Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded);
 
 // ---- Models ------------------------------------------------------------------------------
 
@@ -178,6 +184,7 @@ class Model : public std::enable_shared_from_this<Model> {
   const std::vector<ModelIo>& inputs() const { return inputs_; }
   const std::vector<ModelIo>& outputs() const { return outputs_; }
   const ir::Graph& graph() const { return *loaded_.graph; }
+  const model::LoadedModel& loaded() const { return loaded_; }
 
   // Checks a request against the model (counts, dtypes, shapes, buffer sizes, that every
   // buffer is device memory of the model's device) and resolves the input dims.
@@ -203,11 +210,39 @@ class Model : public std::enable_shared_from_this<Model> {
   Model(model::LoadedModel loaded, Device& device);
   ExecutionContext* acquire_context();
   void release_context(ExecutionContext* ctx);
+  CodedStatus prepare_buckets();
+  // Runs `executor` on `feeds` (arena set up by the caller) into `values`, mapping failures
+  // (out of workspace, kernel errors) to C error codes.
+  CodedStatus execute(const GraphExecutor& executor,
+                      const std::vector<std::pair<size_t, RuntimeValue>>& feeds,
+                      std::vector<RuntimeValue>* values, ExecutionArena& arena);
+  // Copies each output (sliced to `true_dims` when given) into its caller buffer.
+  CodedStatus copy_outputs(const std::vector<RuntimeValue>& values, const ExecutionRequest& request,
+                           const std::vector<std::vector<int64_t>>* true_dims,
+                           std::vector<std::vector<int64_t>>* output_dims);
+  // A bucketed model's execution: pick, pad, run, slice; or the dynamic path.
+  CodedStatus run_bucketed(const ExecutionRequest& request,
+                           std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena);
+  // The true output dims for these input dims (shape inference of the dynamic graph,
+  // cached), or nullopt when they cannot be inferred.
+  std::optional<std::vector<std::vector<int64_t>>> true_output_dims(
+      const std::vector<std::vector<int64_t>>& input_dims);
 
   uint32_t id_ = 0;
   model::LoadedModel loaded_;
   Device& device_;
   std::unique_ptr<GraphExecutor> executor_;
+  // Shape buckets (loaded_.bucket_kind != kNone): one executor per variant (the first is
+  // executor_), the dynamic graph's, and per variant the dims of each model input (empty
+  // for an input the buckets do not bind).
+  std::vector<GraphExecutor*> variant_executors_;
+  std::vector<std::unique_ptr<GraphExecutor>> extra_executors_;
+  std::unique_ptr<GraphExecutor> dynamic_executor_;
+  std::vector<std::vector<std::vector<int64_t>>> bucket_dims_;
+  std::vector<double> pad_values_;  // per model input
+  std::mutex shape_cache_mutex_;
+  std::map<std::vector<std::vector<int64_t>>, std::optional<std::vector<std::vector<int64_t>>>> shape_cache_;
+  std::atomic<bool> warned_dynamic_{false};
   std::vector<ModelIo> inputs_;
   std::vector<ModelIo> outputs_;
   std::optional<BufferRef> workspace_;

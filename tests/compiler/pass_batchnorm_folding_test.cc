@@ -75,7 +75,7 @@ void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
 // compares within tolerance. Returns the -O3 model.
 CompiledModel expect_close_to_O0(const std::string& text) {
   auto ref = compile_text(text, 0);
-  auto opt = compile_text(text, 3);
+  auto opt = compile_text(text, 1);
   EXPECT_TRUE(ref.ok()) << ref.status().to_string();
   EXPECT_TRUE(opt.ok()) << opt.status().to_string();
   if (!ref.ok() || !opt.ok()) return {};
@@ -237,7 +237,7 @@ TEST(BatchNormFoldingTest, WeightsFromAGraphInputNotFolded) {
 TEST(BatchNormFoldingTest, TrainingModeNotFolded) {
   auto c = compile_text(conv_bn_model("g (float[2,3,5,5] x) => (float[2,4,3,3] y)", R"(
     c = Conv(x, w)
-    y = BatchNormalization(c, s, bb, m, v) <training_mode = 1>)"), 3);
+    y = BatchNormalization(c, s, bb, m, v) <training_mode = 1>)"), 1);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(count_op(*c->graph, "BatchNormalization"), 1);
   EXPECT_EQ(changed(*c, "batchnorm_folding"), 0);
@@ -247,7 +247,7 @@ TEST(BatchNormFoldingTest, SwitchedOffByNameAndFusionSwitchAndAtO0) {
   std::string text = conv_bn_model("g (float[1,3,5,5] x) => (float[1,4,3,3] y)", R"(
     c = Conv(x, w)
     y = BatchNormalization(c, s, bb, m, v))");
-  auto off = compile_text(text, 3, {"batchnorm_folding"});
+  auto off = compile_text(text, 1, {"batchnorm_folding"});
   ASSERT_TRUE(off.ok()) << off.status().to_string();
   EXPECT_EQ(count_op(*off->graph, "BatchNormalization"), 1);
   auto sw = parse_fusion_switch_text("batchnorm_folding:off\n", "switch.cfg");
@@ -302,7 +302,7 @@ TEST(BatchNormFoldingTest, MatchesPyTorchConv2dBatchNorm2dEval) {
       -0.194671497, 0.32633695, -0.741499603, -0.176272169, 0.36517176, -0.463510573, 0.0943342,
       -0.428825825, -1.45778096, -0.333441645, 0.402134627, -0.420191616, -0.821935892,
       0.0949055627, -0.407864541, -0.332132399, 0.841586471, -0.885856986};
-  auto c = compile_text(text, 3);
+  auto c = compile_text(text, 1);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   expect_folded(*c, 1);
   std::vector<rt::NamedValue> inputs;

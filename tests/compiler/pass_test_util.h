@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/compiler.h"
+#include "kernels/kernel_registry.h"
 #include "runtime/graph_executor.h"
 
 namespace kiln::compiler::testing {
@@ -66,10 +67,15 @@ inline std::vector<rt::NamedValue> make_inputs(const ir::Graph& g) {
   return inputs;
 }
 
+// Runs on the reference kernels: the pass tests check what a rewrite computes, so both sides
+// of a comparison run the same validated arithmetic; the fast kernels are tested against the
+// reference kernels in tests/kernels.
 inline std::vector<RuntimeValue> run_graph(const std::shared_ptr<ir::Graph>& g,
                                            const std::vector<rt::NamedValue>& inputs) {
   std::vector<RuntimeValue> out;
+  kernels::set_fast_kernels_enabled(false);
   auto exec = rt::GraphExecutor::create(g);
+  kernels::reset_fast_kernels_enabled();
   EXPECT_TRUE(exec.ok()) << exec.status().to_string();
   if (!exec.ok()) return out;
   Status s = (*exec)->run(inputs, &out);
@@ -89,12 +95,14 @@ inline void expect_equal_outputs(const std::vector<RuntimeValue>& a, const std::
   }
 }
 
-// Compiles at -O0 (the reference: only what correctness needs) and at -O3, checks the
-// graph outputs keep their names, runs both on the same inputs and compares exactly (the
-// rewrites tested here remove work, they do not reorder arithmetic). Returns the -O3 model.
-inline CompiledModel expect_same_as_O0(const std::string& text) {
+// Compiles at -O0 (the reference: only what correctness needs) and at `level` (default -O1:
+// the simplifying passes, without the fusions of -O2, whose tests compare with a tolerance),
+// checks the graph outputs keep their names, runs both on the same inputs and compares
+// exactly (the rewrites tested here remove work, they do not reorder arithmetic). Returns
+// the optimised model.
+inline CompiledModel expect_same_as_O0(const std::string& text, int level = 1) {
   auto ref = compile_text(text, 0);
-  auto opt = compile_text(text, 3);
+  auto opt = compile_text(text, level);
   EXPECT_TRUE(ref.ok()) << ref.status().to_string();
   EXPECT_TRUE(opt.ok()) << opt.status().to_string();
   if (!ref.ok() || !opt.ok()) return {};

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """Compares Kiln's outputs with reference outputs.
 
-Usage: compare.py EXPECTED_DIR KILN_OUTPUT_DIR [--rel 1e-4]
+Usage: compare.py EXPECTED_DIR KILN_OUTPUT_DIR [--rel 1e-4] [--atol 0] [--kiln-reference]
 
 EXPECTED_DIR holds expected_<name>.npy files (name sanitised: every char outside [A-Za-z0-9._-]
 becomes '_'). KILN_OUTPUT_DIR is what `kiln run --output-dir` wrote: one .npy per output and
-outputs.json mapping each output name to {"file", "dtype", "shape"}.
+outputs.json mapping each output name to {"file", "dtype", "shape"}. With --kiln-reference,
+EXPECTED_DIR is such a folder too (e.g. the outputs of the model compiled at -O0, to check
+that optimisation did not change them).
 
 Every expected output must be present with the same dtype and shape, and satisfy
-max|kiln - ref| <= rel * max|ref| (floating point) or be equal (integer and bool outputs).
-Prints one line per output; exits 1 on any FAIL or missing output, 2 on bad usage or files.
+max|kiln - ref| <= atol + rel * max|ref| (floating point) or be equal (integer and bool
+outputs). Prints one line per output, then the worst max|kiln - ref| / max|ref| over the
+floating-point outputs; exits 1 on any FAIL or missing output, 2 on bad usage or files.
 """
 
 import argparse
@@ -32,6 +35,20 @@ def sanitize_bytes(name):
                    for b in name.encode("utf-8"))
 
 
+def read_index(path):
+    """The outputs.json of a `kiln run --output-dir` folder, or None (after saying why)."""
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"compare.py: cannot read {path}: {e}", file=sys.stderr)
+        return None
+    if not isinstance(index, dict):
+        print(f"compare.py: {path}: expected a JSON object of outputs", file=sys.stderr)
+        return None
+    return index
+
+
 def fmt_shape(shape):
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -43,24 +60,39 @@ def main():
     parser.add_argument("kiln_output_dir")
     parser.add_argument("--rel", type=float, default=1e-4,
                         help="bound on max abs diff relative to max|ref| (default 1e-4)")
+    parser.add_argument("--atol", type=float, default=0.0,
+                        help="absolute slack added to the bound, for outputs near 0 (default 0)")
+    parser.add_argument("--kiln-reference", action="store_true",
+                        help="EXPECTED_DIR is a `kiln run --output-dir` folder (e.g. the -O0 run)")
     args = parser.parse_args()
     if not (args.rel >= 0):
         parser.error("--rel must be >= 0")
+    if not (args.atol >= 0):
+        parser.error("--atol must be >= 0")
 
-    expected = sorted(f for f in os.listdir(args.expected_dir)
-                      if f.startswith("expected_") and f.endswith(".npy"))
+    index_path = os.path.join(args.kiln_output_dir, "outputs.json")
+    index = read_index(index_path)
+    if index is None:
+        return 2
+    if args.kiln_reference:
+        ref_index = read_index(os.path.join(args.expected_dir, "outputs.json"))
+        if ref_index is None:
+            return 2
+        # The reference's files under the names the loop below looks up.
+        ref_files = {}
+        for name, entry in ref_index.items():
+            if not isinstance(entry, dict) or "file" not in entry:
+                print(f"compare.py: {args.expected_dir}/outputs.json: bad entry for {name}",
+                      file=sys.stderr)
+                return 2
+            ref_files["expected_" + sanitize_chars(name) + ".npy"] = entry["file"]
+        expected = sorted(ref_files)
+    else:
+        ref_files = None
+        expected = sorted(f for f in os.listdir(args.expected_dir)
+                          if f.startswith("expected_") and f.endswith(".npy"))
     if not expected:
         print(f"compare.py: no expected_*.npy in {args.expected_dir}", file=sys.stderr)
-        return 2
-    index_path = os.path.join(args.kiln_output_dir, "outputs.json")
-    try:
-        with open(index_path) as f:
-            index = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"compare.py: cannot read {index_path}: {e}", file=sys.stderr)
-        return 2
-    if not isinstance(index, dict):
-        print(f"compare.py: {index_path}: expected a JSON object of outputs", file=sys.stderr)
         return 2
 
     by_key = {}
@@ -69,10 +101,12 @@ def main():
             by_key.setdefault(key, (name, entry))
 
     failures = 0
+    worst = 0.0
     matched = set()
     for fname in expected:
         key = fname[len("expected_"):-len(".npy")]
-        ref = np.load(os.path.join(args.expected_dir, fname), allow_pickle=False)
+        ref_file = ref_files[fname] if ref_files is not None else fname
+        ref = np.load(os.path.join(args.expected_dir, ref_file), allow_pickle=False)
         if key not in by_key:
             print(f"{key:<28} {fmt_shape(ref.shape):<16} MISSING from {index_path}  FAIL")
             failures += 1
@@ -112,7 +146,10 @@ def main():
                 continue
             # NaN in Kiln's output makes the max NaN, which fails the <= below.
             diff = float(np.max(np.abs(o - r)))
-            bound = args.rel * float(np.max(np.abs(r)))
+            scale = float(np.max(np.abs(r)))
+            bound = args.atol + args.rel * scale
+            if scale > 0:
+                worst = max(worst, diff / scale)
         else:
             # Integer and bool outputs (indices, masks) must match exactly.
             diff = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64))))
@@ -126,6 +163,7 @@ def main():
     extra = sorted(set(index) - matched)
     if extra:
         print(f"note: Kiln outputs without a reference: {', '.join(extra)}")
+    print(f"worst relative diff (max|kiln - ref| / max|ref|): {worst:.3g} (bound {args.rel:g})")
     print(f"{len(expected) - failures} passed, {failures} failed")
     return 1 if failures else 0
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of one model: reference outputs (PyTorch or ONNX Runtime), kiln compile,
-# kiln run, compare.py.
+# kiln run, compare.py; then the same model compiled at -O0, whose outputs the -O3 ones must
+# match within the same 1e-4 relative bound (optimisation must not change results). On a
+# mismatch, `kiln compare` names the first node whose output diverges.
 #
 # Usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL
 #   MODEL: resnet50 | mobilenet_v2 | bert | ocr_det | ocr_rec | ocr_cls
@@ -123,8 +125,30 @@ echo "[e2e $model] $kiln ${run_args[*]}"
 step "kiln run"
 
 # 4. Compare.
-"$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs" --rel "$rel" ||
+echo "[e2e $model] -O3 vs reference:"
+"$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs" --rel "$rel" | tee "$out_dir/compare_reference.txt" ||
   die "$model: Kiln's outputs differ from the reference (see above)"
 step "compare"
+
+# 5. The same at -O0, compared with the -O3 outputs.
+o0_args=(compile "$onnx_path" -o "$out_dir/model_O0.kiln" -O0 -q)
+[[ -n $input_shape ]] && o0_args+=(--input-shape "$input_shape")
+echo "[e2e $model] $kiln ${o0_args[*]}"
+"$kiln" "${o0_args[@]}" || die "kiln compile -O0 failed for $model"
+"$kiln" run "$out_dir/model_O0.kiln" --output-dir "$out_dir/outputs_O0" "${run_args[@]:4}" >/dev/null ||
+  die "kiln run of the -O0 model failed for $model"
+echo "[e2e $model] -O3 vs -O0:"
+if ! "$python" "$here/compare.py" "$out_dir/outputs_O0" "$out_dir/outputs" --kiln-reference --rel "$rel" |
+  tee "$out_dir/compare_levels.txt"; then
+  compare_args=(compare "$onnx_path" --rtol "$rel" "${run_args[@]:4}")
+  [[ -n $input_shape ]] && compare_args+=(--input-shape "$input_shape")
+  echo "[e2e $model] $kiln ${compare_args[*]}"
+  "$kiln" "${compare_args[@]}" || true
+  die "$model: the outputs at -O3 differ from those at -O0 (see kiln compare above)"
+fi
+step "-O0 compile, run and compare"
+worst() { sed -n 's/^worst relative diff[^:]*: \([^ ]*\).*/\1/p' "$1"; }
+echo "[e2e $model] worst relative diff: -O3 vs reference $(worst "$out_dir/compare_reference.txt")," \
+  "-O3 vs -O0 $(worst "$out_dir/compare_levels.txt") (bound $rel)"
 step_start=$total_start
 echo "[e2e $model] total $(elapsed)s"

@@ -12,8 +12,16 @@ PassInfo gradient_lowering_pass();      // Gradient nodes -> ordinary ops (requi
 PassInfo constant_folding_pass();       // constant inputs and static Shape -> initializers (-O1)
 PassInfo algebraic_simplify_pass();     // identities, no-ops, chains (-O1)
 PassInfo batchnorm_folding_pass();      // BatchNormalization into Conv/ConvTranspose/Gemm (-O1)
+PassInfo layernorm_fusion_pass();       // LayerNorm decomposition -> kiln LayerNorm (-O2)
+PassInfo gelu_fusion_pass();            // GELU erf/tanh forms -> kiln Gelu (-O2)
+PassInfo attention_fusion_pass();       // MatMul/scale/mask/Softmax/MatMul -> kiln Attention (-O2)
+PassInfo hardswish_fusion_pass();       // x*HardSigmoid(x), x*Clip(x+3,0,6)/6 -> HardSwish (-O2)
+PassInfo conv_fusion_pass();            // Conv [+ Add] [+ activation] -> kiln FusedConv (-O2)
+PassInfo matmul_fusion_pass();          // MatMul/Gemm [+ Add] [+ act] -> FusedMatMul/Gemm (-O2)
+PassInfo elementwise_fusion_pass();     // elementwise op trees -> kiln FusedElementwise (-O2)
 PassInfo cse_pass();                    // common-subexpression elimination (-O1)
 PassInfo dead_node_removal_pass();      // nodes reaching no output (-O0, optional)
+PassInfo memory_scheduling_pass();      // execution order lowering the arena (-O3)
 
 void register_builtin_passes(PassRegistry& registry);
 

@@ -1,0 +1,60 @@
+// Shared by Kiln's fused ops (docs/fused-ops.md): the activation that ends FusedConv,
+// FusedGemm and FusedMatMul (`activation` / `activation_params` parsed once into a small
+// struct, applied in place to a float32 or float64 buffer), and calls into the ONNX
+// reference kernels and inference that a fused op extends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/registry.h"
+
+namespace kiln::ops {
+
+enum class FusedActivationKind {
+  kNone,
+  kRelu,
+  kLeakyRelu,
+  kClip,
+  kHardSigmoid,
+  kHardSwish,
+  kSigmoid,
+  kTanh,
+  kSilu,
+  kGelu,
+  kGeluTanh,
+};
+
+struct FusedActivation {
+  FusedActivationKind kind = FusedActivationKind::kNone;
+  // alpha / lo and beta / hi, depending on the kind.
+  float p0 = 0, p1 = 0;
+  bool is_none() const { return kind == FusedActivationKind::kNone; }
+};
+
+// Reads `activation` (absent or "" = none) and `activation_params` of a fused node. The
+// error names the node: unknown name, wrong number of parameters, wrong attribute kind.
+Expected<FusedActivation> parse_fused_activation(const ir::Node& node);
+
+// data[i] = act(data[i]) for i in [0, n); parallel in chunks.
+void apply_fused_activation(const FusedActivation& act, float* data, int64_t n);
+void apply_fused_activation(const FusedActivation& act, double* data, int64_t n);
+// Applies to a float32 or float64 tensor; error naming the node for other dtypes.
+Status apply_fused_activation(const ir::Node& node, const FusedActivation& act, Tensor& t);
+
+// One element (the formula of the table in docs/fused-ops.md), for callers with their own loops.
+template <typename T>
+T fused_activation_value(const FusedActivation& act, T x);
+
+extern template float fused_activation_value<float>(const FusedActivation&, float);
+extern template double fused_activation_value<double>(const FusedActivation&, double);
+
+// Runs the registered reference kernel of ONNX `op` (default domain, newest opset) on the
+// fused node itself with its first `num_inputs` inputs, and returns output 0. The fused
+// ops keep the ONNX op's attribute names (Conv's pads, Gemm's transA, LayerNormalization's
+// axis), so the ONNX kernel reads them from the fused node; errors name the fused node.
+Expected<Tensor> run_onnx_reference(KernelContext& ctx, const char* op, int num_inputs);
+// Runs the ONNX op's shape and type inference on the fused node's context.
+Status run_onnx_inference(InferContext& ctx, const char* op);
+
+}  // namespace kiln::ops

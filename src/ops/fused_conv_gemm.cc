@@ -1,0 +1,199 @@
+// Kiln's fused FusedConv, FusedGemm and FusedMatMul (domain kiln, docs/fused-ops.md):
+// schemas, inference and reference kernels. Each runs the ONNX reference kernel it
+// replaces (Conv, Gemm, MatMul) on the fused node, then adds the bias / residual and
+// applies the activation in place, in the order the unfused graph computes them.
+#include <vector>
+
+#include "ops/fused_activation.h"
+#include "ops/op_util.h"
+#include "ops/spatial_util.h"
+
+namespace kiln::ops {
+namespace {
+
+using ir::AttrKind;
+
+bool is_float_type(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
+
+// Inference-time checks common to the three ops: required inputs, float dtypes that
+// agree, and a valid activation.
+Status check_fused_inputs(InferContext& ctx, int required) {
+  const ir::Node& node = ctx.node();
+  KILN_RETURN_IF_ERROR(parse_fused_activation(node).status());
+  for (int i = 0; i < required; ++i)
+    if (!ctx.has_input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
+  const DataType dt = ctx.input_type(0).dtype;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    const DataType t = ctx.input_type(i).dtype;
+    if (t == DataType::kUndefined) continue;
+    if (!is_float_type(t))
+      return invalid_argument(
+          "node %s: input %d has dtype %s; the fused ops take float32, float64, float16 or "
+          "bfloat16",
+          node.label().c_str(), i, dtype_name(t));
+    if (dt != DataType::kUndefined && t != dt)
+      return invalid_argument("node %s: input %d has dtype %s, input 0 has %s", node.label().c_str(), i, dtype_name(t),
+                              dtype_name(dt));
+  }
+  return ok_status();
+}
+
+// Inference for an input added to Y that must broadcast to Y without changing Y's shape
+// (`exact`: it must have Y's shape). Unknown dims of Y are refined from the input's where
+// the input's extent is not 1.
+Status check_addend_shape(InferContext& ctx, int i, const char* what, bool exact) {
+  if (!ctx.has_input(i)) return ok_status();
+  const ir::Node& node = ctx.node();
+  const Shape& t = ctx.input_type(i).shape;
+  ir::TensorType& out = ctx.output(0);
+  if (exact && t.has_rank() && !out.shape.has_rank()) {
+    out.shape = t;  // Z has Y's shape
+    return ok_status();
+  }
+  if (!t.has_rank() || !out.shape.has_rank()) return ok_status();
+  const int yr = out.shape.rank(), tr = t.rank();
+  if (tr > yr || (exact && tr != yr))
+    return invalid_argument("node %s: %s %s does not %s the output %s", node.label().c_str(), what,
+                            t.to_string().c_str(), exact ? "have the shape of" : "broadcast to",
+                            out.shape.to_string().c_str());
+  for (int d = 0; d < tr; ++d) {
+    const Dim& td = t[d];
+    Dim& yd = out.shape[yr - tr + d];
+    if (!td.is_static()) continue;
+    if (yd.is_static()) {
+      if (td.value != yd.value && (exact || td.value != 1))
+        return invalid_argument("node %s: %s %s does not %s the output %s", node.label().c_str(), what,
+                                t.to_string().c_str(), exact ? "have the shape of" : "broadcast to",
+                                out.shape.to_string().c_str());
+    } else if (exact || td.value != 1) {
+      yd = td;
+    }
+  }
+  return ok_status();
+}
+
+// y += t, t broadcasting to y's dims without changing them (`exact`: same dims).
+Status add_into(const ir::Node& node, Tensor& y, const Tensor* t, const char* what, bool exact) {
+  if (!t) return ok_status();
+  if (t->dtype() != y.dtype())
+    return invalid_argument("node %s: %s has dtype %s, the output %s", node.label().c_str(), what,
+                            dtype_name(t->dtype()), dtype_name(y.dtype()));
+  bool fits = exact ? t->dims() == y.dims() : false;
+  if (!exact) {
+    Expected<std::vector<int64_t>> bd = broadcast_dims(node, y.dims(), t->dims());
+    fits = bd.ok() && *bd == y.dims();
+  }
+  if (!fits)
+    return invalid_argument("node %s: %s %s does not %s the output %s", node.label().c_str(), what,
+                            dims_to_string(t->dims()).c_str(), exact ? "have the shape of" : "broadcast to",
+                            dims_to_string(y.dims()).c_str());
+  if (y.num_elements() == 0) return ok_status();
+  dispatch_float(y.dtype(), [&]<typename T>() {
+    T* py = y.data<T>();
+    const T* pt = t->data<T>();
+    if (t->dims() == y.dims()) {
+      for (int64_t i = 0; i < y.num_elements(); ++i) py[i] += pt[i];
+      return;
+    }
+    const std::vector<int64_t> strides[1] = {broadcast_strides(t->dims(), y.dims())};
+    for_each_broadcast(y.dims(), strides, [&](int64_t o, const int64_t* off) { py[o] += pt[off[0]]; });
+  });
+  return ok_status();
+}
+
+// The kernel body shared by the three ops: ONNX reference on the first `onnx_inputs`
+// inputs, then the addends (input index, name, exact shape), then the activation.
+struct Addend {
+  int input;
+  const char* what;
+  bool exact;
+};
+
+Status fused_kernel(KernelContext& ctx, const char* onnx_op, int onnx_inputs, std::vector<Addend> addends) {
+  const ir::Node& node = ctx.node();
+  KILN_ASSIGN_OR_RETURN(FusedActivation act, parse_fused_activation(node));
+  for (int i = 0; i < 2; ++i)
+    if (!ctx.input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
+  const DataType dt = ctx.input(0)->dtype();
+  if (dt != DataType::kFloat32 && dt != DataType::kFloat64) return unsupported_dtype(node, dt);
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_onnx_reference(ctx, onnx_op, onnx_inputs));
+  for (const Addend& a : addends) KILN_RETURN_IF_ERROR(add_into(node, y, ctx.input(a.input), a.what, a.exact));
+  KILN_RETURN_IF_ERROR(apply_fused_activation(node, act, y));
+  ctx.set_output(0, std::move(y));
+  return ok_status();
+}
+
+// ---- FusedConv -------------------------------------------------------------------------
+
+Status infer_fused_conv(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_fused_inputs(ctx, 2));
+  KILN_RETURN_IF_ERROR(run_onnx_inference(ctx, "Conv"));
+  return check_addend_shape(ctx, 3, "residual Z", true);
+}
+
+Status fused_conv_kernel(KernelContext& ctx) { return fused_kernel(ctx, "Conv", 3, {{3, "residual Z", true}}); }
+
+// ---- FusedGemm -------------------------------------------------------------------------
+
+Status infer_fused_gemm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_fused_inputs(ctx, 2));
+  KILN_RETURN_IF_ERROR(run_onnx_inference(ctx, "Gemm"));
+  if (ctx.has_input(2) && ctx.input_type(2).shape.has_rank() && ctx.input_type(2).shape.rank() > 2)
+    return invalid_argument("node %s: C %s has rank > 2", ctx.node().label().c_str(),
+                            ctx.input_type(2).shape.to_string().c_str());
+  return check_addend_shape(ctx, 2, "C", false);  // C broadcasts to [M, N] in one direction
+}
+
+Status fused_gemm_kernel(KernelContext& ctx) { return fused_kernel(ctx, "Gemm", 3, {}); }
+
+// ---- FusedMatMul -----------------------------------------------------------------------
+
+Status infer_fused_matmul(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_fused_inputs(ctx, 2));
+  KILN_RETURN_IF_ERROR(run_onnx_inference(ctx, "MatMul"));
+  KILN_RETURN_IF_ERROR(check_addend_shape(ctx, 2, "Bias", false));
+  return check_addend_shape(ctx, 3, "residual Z", false);
+}
+
+Status fused_matmul_kernel(KernelContext& ctx) {
+  return fused_kernel(ctx, "MatMul", 2, {{2, "Bias", false}, {3, "residual Z", false}});
+}
+
+OpSchema fused_schema(const char* name, int max_inputs) {
+  return OpSchema(name, kKilnDomain)
+      .since(1, kKilnOpset)
+      .inputs(2, max_inputs)
+      .outputs(1, 1)
+      .attr("activation", AttrKind::kString)
+      .attr("activation_params", AttrKind::kFloats);
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(fused_schema("FusedConv", 4)
+                     .attr("auto_pad", AttrKind::kString)
+                     .attr("dilations", AttrKind::kInts)
+                     .attr("group", AttrKind::kInt)
+                     .attr("kernel_shape", AttrKind::kInts)
+                     .attr("pads", AttrKind::kInts)
+                     .attr("strides", AttrKind::kInts)
+                     .infer(infer_fused_conv)
+                     .kernel(with_half_as_float(fused_conv_kernel))
+                     .doc("Y = act(Conv(X, W, B) + Z) (docs/fused-ops.md)"));
+KILN_REGISTER_OP(fused_schema("FusedGemm", 3)
+                     .attr("alpha", AttrKind::kFloat)
+                     .attr("beta", AttrKind::kFloat)
+                     .attr("transA", AttrKind::kInt)
+                     .attr("transB", AttrKind::kInt)
+                     .infer(infer_fused_gemm)
+                     .kernel(with_half_as_float(fused_gemm_kernel))
+                     .doc("Y = act(alpha A' B' + beta C) (docs/fused-ops.md)"));
+KILN_REGISTER_OP(fused_schema("FusedMatMul", 4)
+                     .infer(infer_fused_matmul)
+                     .kernel(with_half_as_float(fused_matmul_kernel))
+                     .doc("Y = act(MatMul(A, B) + Bias + Z) (docs/fused-ops.md)"));
+
+}  // namespace kiln::ops
