@@ -370,6 +370,21 @@ KILN_API kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input,
 KILN_API kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output,
                                        kilnrtStream stream);
 
+/* ---- Profiling (aclprof's shape) ------------------------------------------------------ */
+/* kilnprofInit(dir) names the output directory (created if missing; `length` is
+ * strlen(dir)); kilnprofStart/kilnprofStop turn recording on and off (any number of
+ * times); kilnprofFinalize stops and writes timeline.json, op_summary.csv,
+ * op_statistic.csv and api_statistic.csv into the directory. Unlike aclprofStart there is
+ * no config object: host API calls, stream tasks, model ops, copies and event flows are
+ * all recorded. The environment variable KILN_PROFILE=DIR does the same for a whole
+ * process without code changes (from kilnInit, written at kilnFinalize and at exit); while
+ * it is set kilnprofInit fails with KILN_ERROR_REPEAT_INITIALIZE. These calls do not need
+ * kilnInit. */
+KILN_API kilnError kilnprofInit(const char* profilerResultPath, size_t length);
+KILN_API kilnError kilnprofStart(void);
+KILN_API kilnError kilnprofStop(void);
+KILN_API kilnError kilnprofFinalize(void);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

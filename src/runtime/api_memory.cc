@@ -13,6 +13,7 @@
 
 #include "core/logging.h"
 #include "kiln/kiln.h"
+#include "profiler/profiler.h"
 #include "runtime/api_internal.h"
 #include "runtime/memory.h"
 
@@ -174,10 +175,23 @@ using kiln::rt::fail;
 using kiln::rt::runtime_lock;
 using kiln::rt::runtime_state;
 
+namespace kiln::rt {
+namespace {
+
+// The profiler's name of a copy between the devices check_copy found (-1: host memory).
+const char* copy_direction(int dst_device, int src_device) {
+  if (src_device < 0) return dst_device < 0 ? "H2H" : "H2D";
+  return dst_device < 0 ? "D2H" : "D2D";
+}
+
+}  // namespace
+}  // namespace kiln::rt
+
 extern "C" {
 
 kilnError kilnrtMalloc(void** devPtr, size_t size, kilnrtMemMallocPolicy policy) {
   static const char* const kApi = "kilnrtMalloc";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: devPtr is NULL", kApi);
@@ -212,6 +226,7 @@ kilnError kilnrtMalloc(void** devPtr, size_t size, kilnrtMemMallocPolicy policy)
 
 kilnError kilnrtFree(void* devPtr) {
   static const char* const kApi = "kilnrtFree";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -259,6 +274,7 @@ kilnError kilnrtFree(void* devPtr) {
 
 kilnError kilnrtMallocHost(void** hostPtr, size_t size) {
   static const char* const kApi = "kilnrtMallocHost";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
@@ -279,6 +295,7 @@ kilnError kilnrtMallocHost(void** hostPtr, size_t size) {
 
 kilnError kilnrtFreeHost(void* hostPtr) {
   static const char* const kApi = "kilnrtFreeHost";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
@@ -303,6 +320,7 @@ kilnError kilnrtFreeHost(void* hostPtr) {
 
 kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind) {
   static const char* const kApi = "kilnrtMemcpy";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -314,13 +332,18 @@ kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
   // A synchronous copy runs on the calling thread and, as in AscendCL, is not ordered
   // with stream work, so it takes no engine lock: small copies cost the checks and the
   // copy, nothing more (bench/memcpy_bench).
+  int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
   kiln::rt::copy_memory(dst, src, count);
+  if (KILN_UNLIKELY(profile_start >= 0)) {
+    kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), count, profile_start);
+  }
   return KILN_SUCCESS;
 }
 
 kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind,
                             kilnrtStream stream) {
   static const char* const kApi = "kilnrtMemcpyAsync";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -335,10 +358,16 @@ kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t c
   if (kilnError e = kiln::rt::check_stream_device(kApi, target, src_device, "src")) return e;
   if (count == 0) return KILN_SUCCESS;
   try {
-    target.submit(kiln::rt::Engine::kCopy, [dst, src, count]() {
-      kiln::rt::copy_memory(dst, src, count);
-      return kiln::ok_status();
-    });
+    const char* direction = kiln::rt::copy_direction(dst_device, src_device);
+    target.submit(
+        kiln::rt::Engine::kCopy,
+        [dst, src, count, direction]() {
+          int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+          kiln::rt::copy_memory(dst, src, count);
+          if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy(direction, count, start);
+          return kiln::ok_status();
+        },
+        "MemcpyAsync");
   } catch (const std::bad_alloc&) {
     return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a copy", kApi);
   }
@@ -347,6 +376,7 @@ kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t c
 
 kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
   static const char* const kApi = "kilnrtMemset";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -365,6 +395,7 @@ kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t coun
 
 kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count, kilnrtStream stream) {
   static const char* const kApi = "kilnrtMemsetAsync";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -377,10 +408,15 @@ kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t
   if (count == 0) return KILN_SUCCESS;
   const unsigned char byte = static_cast<unsigned char>(value);
   try {
-    target.submit(kiln::rt::Engine::kCopy, [devPtr, byte, count]() {
-      std::memset(devPtr, byte, count);
-      return kiln::ok_status();
-    });
+    target.submit(
+        kiln::rt::Engine::kCopy,
+        [devPtr, byte, count]() {
+          int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+          std::memset(devPtr, byte, count);
+          if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy("memset", count, start);
+          return kiln::ok_status();
+        },
+        "MemsetAsync");
   } catch (const std::bad_alloc&) {
     return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a memset", kApi);
   }
@@ -389,6 +425,7 @@ kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t
 
 kilnError kilnrtGetMemInfo(kilnrtMemAttr attr, size_t* free, size_t* total) {
   static const char* const kApi = "kilnrtGetMemInfo";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (free == nullptr || total == nullptr) {
@@ -411,6 +448,7 @@ kilnError kilnrtGetMemInfo(kilnrtMemAttr attr, size_t* free, size_t* total) {
 
 kilnError kilnrtGetMemStats(int32_t deviceId, kilnrtMemStats* stats) {
   static const char* const kApi = "kilnrtGetMemStats";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -433,6 +471,7 @@ kilnError kilnrtGetMemStats(int32_t deviceId, kilnrtMemStats* stats) {
 
 kilnError kilnrtEmptyCache(int32_t deviceId) {
   static const char* const kApi = "kilnrtEmptyCache";
+  KILN_PROFILE_API(kApi);
   std::shared_lock guard(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);

@@ -15,6 +15,7 @@
 
 #include "kiln/kiln.h"
 #include "model/kiln_model.h"
+#include "profiler/profiler.h"
 #include "runtime/api_internal.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
@@ -686,6 +687,7 @@ kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index) {
 
 kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId) {
   const char* api = "kilnmdlLoadFromFile";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   if (!modelPath || !modelId)
     return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
@@ -700,6 +702,7 @@ kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId) {
 
 kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* modelId) {
   const char* api = "kilnmdlLoadFromMem";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   if (!model || !modelSize || !modelId)
     return fail(KILN_ERROR_INVALID_PARAM, "%s: model and modelId must not be NULL, modelSize not 0",
@@ -721,6 +724,7 @@ kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* mode
 kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
                                      size_t workSize, void* weightPtr, size_t weightSize) {
   const char* api = "kilnmdlLoadFromFileWithMem";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   if (!modelPath || !modelId)
     return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
@@ -752,7 +756,7 @@ kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weigh
     if (!loaded.ok())
       return fail(load_error_code(loaded.status()), "%s: %s", api,
                   loaded.status().to_string().c_str());
-    auto sizes = model_sizes(*loaded->graph);
+    auto sizes = model_sizes(*loaded);
     if (!sizes.ok())
       return fail(KILN_ERROR_FEATURE_UNSUPPORTED, "%s: %s: %s", api, fileName,
                   sizes.status().to_string().c_str());
@@ -768,6 +772,7 @@ kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weigh
 
 kilnError kilnmdlUnload(uint32_t modelId) {
   const char* api = "kilnmdlUnload";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   std::shared_ptr<Model> m = ModelTable::get().remove(modelId);
   if (!m)
@@ -781,6 +786,7 @@ kilnError kilnmdlUnload(uint32_t modelId) {
 
 kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output) {
   const char* api = "kilnmdlExecute";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   kilnError error = KILN_SUCCESS;
   std::shared_ptr<ExecutionToken> token;
@@ -822,6 +828,7 @@ kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlD
 kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output,
                               kilnrtStream stream) {
   const char* api = "kilnmdlExecuteAsync";
+  KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
   kilnError error = KILN_SUCCESS;
   // The token keeps the model alive and counted in flight until the task has run, or was
@@ -862,7 +869,7 @@ kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kil
       // Released here rather than when the stream drops the task: kilnmdlUnload waits for it.
       token->release();
       return result;
-    });
+    }, "ModelExecute");
     return KILN_SUCCESS;
   } catch (const std::bad_alloc&) {
     return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);

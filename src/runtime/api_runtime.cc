@@ -8,7 +8,9 @@
 #include <shared_mutex>
 #include <string>
 
+#include "core/logging.h"
 #include "kiln/kiln.h"
+#include "profiler/profiler.h"
 #include "runtime/api_internal.h"
 
 namespace kiln::rt {
@@ -180,6 +182,8 @@ size_t kilnDataTypeSize(kilnDataType dataType) {
 
 kilnError kilnInit(const char* configPath) {
   static const char* const kApi = "kilnInit";
+  // KILN_PROFILE=DIR profiles the whole process from its first kilnInit.
+  kiln::profiler::start_env_session();
   std::unique_lock lock(runtime_lock());
   if (runtime_state() != nullptr) {
     return fail(KILN_ERROR_REPEAT_INITIALIZE,
@@ -260,11 +264,15 @@ kilnError kilnFinalize(void) {
   kiln::rt::set_runtime_state(nullptr);
   kiln::rt::set_current_context(nullptr);
   delete state;  // the devices and their memory
+  // KILN_PROFILE: everything so far is written now (and again, with more, at exit).
+  Status written = kiln::profiler::flush_env_session();
+  if (!written.ok()) KILN_LOG(kWarning, "KILN_PROFILE: %s", written.to_string().c_str());
   return KILN_SUCCESS;
 }
 
 kilnError kilnrtGetVersion(int32_t* majorVersion, int32_t* minorVersion, int32_t* patchVersion) {
   static const char* const kApi = "kilnrtGetVersion";
+  KILN_PROFILE_API(kApi);
   if (majorVersion == nullptr) return kiln::rt::null_param(kApi, "majorVersion");
   if (minorVersion == nullptr) return kiln::rt::null_param(kApi, "minorVersion");
   if (patchVersion == nullptr) return kiln::rt::null_param(kApi, "patchVersion");
@@ -276,6 +284,7 @@ kilnError kilnrtGetVersion(int32_t* majorVersion, int32_t* minorVersion, int32_t
 
 kilnError kilnrtGetRunMode(kilnrtRunMode* runMode) {
   static const char* const kApi = "kilnrtGetRunMode";
+  KILN_PROFILE_API(kApi);
   if (runMode == nullptr) return kiln::rt::null_param(kApi, "runMode");
   *runMode = KILN_HOST;
   return KILN_SUCCESS;
@@ -285,6 +294,7 @@ kilnError kilnrtGetRunMode(kilnrtRunMode* runMode) {
 
 kilnError kilnrtGetDeviceCount(uint32_t* count) {
   static const char* const kApi = "kilnrtGetDeviceCount";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -295,6 +305,7 @@ kilnError kilnrtGetDeviceCount(uint32_t* count) {
 
 kilnError kilnrtSetDevice(int32_t deviceId) {
   static const char* const kApi = "kilnrtSetDevice";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -317,6 +328,7 @@ kilnError kilnrtSetDevice(int32_t deviceId) {
 
 kilnError kilnrtGetDevice(int32_t* deviceId) {
   static const char* const kApi = "kilnrtGetDevice";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (deviceId == nullptr) return kiln::rt::null_param(kApi, "deviceId");
@@ -328,6 +340,7 @@ kilnError kilnrtGetDevice(int32_t* deviceId) {
 
 kilnError kilnrtResetDevice(int32_t deviceId) {
   static const char* const kApi = "kilnrtResetDevice";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -361,15 +374,18 @@ kilnError kilnrtResetDevice(int32_t deviceId) {
 }
 
 kilnError kilnrtSynchronizeDeviceWithTimeout(int32_t timeout) {
+  KILN_PROFILE_API("kilnrtSynchronizeDeviceWithTimeout");
   return kiln::rt::synchronize_device("kilnrtSynchronizeDeviceWithTimeout", timeout);
 }
 
 kilnError kilnrtSynchronizeDevice(void) {
+  KILN_PROFILE_API("kilnrtSynchronizeDevice");
   return kiln::rt::synchronize_device("kilnrtSynchronizeDevice", -1);
 }
 
 kilnError kilnrtCreateContext(kilnrtContext* context, int32_t deviceId) {
   static const char* const kApi = "kilnrtCreateContext";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -395,6 +411,7 @@ kilnError kilnrtCreateContext(kilnrtContext* context, int32_t deviceId) {
 
 kilnError kilnrtDestroyContext(kilnrtContext context) {
   static const char* const kApi = "kilnrtDestroyContext";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -438,6 +455,7 @@ kilnError kilnrtDestroyContext(kilnrtContext context) {
 
 kilnError kilnrtSetCurrentContext(kilnrtContext context) {
   static const char* const kApi = "kilnrtSetCurrentContext";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -452,6 +470,7 @@ kilnError kilnrtSetCurrentContext(kilnrtContext context) {
 
 kilnError kilnrtGetCurrentContext(kilnrtContext* context) {
   static const char* const kApi = "kilnrtGetCurrentContext";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (context == nullptr) return kiln::rt::null_param(kApi, "context");
@@ -465,6 +484,7 @@ kilnError kilnrtGetCurrentContext(kilnrtContext* context) {
 
 kilnError kilnrtCreateStream(kilnrtStream* stream) {
   static const char* const kApi = "kilnrtCreateStream";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (stream == nullptr) return kiln::rt::null_param(kApi, "stream");
@@ -485,6 +505,7 @@ kilnError kilnrtCreateStream(kilnrtStream* stream) {
 
 kilnError kilnrtDestroyStream(kilnrtStream stream) {
   static const char* const kApi = "kilnrtDestroyStream";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -510,6 +531,7 @@ kilnError kilnrtDestroyStream(kilnrtStream stream) {
 
 kilnError kilnrtSynchronizeStreamWithTimeout(kilnrtStream stream, int32_t timeout) {
   static const char* const kApi = "kilnrtSynchronizeStreamWithTimeout";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   kilnError error;
@@ -521,6 +543,7 @@ kilnError kilnrtSynchronizeStreamWithTimeout(kilnrtStream stream, int32_t timeou
 
 kilnError kilnrtSynchronizeStream(kilnrtStream stream) {
   static const char* const kApi = "kilnrtSynchronizeStream";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
@@ -530,6 +553,7 @@ kilnError kilnrtSynchronizeStream(kilnrtStream stream) {
 
 kilnError kilnrtStreamQuery(kilnrtStream stream, kilnrtStreamStatus* status) {
   static const char* const kApi = "kilnrtStreamQuery";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (status == nullptr) return kiln::rt::null_param(kApi, "status");
@@ -541,6 +565,7 @@ kilnError kilnrtStreamQuery(kilnrtStream stream, kilnrtStreamStatus* status) {
 
 kilnError kilnrtStreamWaitEvent(kilnrtStream stream, kilnrtEvent event) {
   static const char* const kApi = "kilnrtStreamWaitEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -561,6 +586,7 @@ kilnError kilnrtStreamWaitEvent(kilnrtStream stream, kilnrtEvent event) {
 
 kilnError kilnrtCreateEventWithFlag(kilnrtEvent* event, uint32_t flag) {
   static const char* const kApi = "kilnrtCreateEventWithFlag";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -591,6 +617,7 @@ kilnError kilnrtCreateEventWithFlag(kilnrtEvent* event, uint32_t flag) {
 
 kilnError kilnrtCreateEvent(kilnrtEvent* event) {
   static const char* const kApi = "kilnrtCreateEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (event == nullptr) return kiln::rt::null_param(kApi, "event");
@@ -600,6 +627,7 @@ kilnError kilnrtCreateEvent(kilnrtEvent* event) {
 
 kilnError kilnrtDestroyEvent(kilnrtEvent event) {
   static const char* const kApi = "kilnrtDestroyEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -627,6 +655,7 @@ kilnError kilnrtDestroyEvent(kilnrtEvent event) {
 
 kilnError kilnrtRecordEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtRecordEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -645,6 +674,7 @@ kilnError kilnrtRecordEvent(kilnrtEvent event, kilnrtStream stream) {
 
 kilnError kilnrtResetEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtResetEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -663,6 +693,7 @@ kilnError kilnrtResetEvent(kilnrtEvent event, kilnrtStream stream) {
 
 kilnError kilnrtQueryEvent(kilnrtEvent event, kilnrtEventStatus* status) {
   static const char* const kApi = "kilnrtQueryEvent";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -675,15 +706,18 @@ kilnError kilnrtQueryEvent(kilnrtEvent event, kilnrtEventStatus* status) {
 }
 
 kilnError kilnrtSynchronizeEventWithTimeout(kilnrtEvent event, int32_t timeout) {
+  KILN_PROFILE_API("kilnrtSynchronizeEventWithTimeout");
   return kiln::rt::synchronize_event("kilnrtSynchronizeEventWithTimeout", event, timeout);
 }
 
 kilnError kilnrtSynchronizeEvent(kilnrtEvent event) {
+  KILN_PROFILE_API("kilnrtSynchronizeEvent");
   return kiln::rt::synchronize_event("kilnrtSynchronizeEvent", event, -1);
 }
 
 kilnError kilnrtEventElapsedTime(float* ms, kilnrtEvent startEvent, kilnrtEvent endEvent) {
   static const char* const kApi = "kilnrtEventElapsedTime";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   RuntimeState* state = runtime_state();
   if (state == nullptr) return kiln::rt::not_initialized(kApi);
@@ -712,6 +746,7 @@ kilnError kilnrtEventElapsedTime(float* ms, kilnrtEvent startEvent, kilnrtEvent 
 kilnError kilnrtLaunchCallback(kilnrtCallback fn, void* userData, kilnrtCallbackBlockType blockType,
                                kilnrtStream stream) {
   static const char* const kApi = "kilnrtLaunchCallback";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   if (fn == nullptr) return kiln::rt::null_param(kApi, "fn");
@@ -743,6 +778,7 @@ kilnError kilnrtLaunchCallback(kilnrtCallback fn, void* userData, kilnrtCallback
 
 kilnError kilnrtSubscribeReport(uint64_t threadId, kilnrtStream stream) {
   static const char* const kApi = "kilnrtSubscribeReport";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
@@ -754,6 +790,7 @@ kilnError kilnrtSubscribeReport(uint64_t threadId, kilnrtStream stream) {
 
 kilnError kilnrtUnSubscribeReport(uint64_t threadId, kilnrtStream stream) {
   static const char* const kApi = "kilnrtUnSubscribeReport";
+  KILN_PROFILE_API(kApi);
   std::shared_lock lock(runtime_lock());
   if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
   Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
@@ -765,6 +802,7 @@ kilnError kilnrtUnSubscribeReport(uint64_t threadId, kilnrtStream stream) {
 
 kilnError kilnrtProcessReport(int32_t timeout) {
   static const char* const kApi = "kilnrtProcessReport";
+  KILN_PROFILE_API(kApi);
   {
     std::shared_lock lock(runtime_lock());
     if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "profiler/profiler.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -26,6 +28,17 @@ std::atomic<bool> event_waits_abandoned{false};
 
 // Set on each stream's own thread.
 thread_local Stream* t_worker_stream = nullptr;
+// The profiler's track per engine of this thread's stream (-1 until first profiled task).
+thread_local int t_profile_tracks[3] = {-1, -1, -1};
+
+const char* default_task_label(Engine engine) {
+  switch (engine) {
+    case Engine::kCompute: return "compute task";
+    case Engine::kCopy: return "copy task";
+    case Engine::kHost: return "host task";
+  }
+  return "task";
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,17 +81,17 @@ std::string Stream::name() const {
   return str_format("stream %p on %s", static_cast<const void*>(this), device_.name().c_str());
 }
 
-uint64_t Stream::submit(Engine engine, Task task) {
-  return enqueue(engine, std::move(task), /*always=*/false);
+uint64_t Stream::submit(Engine engine, Task task, const char* label) {
+  return enqueue(engine, std::move(task), /*always=*/false, label);
 }
 
-uint64_t Stream::enqueue(Engine engine, Task task, bool always) {
+uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* label) {
   uint64_t seq;
   bool wake;
   {
     std::lock_guard lock(mutex_);
     seq = ++next_seq_;
-    queue_.push_back(Item{engine, std::move(task), seq, always});
+    queue_.push_back(Item{engine, std::move(task), seq, always, label});
     published_.store(seq, std::memory_order_release);
     wake = worker_sleeping_;
   }
@@ -141,21 +154,43 @@ void Stream::worker() {
 void Stream::run_item(Item& item, std::atomic<uint64_t>* completed) {
   Status status;
   if (item.task && (item.always || !has_error_.load(std::memory_order_acquire))) {
+    // The task's span (and the ops and copies recorded inside it) go on the track of this
+    // stream's engine; it starts once the task holds its engine, so waiting for the engine
+    // shows as a gap.
+    bool profiled = false;
+    int64_t profile_start = -1;
+    if (KILN_UNLIKELY(profiler::enabled())) {
+      int e = static_cast<int>(item.engine);
+      if (t_profile_tracks[e] < 0)
+        t_profile_tracks[e] = profiler::stream_track(this, device_.id(), device_.name(),
+                                                     device_.num_threads(),
+                                                     static_cast<profiler::EngineKind>(e));
+      profiler::set_thread_track(t_profile_tracks[e]);
+      profiled = true;
+    }
     switch (item.engine) {
       case Engine::kCompute: {
         std::lock_guard engine(device_.compute_engine());
         ComputeScope scope(device_);
+        if (KILN_UNLIKELY(profiled)) profile_start = profiler::now_ns();
         status = item.task();
         break;
       }
       case Engine::kCopy: {
         std::lock_guard engine(device_.copy_engine());
+        if (KILN_UNLIKELY(profiled)) profile_start = profiler::now_ns();
         status = item.task();
         break;
       }
       case Engine::kHost:
+        if (KILN_UNLIKELY(profiled)) profile_start = profiler::now_ns();
         status = item.task();
         break;
+    }
+    if (KILN_UNLIKELY(profiled)) {
+      profiler::record_task(item.label ? item.label : default_task_label(item.engine),
+                            profile_start);
+      profiler::set_thread_track(-1);
     }
   }
   item.task = nullptr;  // release what the task captured before anyone sees it done
@@ -263,11 +298,13 @@ void Stream::wait_event(const Event& event) {
           status = e->wait(generation, kAbandonPollMs);
           if (status.ok() || event_waits_abandoned.load(std::memory_order_acquire)) break;
         }
+        if (KILN_UNLIKELY(profiler::enabled()) && status.ok())
+          profiler::record_flow_end(profiler::flow_id(e, generation));
         e->release();
         if (!status.ok()) status.add_context("wait for an event abandoned by kilnFinalize");
         return status;
       },
-      /*always=*/true);
+      /*always=*/true, "StreamWaitEvent");
 }
 
 // ---- Event -------------------------------------------------------------------------------
@@ -321,11 +358,13 @@ void Event::record(Stream& stream) {
   stream.enqueue(
       Engine::kHost,
       [this, generation]() -> Status {
+        if (KILN_UNLIKELY(profiler::enabled()))
+          profiler::record_flow_start(profiler::flow_id(this, generation));
         complete(generation);
         release();
         return Status();
       },
-      /*always=*/true);
+      /*always=*/true, "EventRecord");
 }
 
 void Event::complete(uint64_t generation) {
@@ -376,7 +415,7 @@ void Event::enqueue_reset(Stream& stream) {
         release();
         return Status();
       },
-      /*always=*/true);
+      /*always=*/true, "EventReset");
 }
 
 uint64_t Event::generation() const {

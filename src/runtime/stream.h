@@ -49,7 +49,8 @@ class Stream {
   // Enqueues a task and returns its sequence number (1, 2, ...) without waiting. When a
   // task fails, the stream enters an error state: the tasks queued after it are skipped
   // (event records still complete, so no waiter hangs) until synchronize() reports it.
-  uint64_t submit(Engine engine, Task task);
+  // `label` (a string literal) names the task on the profiler's timeline.
+  uint64_t submit(Engine engine, Task task, const char* label = nullptr);
   // Makes later tasks wait for the event's latest record at the time of the call.
   void wait_event(const Event& event);
 
@@ -80,8 +81,9 @@ class Stream {
     Task task;
     uint64_t seq;
     bool always;  // runs in the error state too (event records and waits)
+    const char* label;  // for the profiler; null: named by its engine
   };
-  uint64_t enqueue(Engine engine, Task task, bool always);
+  uint64_t enqueue(Engine engine, Task task, bool always, const char* label = nullptr);
   void worker();
   // `completed` is completed_.get(), passed in so the hot loop does not read the cache
   // line the submitter writes on every submit.
