@@ -6,8 +6,11 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # libkiln.so.0 -> libkiln.so.0.1.0. The runtime archive is linked whole (its kiln* entry
-# points are referenced by nothing inside the library) and so is the op archive (through
-# kiln_ops), so the op registry is complete. kiln.map exports the kiln* C functions only.
+# points are referenced by nothing inside the library) and so are the op and kernel archives
+# (through kiln_runtime's kiln_ops and kiln_kernels), so the op and kernel registries are
+# complete. The fast kernels make libkiln.so depend on the system's libdnnl.so.2 (oneDNN,
+# libdnnl-dev at build time, scripts/install-deps.sh). kiln.map exports the kiln* C
+# functions only.
 add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/runtime/kiln_c_abi.c)
 add_library(kiln::kiln ALIAS kiln_shared)
 target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_runtime>")

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kernels/kernel_registry.h"
 #include "tools/api_session.h"
 #include "tools/subcommand.h"
 
@@ -35,6 +36,7 @@ struct BenchArgs {
   int depth = 2;
   unsigned seed = 0;
   bool json = false;
+  bool reference_kernels = false;
   // Which options the user gave (to reject e.g. --devices 0 but not its absence).
   const CLI::Option* devices_opt = nullptr;
   const CLI::Option* threads_opt = nullptr;
@@ -275,6 +277,8 @@ int bench_model(const BenchArgs& args) {
     return usage_error(str_format("--duration must be a positive number of seconds (got %g)", args.duration));
   if (args.warmup < 0) return usage_error(str_format("--warmup must not be negative (got %d)", args.warmup));
   if (args.depth < 1) return usage_error(str_format("--depth must be at least 1 (got %d)", args.depth));
+  // Kernels are selected when the model is prepared (at load), after this.
+  if (args.reference_kernels) kernels::set_fast_kernels_enabled(false);
 
   BenchResult r;
   Status status = run_bench(args, &r);
@@ -295,6 +299,7 @@ int bench_model(const BenchArgs& args) {
     j["streams_per_device"] = args.streams;
     j["depth"] = args.depth;
     j["threads_per_device"] = r.threads_per_device;
+    j["kernels"] = kernels::fast_kernels_enabled() ? "fast" : "reference";
     j["warmup_per_stream"] = args.warmup;
     j["inferences"] = r.inferences;
     j["seconds"] = r.seconds;
@@ -309,9 +314,10 @@ int bench_model(const BenchArgs& args) {
     return 0;
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
-  std::printf("model %s: %d device%s x %d stream%s, %d execution%s in flight per stream, %d thread%s per device\n",
+  std::printf("model %s: %d device%s x %d stream%s, %d execution%s in flight per stream, %d thread%s per device%s\n",
               args.model.c_str(), r.devices, r.devices == 1 ? "" : "s", args.streams, args.streams == 1 ? "" : "s",
-              args.depth, args.depth == 1 ? "" : "s", r.threads_per_device, r.threads_per_device == 1 ? "" : "s");
+              args.depth, args.depth == 1 ? "" : "s", r.threads_per_device, r.threads_per_device == 1 ? "" : "s",
+              kernels::fast_kernels_enabled() ? "" : ", reference kernels");
   std::printf("inferences    %lld in %.4f s (after %d warmup per stream)\n", static_cast<long long>(r.inferences),
               r.seconds, args.warmup);
   std::printf("throughput    %.2f inferences/s\n", throughput);
@@ -339,6 +345,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--warmup", args->warmup, "Untimed executions per stream first (default 2)");
   app.add_option("--depth", args->depth, "Executions kept in flight per stream (default 2)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
+  app.add_flag("--reference-kernels", args->reference_kernels,
+               "Run every node on its reference kernel, no fast kernels (as KILN_KERNELS=reference)");
   app.add_flag("--json", args->json,
                "Print one JSON object (throughput_per_s, latency_ms {p50, p90, p99, ...}, host_us_per_call, ...)");
   return [args] { return bench_model(*args); };

@@ -8,6 +8,8 @@
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pass_manager.h"
+#include "profiler/profiler.h"
+#include "tools/compile_report.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -17,6 +19,9 @@ struct CompileArgs {
   std::string model;
   std::string output;
   std::string input_shape;
+  std::string dynamic_batch;  // shape buckets (compiler.h)
+  std::string dynamic_dims;
+  std::string pad_value;
   int opt_level = 3;
   std::vector<std::string> disabled_passes;
   std::string fusion_switch_file;
@@ -54,30 +59,19 @@ int list_passes(const compiler::PassOptions& options) {
   return 0;
 }
 
-// The compile report (issue 5): timings, node counts, per-pass records and, once the graph
-// is final, the memory plan's three numbers plus the weights.
-Status write_report(const std::string& path, const compiler::CompiledModel& compiled, double compile_ms,
-                    const compiler::MemoryPlan* plan) {
-  nlohmann::json j;
-  j["compile_ms"] = compile_ms;
-  j["nodes"] = {{"before", compiled.nodes_before}, {"after", compiled.graph->nodes().size()}};
-  nlohmann::json passes = nlohmann::json::array();
-  for (const compiler::PassRecord& r : compiled.passes) {
-    nlohmann::json p = {{"name", r.name}, {"changed", r.changed}, {"ms", r.ms}};
-    if (!r.notes.empty()) p["notes"] = r.notes;
-    passes.push_back(std::move(p));
+// --dynamic-batch-size / --dynamic-dims / --pad-value into `options`; progress per bucket
+// unless -q.
+Status parse_bucket_options(const CompileArgs& args, compiler::CompileOptions& options) {
+  if (!args.dynamic_batch.empty() && !args.dynamic_dims.empty())
+    return invalid_argument("give --dynamic-batch-size or --dynamic-dims, not both");
+  if (!args.dynamic_batch.empty()) {
+    KILN_ASSIGN_OR_RETURN(options.dynamic_batch, compiler::parse_dynamic_batch(args.dynamic_batch));
   }
-  j["passes"] = std::move(passes);
-  if (plan)
-    j["memory"] = {{"arena_bytes", plan->arena_bytes},
-                   {"naive_bytes", plan->naive_bytes},
-                   {"lower_bound_bytes", plan->lower_bound_bytes},
-                   {"weights_bytes", plan->weights_bytes},
-                   {"dynamic_values", plan->dynamic_values}};
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return invalid_argument("cannot write report '%s'", path.c_str());
-  f << j.dump(2) << "\n";
-  if (!f) return invalid_argument("error writing report '%s'", path.c_str());
+  if (!args.dynamic_dims.empty()) {
+    KILN_ASSIGN_OR_RETURN(options.dynamic_dims, compiler::parse_dynamic_dims(args.dynamic_dims));
+  }
+  KILN_ASSIGN_OR_RETURN(options.pad_values, compiler::parse_pad_values(args.pad_value));
+  if (!args.quiet) options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return ok_status();
 }
 
@@ -97,39 +91,33 @@ int run_compile(const CompileArgs& args) {
   auto shapes = compiler::parse_input_shapes(args.input_shape);
   if (!shapes.ok()) return report_error("compile", shapes.status().to_string());
   options.input_shapes = *shapes;
+  Status buckets = parse_bucket_options(args, options);
+  if (!buckets.ok()) return report_error("compile", buckets.to_string());
   if (args.check) return run_check(args, options);
   if (args.output.empty()) return report_error("compile", "no output file: give -o MODEL.kiln (or --check)");
 
+  // KILN_PROFILE=DIR puts the compile and each pass on the profiler's timeline (written at exit).
+  profiler::start_env_session();
+  const int64_t profile_start = profiler::now_ns();
   auto start = std::chrono::steady_clock::now();
   auto compiled = compiler::compile_onnx_file(args.model, options);
   if (!compiled.ok()) return report_error("compile", compiled.status().to_string());
-  Status s = model::write_model(*compiled->graph, compiled->info, args.output);
+  if (profiler::enabled()) {
+    std::vector<std::pair<std::string, double>> phases;
+    for (const compiler::PassRecord& r : compiled->passes) phases.emplace_back(r.name, r.ms);
+    profiler::record_compile_phases(phases, profile_start);
+  }
+  Status s = compiler::write_compiled_model(*compiled, args.output);
   if (!s.ok()) return report_error("compile", s.to_string());
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // The plan is informational here (the runtime plans its own memory), so a graph it cannot
-  // plan only loses the memory section of the report.
-  Expected<compiler::MemoryPlan> plan = compiler::plan_memory(*compiled->graph);
+  // The report (tools/compile_report.h) plans the memory of the final graph and sums the
+  // fusions; it is built once for the file and the printed summary.
+  nlohmann::json report = make_compile_report(*compiled, ms);
   if (!args.report.empty()) {
-    Status r = write_report(args.report, *compiled, ms, plan.ok() ? &*plan : nullptr);
+    Status r = write_compile_report(args.report, report);
     if (!r.ok()) return report_error("compile", r.to_string());
   }
-  if (!args.quiet) {
-    for (const auto& n : compiled->notes) std::printf("note: %s\n", n.c_str());
-    std::string changed;
-    for (const compiler::PassRecord& r : compiled->passes)
-      if (r.changed) changed += str_format("%s%s %d", changed.empty() ? "" : ", ", r.name.c_str(), r.changed);
-    std::printf("passes (-O%d): %s\n", args.opt_level, changed.empty() ? "nothing changed" : changed.c_str());
-    if (plan.ok()) {
-      std::printf("memory: arena %.2f MB (lower bound %.2f MB, naive %.2f MB)", plan->arena_bytes / 1e6,
-                  plan->lower_bound_bytes / 1e6, plan->naive_bytes / 1e6);
-      if (plan->dynamic_values)
-        std::printf(", %d values sized at run time (fix shapes with --input-shape)", plan->dynamic_values);
-      std::printf("\n");
-    }
-    std::printf("compiled %s -> %s: %zu -> %zu nodes, %.1f MB of weights, %.0f ms\n", args.model.c_str(),
-                args.output.c_str(), compiled->nodes_before, compiled->graph->nodes().size(),
-                static_cast<double>(compiled->graph->weight_bytes()) / 1e6, ms);
-  }
+  if (!args.quiet) print_compile_summary(stdout, *compiled, report, args.model, args.output, args.opt_level);
   return 0;
 }
 
@@ -139,6 +127,13 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("-o,--output", args->output, "Offline model to write (.kiln)");
   app.add_option("--input-shape", args->input_shape,
                  "Fix input shapes, as ATC's --input_shape: \"x:1,3,224,224;y:1,128\"");
+  app.add_option("--dynamic-batch-size", args->dynamic_batch,
+                 "Shape buckets over the batch (axis 0 of inputs whose axis 0 is open): \"1,4,8\"");
+  app.add_option("--dynamic-dims", args->dynamic_dims,
+                 "Shape buckets, one input's full shape per item, the k-th bucket from the k-th item "
+                 "of each input: \"x:1,3,48,320;x:1,3,48,640\"");
+  app.add_option("--pad-value", args->pad_value,
+                 "Per bucketed input, the value padding fills at run time (default 0): \"x:0;mask:0\"");
   app.add_option("-O,--opt-level", args->opt_level, "Optimisation level 0..3 (default 3); -O0 runs only what "
                                                      "correctness needs")
       ->check(CLI::Range(0, 3));

@@ -9,9 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <set>
 
 #include "core/npy.h"
+#include "kernels/kernel_registry.h"
+#include "model/kiln_model.h"
+#include "runtime/model_runtime.h"
 #include "tools/api_session.h"
 #include "tools/subcommand.h"
 
@@ -27,6 +32,7 @@ struct RunArgs {
   int threads = 0;
   unsigned seed = 0;
   bool json = false;
+  bool reference_kernels = false;
 };
 
 std::string sanitize(const std::string& name) {
@@ -100,7 +106,40 @@ struct RunResult {
   std::vector<double> times;
   std::vector<std::string> notes;
   int threads = 0;
+  // Activation blocks the execution arena took from the heap (ExecutionArena::Stats), in the
+  // first execution and in all later ones: a model with fixed shapes takes none after its
+  // first execution (every activation comes from the arena's free lists).
+  uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, reused_blocks = 0;
+  size_t arena_peak_bytes = 0;
 };
+
+// Random inputs of a model with shape buckets take the first (smallest) bucket's shape
+// rather than 1 for each open dim, which may fit no bucket (or not even the model).
+Status random_inputs_in_first_bucket(const RunArgs& args, const ModelSource& source, const LoadedApiModel& model,
+                                     std::vector<Tensor>& inputs, std::vector<std::string>* notes) {
+  if (source.from_onnx) return ok_status();
+  std::set<std::string> given;
+  for (const std::string& spec : args.inputs) given.insert(spec.substr(0, spec.find('=')));
+  std::optional<model::LoadedModel> loaded;
+  std::mt19937 rng(args.seed + 1);
+  for (size_t i = 0; i < model.inputs().size(); ++i) {
+    const TensorSpec& spec = model.inputs()[i];
+    if (given.count(spec.name) || spec.bytes_known()) continue;
+    if (!loaded) {
+      KILN_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(args.model));
+      if (m.bucket_kind == model::BucketKind::kNone) return ok_status();
+      loaded = std::move(m);
+    }
+    auto shape = loaded->variants[0].shapes.find(spec.name);
+    if (shape == loaded->variants[0].shapes.end()) continue;
+    inputs[i] = random_tensor(spec.dtype, shape->second, rng);
+    const std::string prefix = "input '" + spec.name + "' has dims not fixed";
+    std::erase_if(*notes, [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+    notes->push_back(str_format("input '%s' is random, of the first shape bucket's shape %s", spec.name.c_str(),
+                                dims_to_string(shape->second).c_str()));
+  }
+  return ok_status();
+}
 
 // Everything between kilnInit and kilnFinalize. The owners are declared in acquisition
 // order so that they are released in reverse (buffers, model, stream, device, runtime).
@@ -120,14 +159,29 @@ Status execute(const RunArgs& args, RunResult* result) {
   for (const TensorSpec& s : model->outputs()) result->output_names.push_back(s.name);
 
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, make_host_inputs(*model, args.inputs, args.seed, &result->notes));
+  KILN_RETURN_IF_ERROR(random_inputs_in_first_bucket(args, source, *model, inputs, &result->notes));
   std::vector<size_t> output_bytes;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<IoBuffers> io, IoBuffers::create_fitted(*model, inputs, &output_bytes));
+  // The arena counters are read from the runtime's model table (diagnostics the C API does
+  // not offer); the executions themselves go through the C API.
+  std::shared_ptr<rt::Model> runtime_model = rt::ModelTable::get().find(model->id());
+  auto fresh_blocks = [&] { return runtime_model ? runtime_model->stats().arenas.fresh_blocks : 0; };
+  const uint64_t fresh_at_load = fresh_blocks();
+  uint64_t fresh_after_first = fresh_at_load;
   for (int i = 0; i < args.warmup + args.loops; ++i) {
     auto t = std::chrono::steady_clock::now();
     KILN_API_RETURN_IF_ERROR(kilnmdlExecuteAsync(model->id(), io->inputs(), io->outputs(), stream->get()));
     KILN_API_RETURN_IF_ERROR(kilnrtSynchronizeStream(stream->get()));
     double ms = ms_since(t);
     if (i >= args.warmup) result->times.push_back(ms);
+    if (i == 0) fresh_after_first = fresh_blocks();
+  }
+  if (runtime_model) {
+    rt::Model::Stats stats = runtime_model->stats();
+    result->fresh_blocks_first = fresh_after_first - fresh_at_load;
+    result->fresh_blocks_later = stats.arenas.fresh_blocks - fresh_after_first;
+    result->reused_blocks = stats.arenas.reused_blocks;
+    result->arena_peak_bytes = stats.arenas.peak_in_use;
   }
   KILN_ASSIGN_OR_RETURN(result->outputs, io->read_outputs(*model));
   return ok_status();
@@ -137,6 +191,8 @@ int run_model(const RunArgs& args) {
   if (args.loops < 1) return report_error("run", "--loops must be at least 1");
   if (args.warmup < 0) return report_error("run", "--warmup must not be negative");
   if (args.threads < 0) return report_error("run", "--threads must not be negative");
+  // Kernels are selected when the model is prepared (at load), after this.
+  if (args.reference_kernels) kernels::set_fast_kernels_enabled(false);
   RunResult r;
   Status status = execute(args, &r);
   if (!status.ok()) {
@@ -172,6 +228,11 @@ int run_model(const RunArgs& args) {
     j["loops"] = args.loops;
     j["warmup"] = args.warmup;
     j["threads"] = r.threads;
+    j["kernels"] = kernels::fast_kernels_enabled() ? "fast" : "reference";
+    j["arena"] = {{"fresh_blocks_first_run", r.fresh_blocks_first},
+                  {"fresh_blocks_later_runs", r.fresh_blocks_later},
+                  {"reused_blocks", r.reused_blocks},
+                  {"peak_bytes", r.arena_peak_bytes}};
     j["notes"] = r.notes;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -201,7 +262,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--warmup", args->warmup, "Untimed runs before the timed ones (default 0)");
   app.add_option("--threads", args->threads, "Intra-op threads (default: KILN_NUM_THREADS or all cores)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
-  app.add_flag("--json", args->json, "Print the result as one JSON object");
+  app.add_flag("--json", args->json,
+               "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, "
+               "reused_blocks, peak_bytes}: activation blocks taken from the heap)");
+  app.add_flag("--reference-kernels", args->reference_kernels,
+               "Run every node on its reference kernel, no fast kernels (as KILN_KERNELS=reference)");
   return [args] { return run_model(*args); };
 }
 

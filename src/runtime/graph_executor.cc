@@ -4,12 +4,18 @@
 #include <unordered_set>
 
 #include "core/logging.h"
+#include "kernels/kernel_registry.h"
+#include "profiler/profiler.h"
 
 namespace kiln::rt {
 
 struct GraphExecutor::Step {
   const ir::Node* node;
-  const ops::KernelFn* kernel;
+  const ops::KernelFn* kernel;  // the reference kernel, run when `fast` is null
+  // The fast kernel select_kernel prepared for the node (weights packed, primitives made),
+  // or null; its run() is const, so concurrent runs share it.
+  std::unique_ptr<kernels::Kernel> fast;
+  std::string implementation;  // fast->implementation(), or "reference"
   std::vector<int> inputs;   // slot per input, -1 if omitted
   std::vector<int> outputs;  // slot per output, -1 if omitted
   std::vector<int> release;  // slots whose last reader is this step
@@ -87,12 +93,17 @@ Status GraphExecutor::prepare() {
   for (const auto& [slot, t] : constant_slots_) keep.insert(slot);
   for (const auto& [slot, name] : outer_slots_) keep.insert(slot);
   std::unordered_map<int, size_t> last_use;
+  size_t fast_steps = 0;
   for (const auto& n : graph_->nodes()) {
     KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(*n));
     KILN_RETURN_IF_ERROR(schema->validate(*n));
     if (!schema->kernel_fn())
       return unsupported("node %s: no reference kernel is registered", n->label().c_str());
-    Step step{n.get(), &schema->kernel_fn(), {}, {}, {}};
+    Step step{n.get(), &schema->kernel_fn(), kernels::select_kernel(*n), "reference", {}, {}, {}};
+    if (step.fast) {
+      step.implementation = step.fast->implementation();
+      ++fast_steps;
+    }
     for (const ir::Value* v : n->inputs()) {
       int slot = v ? slot_of_.at(v) : -1;
       step.inputs.push_back(slot);
@@ -117,10 +128,16 @@ Status GraphExecutor::prepare() {
   }
   for (const auto& [slot, step] : last_use)
     if (!keep.count(slot)) steps_[step].release.push_back(slot);
-  KILN_LOG(kDebug, "prepared graph '%s': %zu steps, %d value slots", graph_->name().c_str(), steps_.size(),
-           num_slots_);
+  KILN_LOG(kDebug, "prepared graph '%s': %zu steps (%zu on fast kernels), %d value slots", graph_->name().c_str(),
+           steps_.size(), fast_steps, num_slots_);
   return ok_status();
 }
+
+size_t GraphExecutor::num_steps() const { return steps_.size(); }
+
+const ir::Node& GraphExecutor::step_node(size_t step) const { return *steps_.at(step).node; }
+
+const std::string& GraphExecutor::implementation(size_t step) const { return steps_.at(step).implementation; }
 
 Status GraphExecutor::check_input(const ir::Value& decl, const RuntimeValue& v) const {
   // Sequences and optionals are checked by the kernels that read them.
@@ -220,7 +237,10 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
     for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);
     std::vector<RuntimeValue> out(step.outputs.size());
     ops::KernelContext ctx(*step.node, in, &out, &runner);
-    Status st = (*step.kernel)(ctx);
+    int64_t profile_start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
+    Status st = step.fast ? step.fast->run(ctx) : (*step.kernel)(ctx);
+    if (KILN_UNLIKELY(profile_start >= 0) && st.ok())
+      profiler::record_op(*step.node, graph_->name(), step.implementation, in, out, profile_start);
     if (!st.ok()) {
       // Kernels name their node in their messages; add it only where one did not.
       if (st.to_string().find(step.node->label()) == std::string::npos)

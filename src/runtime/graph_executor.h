@@ -1,5 +1,6 @@
-// GraphExecutor: runs an IR graph node by node with the reference kernels of the op
-// registry. Prepared once (schema lookup, value slots, last-use points), run many times.
+// GraphExecutor: runs an IR graph node by node, each on the fast kernel the kernel registry
+// selects for it (src/kernels) or else on its op's reference kernel. Prepared once (schema
+// lookup, kernel selection and preparation, value slots, last-use points), run many times.
 // Safe to run from several threads at once (subgraph executors are prepared up front);
 // the C API's model executions (model_runtime.h) run through it on streams.
 #pragma once
@@ -52,6 +53,12 @@ class GraphExecutor {
                         const Scope* outer) const;
 
   const ir::Graph& graph() const { return *graph_; }
+  // The steps, one per node of this graph in execution order (nodes of subgraphs are steps
+  // of their subgraph's executor). implementation(i) is what runs step i: the prepared fast
+  // kernel's implementation() (e.g. "onednn:jit:avx512_core") or "reference".
+  size_t num_steps() const;
+  const ir::Node& step_node(size_t step) const;
+  const std::string& implementation(size_t step) const;
   ~GraphExecutor();
 
  private:

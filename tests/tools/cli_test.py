@@ -96,6 +96,32 @@ class CliTest(unittest.TestCase):
             self.assertIn(k, j["latency_ms"])
         self.assertLessEqual(j["latency_ms"]["min"], j["latency_ms"]["max"])
 
+    def test_run_reference_kernels_and_arena_counters(self):
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        x_path = os.path.join(WORK, "xk.npy")
+        np.save(x_path, x)
+        scores, _ = numpy_linear(x)
+        for flags, kernels in (([], None), (["--reference-kernels"], "reference")):
+            r = kiln("run", self.kiln_path, "--json", "--loops", "3", "--warmup", "1", "--input", "x=" + x_path, *flags)
+            j = json.loads(r.stdout)
+            # Fast kernels unless the flag (or KILN_KERNELS=reference in the environment) says otherwise.
+            if kernels:
+                self.assertEqual(j["kernels"], kernels)
+            else:
+                self.assertEqual(j["kernels"], "reference" if os.environ.get("KILN_KERNELS") == "reference" else "fast")
+            np.testing.assert_allclose(j["outputs"][0]["first"], scores.flatten()[:5], rtol=1e-5, atol=1e-6)
+            # Fixed shapes: activations come from the heap in the first execution only.
+            a = j["arena"]
+            self.assertGreater(a["fresh_blocks_first_run"], 0)
+            self.assertEqual(a["fresh_blocks_later_runs"], 0)
+            self.assertGreaterEqual(a["reused_blocks"], 3)
+            self.assertGreaterEqual(a["peak_bytes"], 3 * 6 * 4)
+        self.assertIn("--reference-kernels", kiln("run", "--help").stdout)
+        j = json.loads(kiln("bench", self.kiln_path, "--json", "--loops", "4", "--reference-kernels").stdout)
+        self.assertEqual(j["kernels"], "reference")
+        self.assertEqual(j["inferences"], 4)
+        self.assertIn("reference kernels", kiln("bench", self.kiln_path, "--loops", "2", "--reference-kernels").stdout)
+
     def test_run_text_prints_shapes_and_latency(self):
         r = kiln("run", self.kiln_path, "--loops", "2")
         self.assertIn("float32[3,6]", r.stdout)

@@ -1,0 +1,108 @@
+// oneDNN helpers shared by the CPU kernels: engine, per-thread stream and workspace,
+// activation post-ops.
+#include "kernels/cpu/onednn_util.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/parallel.h"
+
+namespace kiln::kernels::onednn {
+namespace {
+
+using Kind = ops::FusedActivationKind;
+using Alg = dnnl::algorithm;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
+  return *engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+void* thread_workspace(size_t bytes) {
+  thread_local std::unique_ptr<void, FreeDeleter> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes <= capacity) return buffer.get();
+  const size_t want = align64(bytes);
+  void* p = std::aligned_alloc(64, want);
+  if (!p) return nullptr;
+  buffer.reset(p);
+  capacity = want;
+  return p;
+}
+
+dnnl::memory::format_tag plain_tag(int rank) {
+  using Tag = dnnl::memory::format_tag;
+  switch (rank) {
+    case 1: return Tag::a;
+    case 2: return Tag::ab;
+    case 3: return Tag::abc;
+    case 4: return Tag::abcd;
+    case 5: return Tag::abcde;
+    case 6: return Tag::abcdef;
+    default: return Tag::undef;
+  }
+}
+
+bool activation_supported(const ops::FusedActivation& act) {
+  switch (act.kind) {
+    case Kind::kHardSwish:
+      // oneDNN 2.6: d = s * min(max(s + 3, 0), 6) / 6, ONNX's default parameters only.
+      return act.p0 == 1.0f / 6.0f && act.p1 == 0.5f;
+    case Kind::kClip:
+      return act.p0 <= act.p1;
+    default:
+      return true;
+  }
+}
+
+Status append_activation(const ops::FusedActivation& act, dnnl::post_ops& po) {
+  if (!activation_supported(act))
+    return unsupported("activation (kind %d, params %g, %g) has no oneDNN 2.6 post-op", static_cast<int>(act.kind),
+                       act.p0, act.p1);
+  constexpr float kScale = 1.0f;
+  switch (act.kind) {
+    case Kind::kNone: break;
+    case Kind::kRelu: po.append_eltwise(kScale, Alg::eltwise_relu, 0.0f, 0.0f); break;
+    case Kind::kLeakyRelu: po.append_eltwise(kScale, Alg::eltwise_relu, act.p0, 0.0f); break;
+    case Kind::kClip: po.append_eltwise(kScale, Alg::eltwise_clip_v2, act.p0, act.p1); break;
+    case Kind::kHardSigmoid:
+      po.append_eltwise(kScale, Alg::eltwise_linear, act.p0, act.p1);
+      po.append_eltwise(kScale, Alg::eltwise_clip_v2, 0.0f, 1.0f);
+      break;
+    case Kind::kHardSwish: po.append_eltwise(kScale, Alg::eltwise_hardswish, 0.0f, 0.0f); break;
+    case Kind::kSigmoid: po.append_eltwise(kScale, Alg::eltwise_logistic, 0.0f, 0.0f); break;
+    case Kind::kTanh: po.append_eltwise(kScale, Alg::eltwise_tanh, 0.0f, 0.0f); break;
+    case Kind::kSilu: po.append_eltwise(kScale, Alg::eltwise_swish, 1.0f, 0.0f); break;
+    case Kind::kGelu: po.append_eltwise(kScale, Alg::eltwise_gelu_erf, 0.0f, 0.0f); break;
+    case Kind::kGeluTanh: po.append_eltwise(kScale, Alg::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+  }
+  return ok_status();
+}
+
+CreationThreadsScope::CreationThreadsScope() : saved_(omp_get_max_threads()) {
+  omp_set_num_threads(num_threads());
+}
+
+CreationThreadsScope::~CreationThreadsScope() { omp_set_num_threads(saved_); }
+
+std::string implementation_name(const dnnl::primitive_desc_base& pd) {
+  const char* info = nullptr;
+  if (dnnl_primitive_desc_query(pd.get(), dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
+    return "onednn";
+  return std::string("onednn:") + info;
+}
+
+}  // namespace kiln::kernels::onednn

@@ -1,0 +1,78 @@
+// Shared by the oneDNN kernels (conv, matmul): the CPU engine, a per-thread stream, a
+// per-thread workspace for scratchpads and layout buffers, dims helpers, and the mapping of
+// the fused ops' activation (docs/fused-ops.md) to oneDNN 2.6 eltwise post-ops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/status.h"
+#include "ops/fused_activation.h"
+
+namespace kiln::kernels::onednn {
+
+// The process's CPU engine (created on first use, never destroyed).
+const dnnl::engine& cpu_engine();
+
+// An in-order stream on cpu_engine() for the calling thread. Kernels execute on it and
+// wait; a stream per thread keeps concurrent runs of one model independent.
+dnnl::stream& thread_stream();
+
+// A 64-byte aligned buffer of at least `bytes` owned by the calling thread, reused by every
+// kernel run on that thread (it grows, never shrinks). Kernels take their primitives'
+// scratchpads (dnnl::scratchpad_mode::user) and layout buffers from it, so a run allocates
+// only when a thread first needs more than before. Valid until the next call on the thread;
+// a kernel calls it once per run. Null when the allocation fails.
+void* thread_workspace(size_t bytes);
+
+// Rounds up to a multiple of 64 (to lay several buffers out in one workspace).
+inline size_t align64(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+inline dnnl::memory::dims to_dims(const std::vector<int64_t>& v) {
+  return dnnl::memory::dims(v.begin(), v.end());
+}
+
+// The plain (row-major) format tag for a tensor of `rank` 1..6: a, ab, abc, ... This is
+// ncw / nchw / ncdhw for activations and oiw / oihw / oidhw (goiw ... with groups) for
+// weights.
+dnnl::memory::format_tag plain_tag(int rank);
+
+// Whether `act` can run as oneDNN eltwise post-ops. Not mapped: HardSwish with other
+// parameters than ONNX's (1/6, 0.5) (oneDNN 2.6's hardswish has them fixed), and Clip with
+// lo > hi (clip_v2's order of comparisons differs from ONNX's there).
+bool activation_supported(const ops::FusedActivation& act);
+
+// Appends the eltwise post-ops computing `act` to `po` (nothing for kNone):
+//   Relu -> eltwise_relu; LeakyRelu -> eltwise_relu(alpha); Clip -> eltwise_clip_v2(lo, hi);
+//   HardSigmoid -> eltwise_linear(alpha, beta) then eltwise_clip_v2(0, 1) (2.6 has no
+//   hardsigmoid); HardSwish -> eltwise_hardswish; Sigmoid -> eltwise_logistic;
+//   Tanh -> eltwise_tanh; Silu -> eltwise_swish(1); Gelu -> eltwise_gelu_erf;
+//   GeluTanh -> eltwise_gelu_tanh.
+// Fails (leaving `po` unchanged) when !activation_supported(act).
+// NaN: eltwise_relu maps it to 0 as the reference Relu does; eltwise_clip_v2 (max then min)
+// gives a bound where ONNX Clip keeps the NaN. Kernels accept that deviation: a NaN reaches
+// the activation only from non-finite inputs, and mapping Clip (Relu6 in MobileNets) matters.
+Status append_activation(const ops::FusedActivation& act, dnnl::post_ops& po);
+
+// While alive, the calling thread's OpenMP thread count is kiln::num_threads(). oneDNN fixes a
+// primitive's parallel decomposition (and thread count) when it creates it, so kernels create
+// their primitives under this scope: they then run with the count Kiln's parallel_for uses.
+class CreationThreadsScope {
+ public:
+  CreationThreadsScope();
+  ~CreationThreadsScope();
+  CreationThreadsScope(const CreationThreadsScope&) = delete;
+  CreationThreadsScope& operator=(const CreationThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".
+std::string implementation_name(const dnnl::primitive_desc_base& pd);
+
+}  // namespace kiln::kernels::onednn

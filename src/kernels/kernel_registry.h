@@ -1,0 +1,96 @@
+// Fast kernels: registered per (op, domain, device) with a priority, prepared once per node
+// when a model loads, then run many times.
+//
+//   KILN_REGISTER_KERNEL(KernelFactory{
+//       .domain = "", .op_type = "Conv", .device = DeviceKind::kCpu, .priority = 100,
+//       .name = "onednn",
+//       .applicable = [](const ir::Node& n) { return conv_supported(n); },
+//       .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> { ... }});
+//
+// Selection (select_kernel) tries the factories of a node's op in priority order: the first
+// whose `applicable` accepts the node and whose `prepare` succeeds wins. When none does, the
+// node runs on its op's reference kernel (src/ops), which the compile report names as a
+// reference fallback. A prepared kernel holds everything it needs (pre-packed weights,
+// oneDNN primitives); run() takes the same KernelContext as a reference kernel, never
+// modifies the kernel (GraphExecutor runs one model from several threads at once), and
+// allocates nothing but its outputs (through ctx.allocate_output, which the runtime serves
+// from the execution arena).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+#include "ops/registry.h"
+
+namespace kiln::kernels {
+
+enum class DeviceKind { kCpu };
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Computes the node's outputs. Thread-safe: concurrent runs share nothing mutable.
+  virtual Status run(ops::KernelContext& ctx) const = 0;
+  // What runs, for the compile report and the profiler, e.g. "onednn:jit:avx512_core".
+  virtual std::string implementation() const = 0;
+};
+
+struct KernelFactory {
+  std::string domain;  // "" for ai.onnx, ops::kKilnDomain for Kiln's fused ops
+  std::string op_type;
+  DeviceKind device = DeviceKind::kCpu;
+  int priority = 0;  // higher is tried first
+  std::string name;  // short family name, e.g. "onednn", "avx512"
+  // Cheap check on the typed node (dtypes, static shapes where required, attributes): no
+  // allocation of weights, no primitive creation. Used by the compile report too.
+  std::function<bool(const ir::Node&)> applicable;
+  // Builds the prepared kernel: validates attributes, pre-packs constant weights (read from
+  // the node's initializer inputs), creates primitives. An error means "not this kernel":
+  // selection then tries the next factory and logs the reason at debug level.
+  std::function<Expected<std::unique_ptr<Kernel>>(const ir::Node&)> prepare;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+  void add(KernelFactory factory);
+  // The factories for this op, highest priority first.
+  std::vector<const KernelFactory*> candidates(const std::string& domain, const std::string& op_type,
+                                               DeviceKind device) const;
+
+ private:
+  std::vector<std::unique_ptr<KernelFactory>> factories_;
+};
+
+struct KernelRegistrar {
+  explicit KernelRegistrar(KernelFactory f) { KernelRegistry::instance().add(std::move(f)); }
+};
+
+// Whether fast kernels are used at all: false when the environment sets
+// KILN_KERNELS=reference (for debugging a kernel against the reference, and for `kiln compare`).
+bool fast_kernels_enabled();
+// Overrides the environment for the rest of the process (or until called again): false
+// makes every node run on its reference kernel, true selects fast kernels even under
+// KILN_KERNELS=reference. Read when an executor is prepared, so executors prepared before
+// the call keep their kernels. For the CLI (--reference-kernels, `kiln compare --kernels`)
+// and tests.
+void set_fast_kernels_enabled(bool enabled);
+// Drops the override: the environment decides again.
+void reset_fast_kernels_enabled();
+
+// The fast kernel for `node`, or null when the node runs on its reference kernel.
+std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
+
+// The implementation `node` would run with, without preparing anything: the first applicable
+// factory's name, or "reference". For the compile report.
+std::string planned_implementation(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
+
+}  // namespace kiln::kernels
+
+// Variadic: the factory's braced initializer holds commas.
+#define KILN_REGISTER_KERNEL(...) \
+  static ::kiln::kernels::KernelRegistrar KILN_CONCAT(kiln_kernel_registrar_, __COUNTER__)(__VA_ARGS__)

@@ -1,0 +1,430 @@
+// The oneDNN convolution kernels (src/kernels/cpu/conv.cc) against the reference kernels of
+// Conv and FusedConv (src/ops, validated on the ONNX conformance data), on shapes that hit
+// their edge cases: odd spatial sizes, channel counts not divisible by 16, groups and
+// depthwise, strides, asymmetric and auto pads, dilations, 1x1 and 7x7 kernels, batches of 1
+// and 3, 1-D and 3-D, every activation, with and without bias and residual; plus the
+// fallbacks (what the kernel does not take, inputs it was not prepared for) and concurrent runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ir/graph.h"
+#include "kernels/kernel_registry.h"
+#include "ops/registry.h"
+
+namespace kiln::kernels {
+namespace {
+
+using ir::Attribute;
+
+// Deterministic values in [-1, 1) (a 32-bit LCG), different per seed.
+Tensor rnd(const std::vector<int64_t>& dims, uint32_t seed) {
+  Tensor t = Tensor::make(DataType::kFloat32, dims);
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    t.data<float>()[i] = static_cast<float>(static_cast<double>(s >> 8) / (1u << 24) * 2.0 - 1.0);
+  }
+  return t;
+}
+
+const KernelFactory* onednn_factory(const std::string& domain, const std::string& op) {
+  for (const KernelFactory* f : KernelRegistry::instance().candidates(domain, op, DeviceKind::kCpu))
+    if (f->name == "onednn") return f;
+  return nullptr;
+}
+
+struct ConvCase {
+  ConvCase() = default;
+  ConvCase(std::string n, std::vector<int64_t> x_dims, std::vector<int64_t> w_dims, ir::AttributeMap a = {},
+           bool b = false, bool z = false, std::string act = "", std::vector<float> p = {})
+      : name(std::move(n)), x(std::move(x_dims)), w(std::move(w_dims)), attrs(std::move(a)), bias(b), residual(z),
+        activation(std::move(act)), params(std::move(p)) {}
+
+  std::string name;
+  std::vector<int64_t> x, w;
+  ir::AttributeMap attrs;
+  bool bias = false;
+  bool residual = false;      // FusedConv's Z
+  std::string activation;     // FusedConv's activation ("" none)
+  std::vector<float> params;  // activation_params
+  bool fused() const { return residual || !activation.empty(); }
+};
+
+// A one-node graph for a case: X (and Z) typed graph inputs, W and B initializers, Y inferred.
+struct ConvGraph {
+  std::unique_ptr<ir::Graph> graph = std::make_unique<ir::Graph>();
+  ir::Node* node = nullptr;
+  Tensor x, w, b, z;
+};
+
+Expected<ConvGraph> make_graph(const ConvCase& c, uint32_t seed) {
+  ConvGraph g;
+  ir::Graph& graph = *g.graph;
+  g.x = rnd(c.x, seed);
+  g.w = rnd(c.w, seed + 1);
+  ir::Value* x = graph.get_or_add_value("X");
+  x->type() = ir::TensorType{DataType::kFloat32, g.x.shape()};
+  graph.inputs().push_back(x);
+  ir::Value* w = graph.get_or_add_value("W");
+  w->type() = ir::TensorType{DataType::kFloat32, g.w.shape()};
+  w->set_initializer(g.w);
+  std::vector<ir::Value*> ins{x, w};
+  if (c.bias || c.residual) {
+    ir::Value* b = nullptr;
+    if (c.bias) {
+      g.b = rnd({c.w[0]}, seed + 2);
+      b = graph.get_or_add_value("B");
+      b->type() = ir::TensorType{DataType::kFloat32, g.b.shape()};
+      b->set_initializer(g.b);
+    }
+    ins.push_back(b);
+  }
+  ir::Value* z = nullptr;
+  if (c.residual) {
+    z = graph.get_or_add_value("Z");
+    graph.inputs().push_back(z);
+    ins.push_back(z);
+  }
+  ir::Value* y = graph.get_or_add_value("Y");
+  graph.outputs().push_back(y);
+  const bool fused = c.fused();
+  g.node = graph.add_node(c.name, fused ? "FusedConv" : "Conv", fused ? ops::kKilnDomain : ops::kOnnxDomain,
+                          fused ? ops::kKilnOpset : 11, ins, {y});
+  g.node->attrs() = c.attrs;
+  if (!c.activation.empty()) g.node->attrs()["activation"] = Attribute::from_string(c.activation);
+  if (!c.params.empty()) g.node->attrs()["activation_params"] = Attribute::from_floats(c.params);
+  if (z) {
+    // Z has Y's shape: infer Y's shape from a plain Conv first.
+    ir::Graph probe_graph;
+    ir::Value* px = probe_graph.get_or_add_value("X");
+    px->type() = x->type();
+    ir::Value* pw = probe_graph.get_or_add_value("W");
+    pw->type() = w->type();
+    ir::Value* py = probe_graph.get_or_add_value("Y");
+    ir::Node* probe = probe_graph.add_node("probe", "Conv", ops::kOnnxDomain, 11, {px, pw}, {py});
+    probe->attrs() = c.attrs;
+    KILN_RETURN_IF_ERROR(ops::infer_node(*probe));
+    g.z = rnd(py->shape().static_dims(), seed + 3);
+    z->type() = ir::TensorType{DataType::kFloat32, g.z.shape()};
+  }
+  KILN_RETURN_IF_ERROR(ops::infer_node(*g.node));
+  return g;
+}
+
+std::vector<RuntimeValue> input_values(const ConvGraph& g) {
+  std::vector<RuntimeValue> v{RuntimeValue(g.x), RuntimeValue(g.w)};
+  if (g.node->inputs().size() > 2) v.push_back(g.b.defined() ? RuntimeValue(g.b) : RuntimeValue());
+  if (g.node->inputs().size() > 3) v.push_back(RuntimeValue(g.z));
+  return v;
+}
+
+std::vector<const RuntimeValue*> input_ptrs(const ConvGraph& g, const std::vector<RuntimeValue>& v) {
+  std::vector<const RuntimeValue*> p;
+  for (size_t i = 0; i < v.size(); ++i) p.push_back(g.node->input(i) ? &v[i] : nullptr);
+  return p;
+}
+
+Expected<Tensor> run_reference(const ConvGraph& g) {
+  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(*g.node));
+  std::vector<RuntimeValue> in = input_values(g);
+  std::vector<RuntimeValue> out(1);
+  ops::KernelContext ctx(*g.node, input_ptrs(g, in), &out);
+  KILN_RETURN_IF_ERROR(schema->kernel_fn()(ctx));
+  return out[0].tensor();
+}
+
+Expected<Tensor> run_kernel(const Kernel& k, const ConvGraph& g, const std::vector<RuntimeValue>& in) {
+  std::vector<RuntimeValue> out(1);
+  ops::KernelContext ctx(*g.node, input_ptrs(g, in), &out);
+  KILN_RETURN_IF_ERROR(k.run(ctx));
+  return out[0].tensor();
+}
+
+// Terms summed into one output: C/group * kernel products, the bias and Z.
+int64_t terms(const ConvCase& c) {
+  int64_t k = c.w[1];
+  for (size_t d = 2; d < c.w.size(); ++d) k *= c.w[d];
+  return k + 2;
+}
+
+// |kernel - reference| <= 1e-5 max|ref| + K eps. The relative part covers the activations'
+// approximations in oneDNN (a few ulp of the result). The absolute floor covers the sums:
+// both sides add K terms (inputs and weights in [-1, 1), so each term is at most 1) in
+// different orders (oneDNN's blocked accumulation vs im2col + GEMM); the rounding error of a
+// K-term float32 sum grows like K * eps * max|term| for sequential accumulation, and an
+// output near zero (cancellation) gets no help from the relative part.
+// `nan_to_bounds`: where the reference is NaN the kernel may give a value in [lo, hi] (Clip's
+// documented deviation, onednn_util.h).
+void expect_close(const Tensor& got, const Tensor& want, const ConvCase& c, const float* nan_to_bounds = nullptr) {
+  ASSERT_EQ(got.dims(), want.dims()) << c.name;
+  double max_ref = 0;
+  for (int64_t i = 0; i < want.num_elements(); ++i) max_ref = std::max(max_ref, std::fabs((double)want.data<float>()[i]));
+  const double tol = 1e-5 * max_ref + static_cast<double>(terms(c)) * FLT_EPSILON;
+  int64_t bad = 0;
+  double worst = 0;
+  int64_t worst_i = 0;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    if (std::isnan(g) && std::isnan(w)) continue;
+    if (nan_to_bounds && std::isnan(w) && g >= nan_to_bounds[0] && g <= nan_to_bounds[1]) continue;
+    const double d = std::fabs((double)got.data<float>()[i] - (double)want.data<float>()[i]);
+    if (!(d <= tol)) ++bad;
+    if (!(d <= worst)) {
+      worst = d;
+      worst_i = i;
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.name << ": " << bad << " of " << want.num_elements() << " outside " << tol
+                    << "; worst at " << worst_i << ": got " << got.data<float>()[worst_i] << ", want "
+                    << want.data<float>()[worst_i];
+}
+
+// Prepares the oneDNN kernel for the case, runs it and the reference, compares. `nan_at`:
+// an input position set to NaN (-1: none).
+void check_case(const ConvCase& c, uint32_t seed = 1, int64_t nan_at = -1, const float* nan_to_bounds = nullptr) {
+  SCOPED_TRACE(c.name);
+  auto g = make_graph(c, seed);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  if (nan_at >= 0) g->x.data<float>()[nan_at] = NAN;
+  const KernelFactory* f = onednn_factory(g->node->domain(), g->node->op_type());
+  ASSERT_NE(f, nullptr);
+  ASSERT_TRUE(f->applicable(*g->node));
+  auto k = f->prepare(*g->node);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const std::string impl = (*k)->implementation();
+  EXPECT_EQ(impl.rfind("onednn:", 0), 0u) << impl;
+  auto want = run_reference(*g);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  std::vector<RuntimeValue> in = input_values(*g);
+  auto got = run_kernel(**k, *g, in);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  expect_close(*got, *want, c, nan_to_bounds);
+  // A second run on the same kernel gives the same result (nothing carried over).
+  auto again = run_kernel(**k, *g, in);
+  ASSERT_TRUE(again.ok());
+  expect_close(*again, *want, c, nan_to_bounds);
+}
+
+ir::AttributeMap attrs(std::initializer_list<std::pair<const char*, std::vector<int64_t>>> ints,
+                       const char* auto_pad = nullptr) {
+  ir::AttributeMap m;
+  for (const auto& [name, v] : ints) {
+    if (std::string(name) == "group")
+      m[name] = Attribute::from_int(v[0]);
+    else
+      m[name] = Attribute::from_ints(v);
+  }
+  if (auto_pad) m["auto_pad"] = Attribute::from_string(auto_pad);
+  return m;
+}
+
+TEST(OnednnConvTest, PlainConvShapes) {
+  const std::vector<ConvCase> cases = {
+      {"3x3 pad1 c3->5 odd", {1, 3, 7, 9}, {5, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true},
+      {"1x1 c17->33 batch3", {3, 17, 5, 5}, {33, 17, 1, 1}, {}, true},
+      {"1x1 stride2 c33->17", {1, 33, 9, 7}, {17, 33, 1, 1}, attrs({{"strides", {2, 2}}}), false},
+      {"7x7 stride2 pad3 c3->16", {1, 3, 23, 19}, {16, 3, 7, 7}, attrs({{"strides", {2, 2}}, {"pads", {3, 3, 3, 3}}}),
+       true},
+      {"3x3 stride2 asym pads", {1, 5, 11, 10}, {17, 5, 3, 3}, attrs({{"strides", {2, 2}}, {"pads", {0, 1, 2, 0}}}),
+       true},
+      {"3x3 dilation2 pad2", {1, 17, 13, 11}, {5, 17, 3, 3}, attrs({{"dilations", {2, 2}}, {"pads", {2, 2, 2, 2}}}),
+       true},
+      {"dilation2 stride2 asym", {3, 5, 15, 12}, {33, 5, 3, 2},
+       attrs({{"dilations", {2, 1}}, {"strides", {2, 2}}, {"pads", {1, 0, 2, 1}}}), false},
+      {"group2 c34->18", {1, 34, 9, 9}, {18, 17, 3, 3}, attrs({{"group", {2}}, {"pads", {1, 1, 1, 1}}}), true},
+      {"depthwise c33 3x3", {3, 33, 13, 11}, {33, 1, 3, 3}, attrs({{"group", {33}}, {"pads", {1, 1, 1, 1}}}), true},
+      {"depthwise c32 stride2", {1, 32, 15, 15}, {32, 1, 3, 3},
+       attrs({{"group", {32}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}), true},
+      {"depthwise multiplier2 c5->10", {1, 5, 8, 9}, {10, 1, 5, 5}, attrs({{"group", {5}}, {"pads", {2, 2, 2, 2}}}),
+       false},
+      {"auto_pad SAME_UPPER stride2", {1, 5, 10, 9}, {17, 5, 4, 3}, attrs({{"strides", {2, 2}}}, "SAME_UPPER"), true},
+      {"auto_pad SAME_LOWER", {1, 5, 10, 9}, {16, 5, 4, 4}, attrs({}, "SAME_LOWER"), true},
+      {"auto_pad VALID", {1, 3, 10, 9}, {5, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}, "VALID"), false},
+      {"no pad 5x5 big channels", {1, 64, 12, 12}, {96, 64, 5, 5}, {}, true},
+      {"1-D", {3, 5, 17}, {17, 5, 3}, attrs({{"pads", {1, 2}}, {"strides", {2}}}), true},
+      {"1-D depthwise dilated", {1, 16, 21}, {16, 1, 3}, attrs({{"group", {16}}, {"dilations", {2}}}), true},
+      {"3-D", {1, 3, 5, 6, 7}, {17, 3, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1, 1, 1}}}), true},
+      {"3-D stride2 group", {2, 4, 7, 6, 5}, {6, 2, 3, 1, 3}, attrs({{"group", {2}}, {"strides", {2, 1, 2}}}), false},
+  };
+  for (const ConvCase& c : cases) check_case(c);
+}
+
+TEST(OnednnConvTest, FusedConvEveryActivationWithAndWithoutBiasAndResidual) {
+  struct Act {
+    const char* name;
+    std::vector<float> params;
+  };
+  const std::vector<Act> acts = {{"", {}},
+                                 {"Relu", {}},
+                                 {"LeakyRelu", {}},
+                                 {"LeakyRelu", {0.3f}},
+                                 {"Clip", {}},
+                                 {"Clip", {-0.5f, 1.5f}},
+                                 {"Clip", {0.0f, 6.0f}},
+                                 {"HardSigmoid", {}},
+                                 {"HardSigmoid", {0.3f, 0.4f}},
+                                 {"HardSwish", {}},
+                                 {"Sigmoid", {}},
+                                 {"Tanh", {}},
+                                 {"Silu", {}},
+                                 {"Gelu", {}},
+                                 {"GeluTanh", {}}};
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> x, w;
+    ir::AttributeMap attrs;
+  };
+  const std::vector<Shape> shapes = {
+      {"3x3 c17->33 batch3", {3, 17, 9, 7}, {33, 17, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}})},
+      {"depthwise c33 stride2", {1, 33, 11, 11}, {33, 1, 3, 3},
+       attrs({{"group", {33}}, {"strides", {2, 2}}, {"pads", {1, 0, 1, 1}}})},
+      {"1x1 c64->48", {1, 64, 7, 7}, {48, 64, 1, 1}, {}},
+  };
+  for (const Shape& s : shapes) {
+    for (const Act& a : acts) {
+      for (int variant = 0; variant < 4; ++variant) {
+        ConvCase c;
+        c.bias = variant & 1;
+        c.residual = variant & 2;
+        c.activation = a.name;
+        c.params = a.params;
+        if (!c.fused()) continue;  // a plain Conv: covered above
+        c.name = std::string(s.name) + " act=" + a.name + (c.bias ? " +B" : "") + (c.residual ? " +Z" : "");
+        c.x = s.x;
+        c.w = s.w;
+        c.attrs = s.attrs;
+        check_case(c, static_cast<uint32_t>(variant) + 7);
+      }
+    }
+  }
+}
+
+// Activation values: the random conv outputs (|y| up to ~5) cover both sides of every
+// activation's bends; residual added, the range grows. Large inputs also check saturation.
+TEST(OnednnConvTest, ActivationsOnWideRange) {
+  for (const char* act : {"Sigmoid", "Tanh", "Silu", "Gelu", "GeluTanh", "HardSwish", "HardSigmoid"}) {
+    ConvCase c{std::string("wide ") + act, {1, 40, 6, 6}, {8, 40, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, true,
+               act};
+    check_case(c, 3);
+  }
+}
+
+// A NaN in X spreads to the outputs whose window reads it; the activations then treat it as
+// the reference does (docs/fused-ops.md: Relu maps NaN to 0), except Clip, which keeps a NaN
+// in ONNX but gives one of its bounds in oneDNN (the deviation onednn_util.h documents).
+TEST(OnednnConvTest, NanInput) {
+  for (const char* act : {"", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip"}) {
+    for (bool z : {false, true}) {
+      if (!*act && !z) continue;  // not a FusedConv
+      ConvCase c{std::string("NaN ") + act + (z ? " +Z" : ""), {1, 17, 7, 7}, {8, 17, 3, 3},
+                 attrs({{"pads", {1, 1, 1, 1}}}), true, z, act};
+      const bool clip = std::string(act) == "Clip";
+      if (clip) c.params = {-0.5f, 6.0f};
+      const float bounds[2] = {-0.5f, 6.0f};
+      check_case(c, 4, 3 * 49 + 24, clip ? bounds : nullptr);
+    }
+  }
+}
+
+TEST(OnednnConvTest, NotApplicable) {
+  // HardSwish with parameters oneDNN 2.6 cannot express, and Clip with lo > hi.
+  for (const auto& [act, params] : std::vector<std::pair<const char*, std::vector<float>>>{
+           {"HardSwish", {0.2f, 0.5f}}, {"Clip", {1.0f, -1.0f}}}) {
+    ConvCase c{"unmapped", {1, 3, 5, 5}, {4, 3, 3, 3}, {}, false, false, act, params};
+    auto g = make_graph(c, 1);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_FALSE(onednn_factory(ops::kKilnDomain, "FusedConv")->applicable(*g->node)) << act;
+  }
+  // Weights that are not constant.
+  {
+    ConvCase c{"dynamic W", {1, 3, 5, 5}, {4, 3, 3, 3}, {}};
+    auto g = make_graph(c, 1);
+    ASSERT_TRUE(g.ok());
+    g->node->input(1)->clear_initializer();
+    EXPECT_FALSE(onednn_factory("", "Conv")->applicable(*g->node));
+  }
+  // A symbolic batch dim.
+  {
+    ConvCase c{"symbolic", {1, 3, 5, 5}, {4, 3, 3, 3}, {}};
+    auto g = make_graph(c, 1);
+    ASSERT_TRUE(g.ok());
+    g->node->input(0)->type().shape[0] = Dim::symbolic("N");
+    EXPECT_FALSE(onednn_factory("", "Conv")->applicable(*g->node));
+  }
+  // float64.
+  {
+    ConvCase c{"f64", {1, 3, 5, 5}, {4, 3, 3, 3}, {}};
+    auto g = make_graph(c, 1);
+    ASSERT_TRUE(g.ok());
+    g->node->input(0)->type().dtype = DataType::kFloat64;
+    EXPECT_FALSE(onednn_factory("", "Conv")->applicable(*g->node));
+  }
+}
+
+// Inputs other than those prepared for (another shape, a W fed in place of the initializer's)
+// run the reference kernel, with its result and its errors.
+TEST(OnednnConvTest, UnpreparedInputsRunTheReference) {
+  ConvCase c{"fallback", {1, 3, 7, 7}, {5, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true};
+  auto g = make_graph(c, 5);
+  ASSERT_TRUE(g.ok());
+  auto k = onednn_factory("", "Conv")->prepare(*g->node);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  // Another W (same shape, other values): the reference result for that W.
+  ConvGraph other = std::move(*g);
+  other.w = rnd(c.w, 99);
+  auto want = run_reference(other);
+  ASSERT_TRUE(want.ok());
+  auto got = run_kernel(**k, other, input_values(other));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  expect_close(*got, *want, c);
+  // Another X shape: the reference runs (and its shape checks apply).
+  other.x = rnd({1, 3, 9, 8}, 3);
+  want = run_reference(other);
+  ASSERT_TRUE(want.ok());
+  got = run_kernel(**k, other, input_values(other));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->dims(), (std::vector<int64_t>{1, 5, 9, 8}));
+  expect_close(*got, *want, c);
+  other.x = rnd({1, 4, 9, 8}, 3);  // wrong channel count: the reference's error, not a crash
+  EXPECT_FALSE(run_kernel(**k, other, input_values(other)).ok());
+}
+
+// One prepared kernel run from several threads at once gives every thread the right result.
+TEST(OnednnConvTest, ConcurrentRuns) {
+  ConvCase c{"concurrent", {2, 17, 14, 14}, {32, 17, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, true, "Relu"};
+  auto g = make_graph(c, 11);
+  ASSERT_TRUE(g.ok());
+  auto k = onednn_factory(ops::kKilnDomain, "FusedConv")->prepare(*g->node);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  auto want = run_reference(*g);
+  ASSERT_TRUE(want.ok());
+  std::vector<RuntimeValue> in = input_values(*g);
+  constexpr int kThreads = 4;
+  std::vector<Tensor> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        auto y = run_kernel(**k, *g, in);
+        if (!y.ok()) return;
+        results[t] = *y;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(results[t].defined()) << "thread " << t;
+    expect_close(results[t], *want, c);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::kernels

@@ -1,0 +1,182 @@
+// The compile report: JSON for --report and the summary printed after `kiln compile`.
+#include "tools/compile_report.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "compiler/memory_plan.h"
+#include "kernels/kernel_registry.h"
+
+namespace kiln::tools {
+namespace {
+
+template <typename Fn>
+void for_each_node(const ir::Graph& graph, const Fn& fn) {
+  for (const auto& n : graph.nodes()) {
+    fn(*n);
+    for (const ir::Graph* sub : n->subgraphs()) for_each_node(*sub, fn);
+  }
+}
+
+// Dims as JSON: extents as numbers, symbolic dims by name ("?" when unnamed).
+nlohmann::json shape_json(const Shape& shape) {
+  if (!shape.has_rank()) return nullptr;
+  nlohmann::json dims = nlohmann::json::array();
+  for (const Dim& d : shape.dims()) dims.push_back(d.is_static() ? nlohmann::json(d.value) : nlohmann::json(d.to_string()));
+  return dims;
+}
+
+// The user-fed inputs of `graph` (inputs without a default) and their shapes.
+nlohmann::json input_shapes_json(const ir::Graph& graph) {
+  nlohmann::json shapes = nlohmann::json::object();
+  for (const ir::Value* v : graph.inputs())
+    if (!v->has_initializer()) shapes[v->name()] = shape_json(v->shape());
+  return shapes;
+}
+
+// The arena of one graph, or null when it cannot be planned (the report stays useful).
+nlohmann::json arena_json(const ir::Graph& graph) {
+  Expected<compiler::MemoryPlan> plan = compiler::plan_memory(graph);
+  return plan.ok() ? nlohmann::json(plan->arena_bytes) : nlohmann::json(nullptr);
+}
+
+double mb(const nlohmann::json& bytes) { return bytes.get<double>() / 1e6; }
+
+}  // namespace
+
+std::string kernel_implementation(const ir::Node& node) { return kernels::planned_implementation(node); }
+
+std::string kernel_key(const ir::Node& node) {
+  std::string op = node.domain().empty() ? node.op_type() : node.domain() + "." + node.op_type();
+  return op + "/" + kernel_implementation(node);
+}
+
+bool runs_on_reference_kernel(const ir::Node& node) { return kernel_implementation(node) == "reference"; }
+
+nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, double compile_ms) {
+  const ir::Graph& graph = *compiled.graph;
+  nlohmann::json j;
+  j["compile_ms"] = compile_ms;
+  j["nodes"] = {{"before", compiled.nodes_before}, {"after", graph.nodes().size()}};
+
+  nlohmann::json passes = nlohmann::json::array();
+  std::map<std::string, int> fusions;
+  for (const compiler::PassRecord& r : compiled.passes) {
+    nlohmann::json p = {{"name", r.name}, {"changed", r.changed}, {"ms", r.ms}};
+    if (!r.notes.empty()) p["notes"] = r.notes;
+    if (!r.fusions.empty()) p["fusions"] = r.fusions;
+    passes.push_back(std::move(p));
+    for (const auto& [pattern, count] : r.fusions) fusions[pattern] += count;
+  }
+  j["passes"] = std::move(passes);
+  j["fusions"] = fusions;
+
+  std::map<std::string, int> kernels;
+  nlohmann::json fallbacks = nlohmann::json::array();
+  for_each_node(graph, [&](const ir::Node& n) {
+    ++kernels[kernel_key(n)];
+    if (runs_on_reference_kernel(n)) fallbacks.push_back(n.name());
+  });
+  j["kernels"] = kernels;
+  j["reference_fallbacks"] = std::move(fallbacks);
+
+  // The runtime plans its own memory; this plan is the compiler's account of it, so a graph
+  // it cannot plan only loses the memory section.
+  Expected<compiler::MemoryPlan> plan = compiler::plan_memory(graph);
+  if (plan.ok()) {
+    j["memory"] = {{"arena_bytes", plan->arena_bytes},
+                   {"naive_bytes", plan->naive_bytes},
+                   {"lower_bound_bytes", plan->lower_bound_bytes},
+                   {"weights_bytes", plan->weights_bytes},
+                   {"dynamic_values", plan->dynamic_values},
+                   {"inplace_values", plan->inplace_count},
+                   {"strategy", plan->strategy}};
+  }
+
+  nlohmann::json variants = nlohmann::json::array();
+  if (compiled.variants.empty()) {
+    variants.push_back({{"shapes", input_shapes_json(graph)},
+                        {"arena_bytes", plan.ok() ? nlohmann::json(plan->arena_bytes) : nlohmann::json(nullptr)}});
+  } else {
+    for (const compiler::CompiledVariant& v : compiled.variants) {
+      nlohmann::json shapes = nlohmann::json::object();
+      for (const auto& [name, dims] : v.shapes) shapes[name] = dims;
+      variants.push_back({{"shapes", std::move(shapes)},
+                          {"arena_bytes", v.graph ? arena_json(*v.graph) : nlohmann::json(nullptr)}});
+    }
+  }
+  j["variants"] = std::move(variants);
+  return j;
+}
+
+Status write_compile_report(const std::string& path, const nlohmann::json& report) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return invalid_argument("cannot write report '%s'", path.c_str());
+  f << report.dump(2) << "\n";
+  if (!f) return invalid_argument("error writing report '%s'", path.c_str());
+  return ok_status();
+}
+
+void print_compile_summary(std::FILE* out, const compiler::CompiledModel& compiled, const nlohmann::json& report,
+                           const std::string& model_path, const std::string& output_path, int opt_level) {
+  for (const auto& n : compiled.notes) std::fprintf(out, "note: %s\n", n.c_str());
+  std::string changed;
+  for (const compiler::PassRecord& r : compiled.passes)
+    if (r.changed) changed += str_format("%s%s %d", changed.empty() ? "" : ", ", r.name.c_str(), r.changed);
+  std::fprintf(out, "passes (-O%d): %s\n", opt_level, changed.empty() ? "nothing changed" : changed.c_str());
+
+  // Fusions, most applied first; the five most frequent name the pattern mix.
+  std::vector<std::pair<std::string, int>> fusions;
+  int total_fusions = 0;
+  for (const auto& [pattern, count] : report["fusions"].items()) {
+    fusions.emplace_back(pattern, count.get<int>());
+    total_fusions += count.get<int>();
+  }
+  std::stable_sort(fusions.begin(), fusions.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string top;
+  constexpr size_t kTopFusions = 5;
+  for (size_t i = 0; i < fusions.size() && i < kTopFusions; ++i)
+    top += str_format("%s%s x%d", i ? ", " : "", fusions[i].first.c_str(), fusions[i].second);
+  if (fusions.size() > kTopFusions) top += str_format(", %zu more patterns", fusions.size() - kTopFusions);
+  std::fprintf(out, "nodes: %zu -> %zu; fusions: %s\n", compiled.nodes_before, compiled.graph->nodes().size(),
+               fusions.empty() ? "none" : str_format("%d (%s)", total_fusions, top.c_str()).c_str());
+
+  // Fast kernels, most used first (nothing is printed while every node is on a reference kernel).
+  std::vector<std::pair<std::string, int>> fast;
+  int total_nodes = 0, fast_nodes = 0;
+  for (const auto& [key, count] : report["kernels"].items()) {
+    total_nodes += count.get<int>();
+    if (key.size() >= 10 && key.compare(key.size() - 10, 10, "/reference") == 0) continue;
+    fast.emplace_back(key, count.get<int>());
+    fast_nodes += count.get<int>();
+  }
+  if (!fast.empty()) {
+    std::stable_sort(fast.begin(), fast.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string kinds;
+    for (const auto& [key, count] : fast) kinds += str_format("%s%s x%d", kinds.empty() ? "" : ", ", key.c_str(), count);
+    std::fprintf(out, "kernels: %d of %d nodes on fast kernels (%s)\n", fast_nodes, total_nodes, kinds.c_str());
+  }
+
+  if (report.contains("memory")) {
+    const nlohmann::json& m = report["memory"];
+    std::fprintf(out, "memory: arena %.2f MB vs naive %.2f MB vs lower bound %.2f MB", mb(m["arena_bytes"]),
+                 mb(m["naive_bytes"]), mb(m["lower_bound_bytes"]));
+    int dynamic = m["dynamic_values"].get<int>();
+    if (dynamic) std::fprintf(out, "; %d values sized at run time (fix shapes with --input-shape)", dynamic);
+    std::fprintf(out, "\n");
+  }
+  if (compiled.variants.size() > 1) {
+    std::string arenas;
+    for (const auto& v : report["variants"])
+      arenas += str_format("%s%.2f", arenas.empty() ? "" : ", ", v["arena_bytes"].is_null() ? 0.0 : mb(v["arena_bytes"]));
+    std::fprintf(out, "variants: %zu shape buckets, arenas %s MB\n", compiled.variants.size(), arenas.c_str());
+  }
+  std::fprintf(out, "compiled %s -> %s: %zu -> %zu nodes, %.1f MB of weights, %.0f ms\n", model_path.c_str(),
+               output_path.c_str(), compiled.nodes_before, compiled.graph->nodes().size(),
+               static_cast<double>(compiled.graph->weight_bytes()) / 1e6, report["compile_ms"].get<double>());
+}
+
+}  // namespace kiln::tools
