@@ -313,6 +313,7 @@ void set_origin() {
 }  // namespace
 
 Status init_session(const std::string& dir) {
+  if (!kCompiledIn) return unsupported("this Kiln was built without the profiler (-DKILN_PROFILER=OFF)");
   Registry& r = registry();
   std::lock_guard lock(r.session_mutex);
   if (r.has_session)
@@ -373,6 +374,10 @@ void start_env_session() {
   std::call_once(once, [] {
     const char* env = std::getenv("KILN_PROFILE");
     if (env == nullptr || *env == '\0') return;
+    if (!kCompiledIn) {
+      std::fprintf(stderr, "kiln profiler: KILN_PROFILE is set, but this Kiln was built without the profiler\n");
+      return;
+    }
     Registry& r = registry();
     std::lock_guard lock(r.session_mutex);
     if (r.has_session) return;

@@ -32,8 +32,15 @@ namespace detail {
 extern std::atomic<bool> g_enabled;
 }
 
-// True while a profiling session is recording.
-inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+// True while a profiling session is recording. A build configured with -DKILN_PROFILER=OFF
+// compiles every hook away (the baseline the overhead benchmark compares with); sessions
+// then fail to start with a message saying so.
+#if KILN_PROFILER_COMPILED_OUT
+constexpr bool kCompiledIn = false;
+#else
+constexpr bool kCompiledIn = true;
+#endif
+inline bool enabled() { return kCompiledIn && detail::g_enabled.load(std::memory_order_relaxed); }
 
 // Steady-clock nanoseconds (the timeline shows microseconds).
 int64_t now_ns();
