@@ -16,22 +16,40 @@
 
 namespace kiln::compiler {
 
-Expected<InputShapes> parse_input_shapes(const std::string& spec) {
-  InputShapes out;
+namespace {
+
+// The non-empty ';'-separated items of an option value ("x:1,3;y:2").
+std::vector<std::string> option_items(const std::string& spec) {
+  std::vector<std::string> items;
   size_t pos = 0;
   while (pos < spec.size()) {
     size_t end = spec.find(';', pos);
     if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
+    if (end > pos) items.push_back(spec.substr(pos, end - pos));
     pos = end + 1;
-    if (item.empty()) continue;
-    // The name may itself contain ':' (e.g. "input:0"), so split at the last one.
-    size_t colon = item.rfind(':');
-    if (colon == std::string::npos || colon == 0)
+  }
+  return items;
+}
+
+// Splits "NAME:VALUE" at the last ':' (a name may itself contain ':', e.g. "input:0"); false
+// when there is no name.
+bool split_named_item(const std::string& item, std::string* name, std::string* value) {
+  size_t colon = item.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  *name = item.substr(0, colon);
+  *value = item.substr(colon + 1);
+  return true;
+}
+
+}  // namespace
+
+Expected<InputShapes> parse_input_shapes(const std::string& spec) {
+  InputShapes out;
+  for (const std::string& item : option_items(spec)) {
+    std::string name, rest;
+    if (!split_named_item(item, &name, &rest))
       return invalid_argument("--input-shape item '%s' is not NAME:D1,D2,...", item.c_str());
-    std::string name = item.substr(0, colon);
     std::vector<int64_t> dims;
-    std::string rest = item.substr(colon + 1);
     size_t p = 0;
     while (p <= rest.size() && !rest.empty()) {
       size_t comma = rest.find(',', p);
@@ -78,13 +96,7 @@ Expected<std::vector<InputShapes>> parse_dynamic_dims(const std::string& spec) {
   // Each item binds one input; InputShapes keeps one entry per name, so parse item by item.
   std::map<std::string, std::vector<std::vector<int64_t>>> items;
   std::vector<std::string> order;
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t end = spec.find(';', pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    pos = end + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : option_items(spec)) {
     auto one = parse_input_shapes(item);
     if (!one.ok()) {
       Status st = one.status();
@@ -113,17 +125,10 @@ Expected<std::vector<InputShapes>> parse_dynamic_dims(const std::string& spec) {
 
 Expected<std::map<std::string, double>> parse_pad_values(const std::string& spec) {
   std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t end = spec.find(';', pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    pos = end + 1;
-    if (item.empty()) continue;
-    size_t colon = item.rfind(':');
-    if (colon == std::string::npos || colon == 0)
+  for (const std::string& item : option_items(spec)) {
+    std::string name, value;
+    if (!split_named_item(item, &name, &value))
       return invalid_argument("--pad-value item '%s' is not NAME:VALUE", item.c_str());
-    std::string name = item.substr(0, colon), value = item.substr(colon + 1);
     char* e = nullptr;
     double v = std::strtod(value.c_str(), &e);
     if (value.empty() || *e != '\0' || std::isnan(v))

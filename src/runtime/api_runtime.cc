@@ -128,6 +128,26 @@ kilnError synchronize_event(const char* api, kilnrtEvent event, int32_t timeout)
   return KILN_SUCCESS;
 }
 
+// kilnrtRecordEvent and kilnrtResetEvent: resolve the event and the stream, then enqueue
+// `op` (a record or a reset) of the event on the stream.
+template <typename Op>
+kilnError enqueue_event_op(const char* api, kilnrtEvent event, kilnrtStream stream, Op op) {
+  std::shared_lock lock(runtime_lock());
+  RuntimeState* state = runtime_state();
+  if (state == nullptr) return not_initialized(api);
+  kilnError error;
+  Event* e = resolve_event(*state, event, api, "event", &error);
+  if (e == nullptr) return error;
+  Expected<Stream*> s = resolve_stream(stream, api);
+  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
+  try {
+    op(*e, **s);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory", api);
+  }
+  return KILN_SUCCESS;
+}
+
 }  // namespace
 }  // namespace kiln::rt
 
@@ -656,39 +676,13 @@ kilnError kilnrtDestroyEvent(kilnrtEvent event) {
 kilnError kilnrtRecordEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtRecordEvent";
   KILN_PROFILE_API(kApi);
-  std::shared_lock lock(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  kilnError error;
-  Event* e = kiln::rt::resolve_event(*state, event, kApi, "event", &error);
-  if (e == nullptr) return error;
-  Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
-  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-  try {
-    e->record(**s);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory", kApi);
-  }
-  return KILN_SUCCESS;
+  return kiln::rt::enqueue_event_op(kApi, event, stream, [](Event& e, Stream& s) { e.record(s); });
 }
 
 kilnError kilnrtResetEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtResetEvent";
   KILN_PROFILE_API(kApi);
-  std::shared_lock lock(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  kilnError error;
-  Event* e = kiln::rt::resolve_event(*state, event, kApi, "event", &error);
-  if (e == nullptr) return error;
-  Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
-  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-  try {
-    e->enqueue_reset(**s);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory", kApi);
-  }
-  return KILN_SUCCESS;
+  return kiln::rt::enqueue_event_op(kApi, event, stream, [](Event& e, Stream& s) { e.enqueue_reset(s); });
 }
 
 kilnError kilnrtQueryEvent(kilnrtEvent event, kilnrtEventStatus* status) {
