@@ -27,6 +27,7 @@
 #include "core/npy.h"
 #include "core/parallel.h"
 #include "kernels/kernel_registry.h"
+#include "ops/layout.h"
 #include "ops/registry.h"
 #include "runtime/graph_executor.h"
 #include "tools/api_session.h"
@@ -236,8 +237,11 @@ int run_compare(const CompareArgs& args) {
   // not produced by a node (an input or a constant passed through).
   std::vector<Compared> compared;
   std::vector<std::pair<ir::Value*, ir::Value*>> pairs;  // (optimised, reference)
+  std::vector<int64_t> blocks;  // per pair: C0 of an optimised value stored NC1HWC0, else 0
   std::set<std::string> seen;
   for (const auto& n : og.nodes()) {
+    // A layout conversion's output is a copy of a value compared at its producer.
+    if (n->domain() == ops::kKilnDomain && n->op_type() == "TransData") continue;
     for (ir::Value* v : n->outputs()) {
       if (!v || v->name().empty() || seen.count(v->name())) continue;
       ir::Value* r = rg.find_value(v->name());
@@ -246,6 +250,8 @@ int run_compare(const CompareArgs& args) {
       seen.insert(v->name());
       compared.push_back({v->name(), n->name(), qualified_op(*n), fused_pattern(*n), is_output, {}});
       pairs.emplace_back(v, r);
+      const bool blocked = ops::is_blocked_format(n->attr_string("y_format", ops::kFormatPlain));
+      blocks.push_back(blocked ? n->attr_int("c0", 0) : 0);
     }
   }
   for (size_t i = 0; i < num_outputs; ++i) {
@@ -254,6 +260,7 @@ int run_compare(const CompareArgs& args) {
     seen.insert(v->name());
     compared.push_back({v->name(), "", v->has_initializer() ? "constant" : "input", "", true, {}});
     pairs.emplace_back(v, rg.outputs()[i]);
+    blocks.push_back(0);
   }
 
   const size_t opt_nodes = og.nodes().size();
@@ -279,7 +286,13 @@ int run_compare(const CompareArgs& args) {
   size_t first_index = 0;
   for (size_t i = 0; i < compared.size(); ++i) {
     Compared& c = compared[i];
-    c.diff = diff_values((*opt_values)[slots[i].first], (*ref_values)[slots[i].second], args.rtol, args.atol);
+    RuntimeValue& got = (*opt_values)[slots[i].first];
+    if (blocks[i] > 0 && got.is_tensor()) {
+      // Compared in the reference's layout: the blocked value's plain view.
+      Expected<Tensor> plain = ops::to_plain(got.tensor(), blocks[i]);
+      if (plain.ok()) got = RuntimeValue(std::move(*plain));
+    }
+    c.diff = diff_values(got, (*ref_values)[slots[i].second], args.rtol, args.atol);
     if (c.diff.within()) continue;
     ++diverged;
     if (c.model_output) ++outputs_diverged;

@@ -26,6 +26,9 @@ struct PassRecord {
 struct PassOptions {
   int opt_level = 3;                 // 0..3, as -O0..-O3
   std::set<std::string> disabled;    // pass names; required passes cannot be disabled
+  // Channels per block of the NC1HWC0 layout layout_assignment uses: 0 picks the compiling
+  // CPU's (16 with AVX-512, else 8).
+  int channel_block = 0;
   // Run ir::verify after every pass. On in debug builds and with KILN_VERIFY_PASSES=1.
   bool verify_each_pass = default_verify_each_pass();
   static bool default_verify_each_pass();

@@ -68,4 +68,10 @@ std::string planned_implementation(const ir::Node& node, DeviceKind device) {
   return "reference";
 }
 
+bool has_fast_kernel(const ir::Node& node, DeviceKind device) {
+  for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device))
+    if (!f->applicable || f->applicable(node)) return true;
+  return false;
+}
+
 }  // namespace kiln::kernels

@@ -89,6 +89,11 @@ std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device = 
 // factory's name, or "reference". For the compile report.
 std::string planned_implementation(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 
+// Whether some fast kernel's `applicable` accepts `node`, whatever fast_kernels_enabled()
+// says: what the target offers, for compile-time decisions (layout_assignment) that must not
+// depend on a debugging switch.
+bool has_fast_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
+
 }  // namespace kiln::kernels
 
 // Variadic: the factory's braced initializer holds commas.

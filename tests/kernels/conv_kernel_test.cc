@@ -18,6 +18,7 @@
 #include "core/parallel.h"
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
+#include "ops/layout.h"
 #include "ops/registry.h"
 
 namespace kiln::kernels {
@@ -424,6 +425,117 @@ TEST(OnednnConvTest, ConcurrentRuns) {
     ASSERT_TRUE(results[t].defined()) << "thread " << t;
     expect_close(results[t], *want, c);
   }
+}
+
+// [N, C, H, W] -> [N, C/c0, H, W, c0] by the layout's definition (docs/fused-ops.md), written
+// out here as the test's own oracle: element (n, c, h, w) goes to (n, c / c0, h, w, c % c0).
+Tensor block_by_definition(const Tensor& t, int64_t c0) {
+  const int64_t n = t.dim(0), c = t.dim(1), h = t.dim(2), w = t.dim(3);
+  Tensor out = Tensor::make(DataType::kFloat32, {n, c / c0, h, w, c0});
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x)
+          out.data<float>()[(((a * (c / c0) + ch / c0) * h + y) * w + x) * c0 + ch % c0] =
+              t.data<float>()[((a * c + ch) * h + y) * w + x];
+  return out;
+}
+
+// FusedConv with blocked X and/or Y (and Z) on the oneDNN kernel and on the reference kernel
+// equals the plain FusedConv's reference result, blocked by definition.
+TEST(OnednnConvTest, BlockedLayouts) {
+  struct Case {
+    ConvCase conv;
+    bool x_blocked, y_blocked;
+    int64_t c0;
+  };
+  const std::vector<Case> cases{
+      {{"x8y8", {1, 16, 9, 7}, {24, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, true, "Relu"}, true, true, 8},
+      {{"x16y16", {2, 32, 6, 6}, {16, 32, 1, 1}, {}, true, true, "Clip", {0.f, 6.f}}, true, true, 16},
+      {{"plain_in", {1, 3, 11, 11}, {16, 3, 3, 3}, attrs({{"strides", {2, 2}}}), true, false, "Relu"}, false, true, 8},
+      {{"plain_out", {1, 16, 5, 5}, {5, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), false, false, "Sigmoid"}, true,
+       false, 8},
+      {{"depthwise", {1, 16, 8, 8}, {16, 1, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}, {"group", {16}}}), true, true,
+        "HardSwish"},
+       true, true, 8},
+  };
+  for (const Case& bc : cases) {
+    const ConvCase& c = bc.conv;
+    SCOPED_TRACE(c.name);
+    auto plain = make_graph(c, 21);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    auto want_plain = run_reference(*plain);
+    ASSERT_TRUE(want_plain.ok()) << want_plain.status().to_string();
+    const Tensor want = bc.y_blocked ? block_by_definition(*want_plain, bc.c0) : *want_plain;
+
+    // The same node with formats, X (and Z) blocked by definition.
+    ConvGraph g = std::move(*plain);
+    ir::Node* n = g.node;
+    n->attrs()["x_format"] = Attribute::from_string(bc.x_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+    n->attrs()["y_format"] = Attribute::from_string(bc.y_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+    n->attrs()["c0"] = Attribute::from_int(bc.c0);
+    if (bc.x_blocked) {
+      g.x = block_by_definition(g.x, bc.c0);
+      n->input(0)->type().shape = g.x.shape();
+    }
+    if (c.residual && bc.y_blocked) {
+      g.z = block_by_definition(g.z, bc.c0);
+      n->input(3)->type().shape = g.z.shape();
+    }
+    ASSERT_TRUE(ops::infer_node(*n).ok());
+    EXPECT_EQ(n->output(0)->shape().static_dims(), want.dims());
+    auto ref = run_reference(g);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    expect_close(*ref, want, c);
+    const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");
+    ASSERT_TRUE(f->applicable(*n));
+    auto k = f->prepare(*n);
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    auto got = run_kernel(**k, g, input_values(g));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    expect_close(*got, want, c);
+  }
+}
+
+// TransData moves elements as the layout's definition says, both ways, and rejects what it
+// cannot convert.
+TEST(TransDataTest, MatchesDefinitionBothWays) {
+  const ops::OpSchema* schema = ops::OpRegistry::instance().find(ops::kKilnDomain, "TransData", 1);
+  ASSERT_NE(schema, nullptr);
+  auto run = [&](const Tensor& x, const char* src, const char* dst, int64_t c0) -> Expected<Tensor> {
+    ir::Graph graph;
+    ir::Value* xv = graph.get_or_add_value("X");
+    xv->type() = ir::TensorType{x.dtype(), x.shape()};
+    ir::Value* yv = graph.get_or_add_value("Y");
+    ir::Node* n = graph.add_node("t", "TransData", ops::kKilnDomain, 1, {xv}, {yv});
+    n->attrs()["src_format"] = Attribute::from_string(src);
+    n->attrs()["dst_format"] = Attribute::from_string(dst);
+    n->attrs()["c0"] = Attribute::from_int(c0);
+    KILN_RETURN_IF_ERROR(ops::infer_node(*n));
+    std::vector<RuntimeValue> in{RuntimeValue(x)};
+    std::vector<RuntimeValue> out(1);
+    ops::KernelContext ctx(*n, {&in[0]}, &out);
+    KILN_RETURN_IF_ERROR(schema->kernel_fn()(ctx));
+    EXPECT_EQ(out[0].tensor().dims(), yv->shape().static_dims());
+    return out[0].tensor();
+  };
+  for (int64_t c0 : {8, 16}) {
+    const Tensor x = rnd({2, 32, 5, 3}, static_cast<uint32_t>(c0));
+    auto b = run(x, ops::kFormatPlain, ops::kFormatBlocked, c0);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    const Tensor want = block_by_definition(x, c0);
+    ASSERT_EQ(b->dims(), want.dims());
+    for (int64_t i = 0; i < want.num_elements(); ++i) ASSERT_EQ(b->data<float>()[i], want.data<float>()[i]) << i;
+    auto back = run(*b, ops::kFormatBlocked, ops::kFormatPlain, c0);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->dims(), x.dims());
+    for (int64_t i = 0; i < x.num_elements(); ++i) ASSERT_EQ(back->data<float>()[i], x.data<float>()[i]) << i;
+  }
+  // 12 channels are not a multiple of 8; a plain tensor is not blocked; equal formats; c0 0.
+  EXPECT_FALSE(run(rnd({1, 12, 2, 2}, 1), ops::kFormatPlain, ops::kFormatBlocked, 8).ok());
+  EXPECT_FALSE(run(rnd({1, 16, 2, 2}, 1), ops::kFormatBlocked, ops::kFormatPlain, 8).ok());
+  EXPECT_FALSE(run(rnd({1, 16, 2, 2}, 1), ops::kFormatPlain, ops::kFormatPlain, 8).ok());
+  EXPECT_FALSE(run(rnd({1, 16, 2, 2}, 1), ops::kFormatPlain, ops::kFormatBlocked, 0).ok());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // oneDNN convolution kernels for ONNX Conv and kiln FusedConv (float32, 1-D/2-D/3-D, groups
 // and depthwise, strides, dilations, explicit and auto_pad pads; FusedConv's bias, residual Z
-// and activation as post-ops): weights pre-packed at prepare, one primitive per node.
+// and activation as post-ops): weights pre-packed at prepare, one primitive per node. A
+// FusedConv whose x_format / y_format is NC1HWC0 (the layout_assignment pass) reads / writes
+// oneDNN's nChw8c / nChw16c directly, the layout the primitive computes in: no reorder.
 //
 // Y = act(conv(X, W) + B + Z) runs as one primitive: the bias is the convolution's own bias,
 // Z is a sum post-op on a destination initialised with Z (so it comes before the eltwise
@@ -29,6 +31,7 @@
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
+#include "ops/layout.h"
 #include "ops/spatial_util.h"
 
 namespace kiln::kernels {
@@ -38,7 +41,10 @@ using dnnl::memory;
 
 // Everything about a node the kernel needs, read and validated without oneDNN.
 struct ConvPlan {
-  std::vector<int64_t> x_dims, w_dims, y_dims;
+  std::vector<int64_t> x_dims, w_dims, y_dims;  // logical N C D... (plain) dims
+  // The tensors' own dims: the logical ones, or N C1 D... C0 for a blocked X / Y (and Z).
+  std::vector<int64_t> x_tensor_dims, y_tensor_dims;
+  int64_t x_block = 0, y_block = 0;  // C0 of a channel-blocked X / Y (ops/layout.h), 0: plain
   int64_t group = 1;
   ops::WindowGeometry geo;
   const Tensor* weights = nullptr;  // the node's initializers, read at prepare
@@ -75,8 +81,33 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   if (b && !is_f32_initializer(b))
     return unsupported("node %s: B must be a float32 initializer", label.c_str());
   ConvPlan p;
-  p.x_dims = x->shape().static_dims();
-  p.y_dims = y->shape().static_dims();
+  p.x_tensor_dims = x->shape().static_dims();
+  p.y_tensor_dims = y->shape().static_dims();
+  p.x_dims = p.x_tensor_dims;
+  p.y_dims = p.y_tensor_dims;
+  if (fused) {
+    // Blocked layouts: the primitive reads and writes oneDNN's nChw8c / nChw16c, which are
+    // the same bytes as Kiln's NC1HWC0 when C is a multiple of the block.
+    const std::string xf = node.attr_string("x_format", ops::kFormatPlain);
+    const std::string yf = node.attr_string("y_format", ops::kFormatPlain);
+    if (!ops::valid_format(xf) || !ops::valid_format(yf))
+      return unsupported("node %s: unknown x_format / y_format", label.c_str());
+    const int64_t c0 = node.attr_int("c0", 0);
+    if ((ops::is_blocked_format(xf) || ops::is_blocked_format(yf)) && c0 != 8 && c0 != 16)
+      return unsupported("node %s: blocks of %lld channels (oneDNN has 8 and 16)", label.c_str(), (long long)c0);
+    if (ops::is_blocked_format(xf)) {
+      KILN_ASSIGN_OR_RETURN(Shape ps, ops::plain_shape(x->shape(), c0));
+      p.x_dims = ps.static_dims();
+      p.x_block = c0;
+    }
+    if (ops::is_blocked_format(yf)) {
+      KILN_ASSIGN_OR_RETURN(Shape ps, ops::plain_shape(y->shape(), c0));
+      p.y_dims = ps.static_dims();
+      p.y_block = c0;
+    }
+    if ((p.x_block || p.y_block) && p.x_dims.size() != 4)
+      return unsupported("node %s: blocked layouts for 2-D convolutions only", label.c_str());
+  }
   p.weights = w->initializer();
   p.w_dims = p.weights->dims();
   const size_t rank = p.x_dims.size();
@@ -107,9 +138,9 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
     return unsupported("node %s: output %s, the geometry gives %s", label.c_str(), dims_to_string(p.y_dims).c_str(),
                        dims_to_string(expect).c_str());
   if (z) {
-    if (!is_static_f32(z) || z->shape().static_dims() != p.y_dims)
+    if (!is_static_f32(z) || z->shape().static_dims() != p.y_tensor_dims)
       return unsupported("node %s: residual Z must be float32 with Y's static shape %s", label.c_str(),
-                         dims_to_string(p.y_dims).c_str());
+                         dims_to_string(p.y_tensor_dims).c_str());
     p.has_z = true;
   }
   if (fused) {
@@ -153,7 +184,7 @@ bool OnednnConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
     const Tensor* t = ctx.input(i);
     return t && t->dtype() == DataType::kFloat32 && t->dims() == dims;
   };
-  if (!matches(0, plan.x_dims) || (plan.has_z && !matches(3, plan.y_dims))) return false;
+  if (!matches(0, plan.x_tensor_dims) || (plan.has_z && !matches(3, plan.y_tensor_dims))) return false;
   const Tensor* w = ctx.input(1);
   const Tensor* b = ctx.input(2);
   if (!w || w->raw_data() != w_initializer.raw_data() || w->dims() != plan.w_dims) return false;
@@ -166,7 +197,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   if (!inputs_as_prepared(ctx)) return (*reference)(ctx);
   const Tensor* x = ctx.input(0);
   const Tensor* z = plan.has_z ? ctx.input(3) : nullptr;
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims));
   char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
   if (!ws && workspace_bytes > 0)
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
@@ -220,6 +251,13 @@ dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to, siz
   return dnnl::reorder(pd);
 }
 
+// oneDNN's tag for a tensor of `rank` dims: plain, or channel-blocked by `block` (8 or 16).
+memory::format_tag tensor_tag(int rank, int64_t block) {
+  if (block == 8) return memory::format_tag::nChw8c;
+  if (block == 16) return memory::format_tag::nChw16c;
+  return onednn::plain_tag(rank);
+}
+
 // Whether the primitive picks its own source/destination layout (reordering around each run)
 // instead of running on plain N C D... directly; see the measurement in the file header.
 constexpr bool kPrimitiveChoosesLayout = true;
@@ -248,8 +286,8 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       w_dims.insert(w_dims.begin(), p.group);
       ++w_rank;
     }
-    k->user_md = memory::desc(onednn::to_dims(p.x_dims), f32, onednn::plain_tag(rank));
-    k->user_dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, onednn::plain_tag(rank));
+    k->user_md = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
+    k->user_dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
     const memory::desc any_src(onednn::to_dims(p.x_dims), f32, memory::format_tag::any);
     const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);

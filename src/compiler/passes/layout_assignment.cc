@@ -1,0 +1,229 @@
+// layout_assignment: keeps activations between convolutions in the channel-blocked layout
+// NC1HWC0 (ops/layout.h; nChw8c on AVX2, nChw16c on AVX-512 — the CPU twin of CANN's 5HD),
+// the layout oneDNN's convolution kernels compute in. Without it every convolution reorders
+// its input from NCHW into the blocked layout and its output back (about a tenth of
+// ResNet-50's time at one thread, measured in src/kernels/cpu/conv.cc).
+//
+// The rule, per value V (float32, static 4-D, C a multiple of the block, not a graph output
+// or a name a subgraph reads): V is stored blocked when its producer is a blockable
+// convolution and at least one consumer is one (reading V as X, or as the residual Z of a
+// convolution whose output can be blocked). A convolution is blockable when it will run on
+// a fast kernel (the kernel registry says so: blocking a reference-kernel conv only adds
+// conversions) and is a plain or depthwise 2-D convolution. Then:
+//   - each blockable conv reads X and writes Y (and reads Z) in their values' layouts
+//     (FusedConv's x_format / y_format / c0; an ONNX Conv becomes a FusedConv to carry them);
+//   - every other reader of a blocked value reads one shared kiln TransData back to NCHW,
+//     and a blocked-output conv whose Z is plain reads a TransData of Z to NC1HWC0:
+//     conversions only at the boundaries;
+//   - a TransData pair that undoes itself (NC1HWC0 -> NCHW -> NC1HWC0) is removed.
+// The pass's record counts the values stored blocked plus the conversions inserted, and a
+// note gives both.
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "compiler/passes/fusion_util.h"
+#include "compiler/passes/passes.h"
+#include "kernels/kernel_registry.h"
+#include "ops/layout.h"
+#include "ops/registry.h"
+
+namespace kiln::compiler {
+namespace {
+
+using fusion::is_op;
+
+// The channel block the compiling CPU's convolution kernels use.
+int64_t host_channel_block() { return __builtin_cpu_supports("avx512f") ? 16 : 8; }
+
+bool is_conv(const ir::Node& n) {
+  return (n.domain() == ops::kOnnxDomain && n.op_type() == "Conv") ||
+         (n.domain() == ops::kKilnDomain && n.op_type() == "FusedConv");
+}
+
+bool static_f32_4d(const ir::Value* v) {
+  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().rank() == 4 &&
+         v->shape().is_static();
+}
+
+class LayoutAssigner {
+ public:
+  LayoutAssigner(ir::Graph& g, PassContext& ctx, int64_t c0) : g_(g), ctx_(ctx), uses_(g), c0_(c0) {}
+
+  Status run() {
+    // Graph order throughout, so the compiled model does not depend on hashing.
+    for (const auto& n : g_.nodes())
+      if (blockable_conv(*n)) {
+        convs_.insert(n.get());
+        conv_order_.push_back(n.get());
+      }
+    std::vector<ir::Value*> blocked;
+    for (ir::Node* conv : conv_order_) {
+      ir::Value* y = conv->output(0);
+      if (value_blockable(y) && has_blocking_consumer(y)) blocked.push_back(y);
+    }
+    if (blocked.empty()) return ok_status();
+    for (ir::Value* v : blocked) blocked_.insert(v);
+
+    // Rewrite: formats on the convs, TransData for the other readers.
+    int conversions = 0;
+    for (ir::Value* v : blocked) conversions += unblock_for_plain_readers(v);
+    for (ir::Node* conv : conv_order_) conversions += set_conv_formats(conv);
+    for (ir::Value* v : blocked) {
+      KILN_ASSIGN_OR_RETURN(Shape bs, ops::blocked_shape(v->shape(), c0_));
+      v->type().shape = bs;
+    }
+    ctx_.add_changed(static_cast<int>(blocked.size()) + conversions);
+    ctx_.note(str_format("layout_assignment: %zu values in NC1HWC0 (c0 = %lld), %d TransData", blocked.size(),
+                         (long long)c0_, conversions));
+    KILN_RETURN_IF_ERROR(fusion::finish(g_, removed_));
+    return g_.topological_sort();  // the TransData nodes were appended
+  }
+
+ private:
+  bool blockable_conv(const ir::Node& n) const {
+    if (!is_conv(n) || n.num_outputs() != 1) return false;
+    if (n.domain() == ops::kKilnDomain &&
+        (n.attr_string("x_format", ops::kFormatPlain) != ops::kFormatPlain ||
+         n.attr_string("y_format", ops::kFormatPlain) != ops::kFormatPlain))
+      return false;  // already assigned
+    const ir::Value* x = n.input(0);
+    const ir::Value* y = n.output(0);
+    if (!static_f32_4d(x) || !static_f32_4d(y)) return false;
+    const int64_t c = x->shape()[1].value, m = y->shape()[1].value;
+    const int64_t group = n.attr_int("group", 1);
+    if (group != 1 && !(group == c && group == m)) return false;
+    return kernels::has_fast_kernel(n);
+  }
+
+  bool value_blockable(const ir::Value* v) const {
+    return static_f32_4d(v) && v->shape()[1].value % c0_ == 0 && !uses_.pinned(v);
+  }
+
+  // A consumer that would read `v` blocked: a blockable conv reading it as X, or as Z of a
+  // conv whose own output can be blocked.
+  bool has_blocking_consumer(const ir::Value* v) const {
+    for (ir::Node* c : uses_.consumers(v)) {
+      if (!convs_.count(c)) continue;
+      if (c->input(0) == v) return true;
+      if (c->num_inputs() > 3 && c->input(3) == v && value_blockable(c->output(0))) return true;
+    }
+    return false;
+  }
+
+  // Whether `reader` reads `v` blocked after the rewrite.
+  bool reads_blocked(ir::Node* reader, size_t slot) const {
+    if (!convs_.count(reader)) return false;
+    if (slot == 0) return true;
+    if (slot == 3) return blocked_.count(reader->output(0)) > 0;
+    return false;
+  }
+
+  ir::Value* new_value(const std::string& base, const ir::Value* like) {
+    std::string name = base;
+    for (int k = 1; g_.find_value(name); ++k) name = base + "_" + std::to_string(k);
+    ir::Value* v = g_.get_or_add_value(name);
+    v->type() = like->type();
+    return v;
+  }
+
+  ir::Node* add_trans_data(ir::Value* in, ir::Value* out, bool to_blocked) {
+    ir::Node* n = g_.add_node(out->name() + "_transdata", "TransData", ops::kKilnDomain, ops::kKilnOpset, {nullptr},
+                              {out});
+    uses_.set_input(n, 0, in);
+    n->attrs()["src_format"] = ir::Attribute::from_string(to_blocked ? ops::kFormatPlain : ops::kFormatBlocked);
+    n->attrs()["dst_format"] = ir::Attribute::from_string(to_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+    n->attrs()["c0"] = ir::Attribute::from_int(c0_);
+    g_.opset_imports()[ops::kKilnDomain] = ops::kKilnOpset;
+    return n;
+  }
+
+  // Points every reader of blocked `v` that needs NCHW at one TransData of it. A reader
+  // that is itself a TransData back to the blocked layout is bypassed instead.
+  int unblock_for_plain_readers(ir::Value* v) {
+    ir::Value* plain = nullptr;
+    const std::vector<ir::Node*> readers = uses_.consumers(v);
+    std::unordered_set<ir::Node*> seen;
+    for (ir::Node* r : readers) {
+      if (!seen.insert(r).second) continue;
+      for (size_t slot = 0; slot < r->inputs().size(); ++slot) {
+        if (r->input(static_cast<int>(slot)) != v || reads_blocked(r, slot)) continue;
+        if (!plain) {
+          plain = new_value(v->name() + "_nchw", v);
+          add_trans_data(v, plain, false);
+        }
+        uses_.set_input(r, slot, plain);
+      }
+    }
+    return plain ? 1 : 0;
+  }
+
+  // Sets the formats of one blockable conv from its values' layouts; a plain Z of a
+  // blocked-output conv gets a TransData (or, when Z is itself a TransData of a blocked
+  // value, that value: the pair undoes itself).
+  int set_conv_formats(ir::Node* conv) {
+    const bool xb = blocked_.count(conv->input(0)) > 0;
+    const bool yb = blocked_.count(conv->output(0)) > 0;
+    if (!xb && !yb) return 0;
+    if (conv->domain() == ops::kOnnxDomain) conv = to_fused_conv(conv);
+    conv->attrs()["x_format"] = ir::Attribute::from_string(xb ? ops::kFormatBlocked : ops::kFormatPlain);
+    conv->attrs()["y_format"] = ir::Attribute::from_string(yb ? ops::kFormatBlocked : ops::kFormatPlain);
+    conv->attrs()["c0"] = ir::Attribute::from_int(c0_);
+    if (conv->num_inputs() <= 3 || !conv->input(3) || !yb || blocked_.count(conv->input(3))) return 0;
+    ir::Value* z = conv->input(3);
+    const ir::Node* p = z->producer();
+    if (p && is_op(*p, "TransData", ops::kKilnDomain) && blocked_.count(p->input(0))) {
+      uses_.set_input(conv, 3, p->input(0));  // Z = TransData(blocked) back to NC1HWC0: read it directly
+      return 0;
+    }
+    ir::Value* zb = new_value(z->name() + "_nc1hwc0", z);
+    Expected<Shape> bs = ops::blocked_shape(z->shape(), c0_);
+    zb->type().shape = *bs;  // Z has Y's shape, whose channels are a multiple of c0
+    add_trans_data(z, zb, true);
+    uses_.set_input(conv, 3, zb);
+    return 1;
+  }
+
+  // The same convolution as a kiln FusedConv (no bias, residual or activation change).
+  ir::Node* to_fused_conv(ir::Node* conv) {
+    std::vector<ir::Value*> inputs(conv->inputs().begin(), conv->inputs().end());
+    ir::AttributeMap attrs = conv->attrs();
+    ir::Value* y = conv->output(0);
+    ir::Node* n = fusion::add_fused_node(g_, uses_, "FusedConv", {conv}, inputs, y, removed_);
+    n->set_name(conv->name());
+    n->attrs() = std::move(attrs);
+    convs_.erase(conv);
+    convs_.insert(n);
+    return n;
+  }
+
+  ir::Graph& g_;
+  PassContext& ctx_;
+  GraphUses uses_;
+  int64_t c0_;
+  std::unordered_set<ir::Node*> convs_;
+  std::vector<ir::Node*> conv_order_;
+  std::unordered_set<const ir::Value*> blocked_;
+  std::unordered_set<const ir::Node*> removed_;
+};
+
+}  // namespace
+
+PassInfo layout_assignment_pass() {
+  PassInfo p;
+  p.name = "layout_assignment";
+  p.min_level = 3;
+  p.description = "activations between fast convolutions in the blocked NC1HWC0 layout";
+  p.run = [](ir::Graph& g, PassContext& ctx) -> Status {
+    if (!fusion::kiln_op_available("FusedConv") || !fusion::kiln_op_available("TransData")) {
+      ctx.note("layout_assignment: kiln FusedConv / TransData are not registered; nothing changed");
+      return ok_status();
+    }
+    const int64_t c0 = ctx.options().channel_block > 0 ? ctx.options().channel_block : host_channel_block();
+    LayoutAssigner a(g, ctx, c0);
+    return a.run();
+  };
+  return p;
+}
+
+}  // namespace kiln::compiler
