@@ -250,8 +250,7 @@ int run_compare(const CompareArgs& args) {
       seen.insert(v->name());
       compared.push_back({v->name(), n->name(), qualified_op(*n), fused_pattern(*n), is_output, {}});
       pairs.emplace_back(v, r);
-      const bool blocked = ops::is_blocked_format(n->attr_string("y_format", ops::kFormatPlain));
-      blocks.push_back(blocked ? n->attr_int("c0", 0) : 0);
+      blocks.push_back(ops::blocked_output_c0(*n));
     }
   }
   for (size_t i = 0; i < num_outputs; ++i) {

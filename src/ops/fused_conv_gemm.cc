@@ -154,78 +154,26 @@ Expected<ConvFormats> conv_formats(const ir::Node& node) {
   return f;
 }
 
+Status infer_fused_conv_plain(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(run_onnx_inference(ctx, "Conv"));
+  return check_addend_shape(ctx, 3, "residual Z", true);
+}
+
 Status infer_fused_conv(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_fused_inputs(ctx, 2));
-  const ir::Node& node = ctx.node();
-  KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(node));
-  if (!f.any_blocked()) {
-    KILN_RETURN_IF_ERROR(run_onnx_inference(ctx, "Conv"));
-    return check_addend_shape(ctx, 3, "residual Z", true);
-  }
-  // Infer on the plain view of X and Z, then block Y.
-  std::vector<ir::TensorType> plain(static_cast<size_t>(ctx.num_inputs()));
-  std::vector<const ir::TensorType*> types;
-  std::vector<const Tensor*> constants;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) {
-      types.push_back(nullptr);
-      constants.push_back(nullptr);
-      continue;
-    }
-    ir::TensorType& t = plain[static_cast<size_t>(i)];
-    t = ctx.input_type(i);
-    const bool blocked = (i == 0 && f.x_blocked) || (i == 3 && f.y_blocked);
-    if (blocked && t.shape.has_rank()) {
-      Expected<Shape> ps = plain_shape(t.shape, f.c0);
-      if (!ps.ok()) return invalid_argument("node %s: input %d: %s", node.label().c_str(), i, ps.status().message().c_str());
-      t.shape = *ps;
-    }
-    types.push_back(&t);
-    constants.push_back(blocked ? nullptr : ctx.input_constant(i));
-  }
-  InferContext inner(node, types, constants);
-  KILN_RETURN_IF_ERROR(run_onnx_inference(inner, "Conv"));
-  KILN_RETURN_IF_ERROR(check_addend_shape(inner, 3, "residual Z", true));
-  ir::TensorType y = inner.output(0);
-  if (f.y_blocked && y.shape.has_rank()) {
-    Expected<Shape> bs = blocked_shape(y.shape, f.c0);
-    if (!bs.ok()) return invalid_argument("node %s: output Y: %s", node.label().c_str(), bs.status().message().c_str());
-    y.shape = *bs;
-  }
-  ctx.set_output(0, y.dtype, y.shape);
-  return ok_status();
+  KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(ctx.node()));
+  if (!f.any_blocked()) return infer_fused_conv_plain(ctx);
+  return infer_on_plain_view(ctx, f.c0, {f.x_blocked, false, false, f.y_blocked}, f.y_blocked,
+                             infer_fused_conv_plain);
 }
 
 Status fused_conv_plain(KernelContext& ctx) { return fused_kernel(ctx, "Conv", 3, {{3, "residual Z", true}}); }
 
+// Blocked layouts: the plain computation on the plain views (ops/layout.h).
 Status fused_conv_kernel(KernelContext& ctx) {
-  const ir::Node& node = ctx.node();
-  KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(node));
+  KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(ctx.node()));
   if (!f.any_blocked()) return fused_conv_plain(ctx);
-  // The reference for blocked layouts: unblock X and Z, compute as plain, block Y.
-  std::vector<RuntimeValue> plain(static_cast<size_t>(ctx.num_inputs()));
-  std::vector<const RuntimeValue*> inputs;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const bool blocked = (i == 0 && f.x_blocked) || (i == 3 && f.y_blocked);
-    if (!blocked || !ctx.input(i)) {
-      inputs.push_back(ctx.value(i));
-      continue;
-    }
-    Expected<Tensor> t = to_plain(*ctx.input(i), f.c0);
-    if (!t.ok()) return invalid_argument("node %s: input %d: %s", node.label().c_str(), i, t.status().message().c_str());
-    plain[static_cast<size_t>(i)] = std::move(*t);
-    inputs.push_back(&plain[static_cast<size_t>(i)]);
-  }
-  std::vector<RuntimeValue> outputs(1);
-  KernelContext inner(node, std::move(inputs), &outputs, ctx.subgraphs());
-  KILN_RETURN_IF_ERROR(fused_conv_plain(inner));
-  if (!f.y_blocked) {
-    ctx.set_output(0, std::move(outputs[0].tensor()));
-    return ok_status();
-  }
-  KILN_ASSIGN_OR_RETURN(Tensor y, to_blocked(outputs[0].tensor(), f.c0));
-  ctx.set_output(0, std::move(y));
-  return ok_status();
+  return run_on_plain_view(ctx, f.c0, {f.x_blocked, false, false, f.y_blocked}, f.y_blocked, fused_conv_plain);
 }
 
 // ---- FusedGemm -------------------------------------------------------------------------

@@ -12,6 +12,16 @@ namespace kiln::ops {
 bool valid_format(const std::string& format) { return format == kFormatPlain || format == kFormatBlocked; }
 bool is_blocked_format(const std::string& format) { return format == kFormatBlocked; }
 
+int64_t blocked_output_c0(const ir::Node& node) {
+  if (node.domain() != kKilnDomain) return 0;
+  const char* attr = node.op_type() == "FusedConv" ? "y_format"
+                     : node.op_type() == "Pooling" ? "format"
+                     : node.op_type() == "TransData" ? "dst_format"
+                                                      : nullptr;
+  if (!attr || !is_blocked_format(node.attr_string(attr, kFormatPlain))) return 0;
+  return node.attr_int("c0", 0);
+}
+
 Expected<Shape> blocked_shape(const Shape& plain, int64_t c0) {
   if (c0 <= 0) return invalid_argument("channel block c0 = %lld must be positive", (long long)c0);
   if (!plain.has_rank() || plain.rank() < 3)
@@ -107,6 +117,81 @@ Expected<Tensor> relayout(const Tensor& src, int64_t c0, bool to_block) {
 
 Expected<Tensor> to_blocked(const Tensor& plain, int64_t c0) { return relayout(plain, c0, true); }
 Expected<Tensor> to_plain(const Tensor& blocked, int64_t c0) { return relayout(blocked, c0, false); }
+
+namespace {
+
+bool blocked_at(const std::vector<bool>& mask, int i) {
+  return i < static_cast<int>(mask.size()) && mask[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
+                           bool blocked_output, const std::function<Status(InferContext&)>& plain_infer) {
+  const ir::Node& node = ctx.node();
+  std::vector<ir::TensorType> plain(static_cast<size_t>(ctx.num_inputs()));
+  std::vector<const ir::TensorType*> types;
+  std::vector<const Tensor*> constants;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) {
+      types.push_back(nullptr);
+      constants.push_back(nullptr);
+      continue;
+    }
+    ir::TensorType& t = plain[static_cast<size_t>(i)];
+    t = ctx.input_type(i);
+    const bool blocked = blocked_at(blocked_inputs, i);
+    if (blocked && t.shape.has_rank()) {
+      Expected<Shape> ps = plain_shape(t.shape, c0);
+      if (!ps.ok()) return invalid_argument("node %s: input %d: %s", node.label().c_str(), i, ps.status().message().c_str());
+      t.shape = *ps;
+    }
+    types.push_back(&t);
+    constants.push_back(blocked ? nullptr : ctx.input_constant(i));
+  }
+  InferContext inner(node, types, constants);
+  KILN_RETURN_IF_ERROR(plain_infer(inner));
+  for (int o = 0; o < ctx.num_outputs(); ++o) {
+    ir::TensorType y = inner.output(o);
+    if (o == 0 && blocked_output && y.shape.has_rank()) {
+      Expected<Shape> bs = blocked_shape(y.shape, c0);
+      if (!bs.ok()) return invalid_argument("node %s: output: %s", node.label().c_str(), bs.status().message().c_str());
+      y.shape = *bs;
+    }
+    ctx.set_output(o, y.dtype, y.shape);
+  }
+  return ok_status();
+}
+
+Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
+                         bool blocked_output, const std::function<Status(KernelContext&)>& plain_kernel) {
+  const ir::Node& node = ctx.node();
+  std::vector<RuntimeValue> plain(static_cast<size_t>(ctx.num_inputs()));
+  std::vector<const RuntimeValue*> inputs;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!blocked_at(blocked_inputs, i) || !ctx.input(i)) {
+      inputs.push_back(ctx.value(i));
+      continue;
+    }
+    Expected<Tensor> t = to_plain(*ctx.input(i), c0);
+    if (!t.ok()) return invalid_argument("node %s: input %d: %s", node.label().c_str(), i, t.status().message().c_str());
+    plain[static_cast<size_t>(i)] = std::move(*t);
+    inputs.push_back(&plain[static_cast<size_t>(i)]);
+  }
+  std::vector<RuntimeValue> outputs(static_cast<size_t>(ctx.num_outputs()));
+  KernelContext inner(node, std::move(inputs), &outputs, ctx.subgraphs());
+  KILN_RETURN_IF_ERROR(plain_kernel(inner));
+  for (int o = 0; o < ctx.num_outputs(); ++o) {
+    RuntimeValue& v = outputs[static_cast<size_t>(o)];
+    if (o == 0 && blocked_output && v.is_tensor()) {
+      KILN_ASSIGN_OR_RETURN(Tensor y, to_blocked(v.tensor(), c0));
+      ctx.set_output(o, std::move(y));
+    } else {
+      ctx.set_output_value(o, std::move(v));
+    }
+  }
+  return ok_status();
+}
 
 namespace {
 

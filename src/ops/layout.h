@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/shape.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "ops/registry.h"
 
 namespace kiln::ops {
 
@@ -31,9 +33,24 @@ Expected<Shape> blocked_shape(const Shape& plain, int64_t c0);
 // known) equals c0.
 Expected<Shape> plain_shape(const Shape& blocked, int64_t c0);
 
+// The block C0 when `node` writes its output 0 in NC1HWC0 (FusedConv's y_format, Pooling's
+// format, TransData's dst_format), else 0. For tools comparing values with a plain graph.
+int64_t blocked_output_c0(const ir::Node& node);
+
 // Element copies between the layouts (float32, float64, float16, bfloat16 and any other
 // fixed-size type: the data are moved, not converted). Parallel over N*C1.
 Expected<Tensor> to_blocked(const Tensor& plain, int64_t c0);
 Expected<Tensor> to_plain(const Tensor& blocked, int64_t c0);
+
+// For ops that take some inputs and output 0 in the blocked layout and are defined as their
+// plain twin on the plain views (kiln FusedConv, kiln Pooling): inference and the reference
+// kernel. `blocked_inputs[i]` says whether input i is blocked (missing entries: plain).
+// Inference runs `plain_infer` on a context whose blocked inputs have their plain shapes
+// (and no constant values), then blocks output 0's shape. The kernel unblocks those inputs,
+// runs `plain_kernel` and blocks output 0.
+Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
+                           bool blocked_output, const std::function<Status(InferContext&)>& plain_infer);
+Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
+                         bool blocked_output, const std::function<Status(KernelContext&)>& plain_kernel);
 
 }  // namespace kiln::ops

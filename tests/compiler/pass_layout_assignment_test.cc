@@ -76,7 +76,7 @@ TEST(LayoutAssignmentTest, ConvChainStaysBlocked) {
   EXPECT_EQ(y->shape().static_dims(), (std::vector<int64_t>{1, 16, 10, 10}));
 }
 
-// The residual read both as a conv input and by a plain op: one shared TransData.
+// The residual read both as a conv input and by plain ops: one shared TransData.
 TEST(LayoutAssignmentTest, PlainReadersShareOneConversion) {
   std::string text = fmodel("g (float[1,8,6,6] x) => (float[1,8,6,6] y, float[1,8,6,6] p)",
                             finit("w1", {8, 8, 3, 3}, 5) + finit("w2", {8, 8, 3, 3}, 6), R"(
@@ -84,7 +84,7 @@ TEST(LayoutAssignmentTest, PlainReadersShareOneConversion) {
     r1 = Relu(c1)
     c2 = Conv(r1, w2) <pads = [1, 1, 1, 1]>
     y = Relu(c2)
-    m = MaxPool(r1) <kernel_shape = [3, 3], pads = [1, 1, 1, 1]>
+    m = LpPool(r1) <kernel_shape = [3, 3], pads = [1, 1, 1, 1]>
     q = Sigmoid(r1)
     p = Add(m, q))");
   auto c = expect_fused_matches_O1(text, 3);
@@ -93,7 +93,7 @@ TEST(LayoutAssignmentTest, PlainReadersShareOneConversion) {
   EXPECT_EQ(count_kiln_op(*c.graph, "TransData"), 1);
   const ir::Node* pool = nullptr;
   for (const auto& n : c.graph->nodes())
-    if (n->op_type() == "MaxPool") pool = n.get();
+    if (n->op_type() == "LpPool") pool = n.get();
   ASSERT_TRUE(pool);
   const ir::Node* conv = pool->input(0)->producer();
   ASSERT_TRUE(conv);
@@ -171,6 +171,43 @@ TEST(LayoutAssignmentTest, PlainResidualIsConverted) {
   ASSERT_TRUE(t);
   EXPECT_EQ(t->input(0)->name(), "z");
   EXPECT_EQ(t->attr_string("dst_format", ""), ops::kFormatBlocked);
+}
+
+// Pools inside a blocked region compute blocked (kiln Pooling): conv -> MaxPool -> conv needs
+// no conversion; the global pool at the end is blocked too and converted once for Flatten.
+TEST(LayoutAssignmentTest, PoolsJoinTheBlockedRegion) {
+  std::string text = fmodel("g (float[1,3,20,20] x) => (float[1,16] y)",
+                            finit("w1", {16, 3, 3, 3}, 21) + finit("w2", {16, 16, 3, 3}, 22), R"(
+    c1 = Conv(x, w1) <pads = [1, 1, 1, 1], strides = [2, 2]>
+    r1 = Relu(c1)
+    m = MaxPool(r1) <kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]>
+    c2 = Conv(m, w2) <pads = [1, 1, 1, 1]>
+    r2 = Relu(c2)
+    a = AveragePool(r2) <kernel_shape = [2, 2], strides = [1, 1]>
+    g = GlobalAveragePool(a)
+    y = Flatten(g))");
+  auto c = expect_fused_matches_O1(text, 3);
+  ASSERT_TRUE(c.graph);
+  EXPECT_EQ(layout_note(c), expected_note(5, 1));
+  EXPECT_EQ(count_kiln_op(*c.graph, "Pooling"), 3);
+  EXPECT_EQ(count_kiln_op(*c.graph, "TransData"), 1);
+  const ir::Node* flatten = node_producing(*c.graph, "y");
+  ASSERT_TRUE(flatten);
+  EXPECT_EQ(flatten->input(0)->producer()->op_type(), "TransData");
+  for (const auto& n : c.graph->nodes())
+    if (n->op_type() == "Pooling") EXPECT_EQ(n->attr_string("format", ""), ops::kFormatBlocked);
+}
+
+// A pool whose input is plain stays an ONNX pool.
+TEST(LayoutAssignmentTest, PoolOnPlainInputStaysPlain) {
+  std::string text = fmodel("g (float[1,16,8,8] x) => (float[1,16,8,8] y)", finit("w1", {16, 16, 3, 3}, 23), R"(
+    m = MaxPool(x) <kernel_shape = [3, 3], pads = [1, 1, 1, 1]>
+    c1 = Conv(m, w1) <pads = [1, 1, 1, 1]>
+    y = Relu(c1))");
+  auto c = expect_fused_matches_O1(text, 3);
+  ASSERT_TRUE(c.graph);
+  EXPECT_EQ(changed(c, "layout_assignment"), 0);
+  EXPECT_EQ(count_kiln_op(*c.graph, "Pooling"), 0);
 }
 
 // -O2 keeps everything plain: the pass is -O3 only.

@@ -1,17 +1,21 @@
-// layout_assignment: keeps activations between convolutions in the channel-blocked layout
-// NC1HWC0 (ops/layout.h; nChw8c on AVX2, nChw16c on AVX-512 — the CPU twin of CANN's 5HD),
-// the layout oneDNN's convolution kernels compute in. Without it every convolution reorders
+// layout_assignment: keeps activations between convolutions (and the pools among them) in
+// the channel-blocked layout NC1HWC0 (ops/layout.h; nChw8c on AVX2, nChw16c on AVX-512 — the
+// CPU twin of CANN's 5HD), the layout oneDNN's convolution and pooling kernels compute in. Without it every convolution reorders
 // its input from NCHW into the blocked layout and its output back (about a tenth of
 // ResNet-50's time at one thread, measured in src/kernels/cpu/conv.cc).
 //
 // The rule, per value V (float32, static 4-D, C a multiple of the block, not a graph output
 // or a name a subgraph reads): V is stored blocked when its producer is a blockable
-// convolution and at least one consumer is one (reading V as X, or as the residual Z of a
-// convolution whose output can be blocked). A convolution is blockable when it will run on
-// a fast kernel (the kernel registry says so: blocking a reference-kernel conv only adds
-// conversions) and is a plain or depthwise 2-D convolution. Then:
+// convolution and at least one consumer reads it blocked (a blockable convolution reading V
+// as X, or as the residual Z of a convolution whose output can be blocked, or a blockable
+// pool), or when its producer is a blockable pool whose input is blocked (pools compute in
+// their input's layout). A convolution or pool is blockable when it will run on a fast kernel
+// (the kernel registry says so: blocking a reference-kernel node only adds conversions) and
+// is a plain or depthwise 2-D convolution, or a 2-D Max/Average/GlobalMax/GlobalAverage pool.
+// Then:
 //   - each blockable conv reads X and writes Y (and reads Z) in their values' layouts
 //     (FusedConv's x_format / y_format / c0; an ONNX Conv becomes a FusedConv to carry them);
+//     a pool in a blocked region becomes a kiln Pooling with format NC1HWC0;
 //   - every other reader of a blocked value reads one shared kiln TransData back to NCHW,
 //     and a blocked-output conv whose Z is plain reads a TransData of Z to NC1HWC0:
 //     conversions only at the boundaries;
@@ -46,29 +50,40 @@ bool static_f32_4d(const ir::Value* v) {
          v->shape().is_static();
 }
 
+bool is_pool(const ir::Node& n) {
+  const std::string& op = n.op_type();
+  return n.domain() == ops::kOnnxDomain &&
+         (op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool" || op == "GlobalAveragePool");
+}
+
 class LayoutAssigner {
  public:
   LayoutAssigner(ir::Graph& g, PassContext& ctx, int64_t c0) : g_(g), ctx_(ctx), uses_(g), c0_(c0) {}
 
   Status run() {
-    // Graph order throughout, so the compiled model does not depend on hashing.
-    for (const auto& n : g_.nodes())
-      if (blockable_conv(*n)) {
-        convs_.insert(n.get());
-        conv_order_.push_back(n.get());
-      }
+    // Graph order throughout (producers before readers, and the compiled model does not
+    // depend on hashing).
+    for (const auto& n : g_.nodes()) {
+      if (blockable_conv(*n)) convs_.insert(n.get());
+      if (blockable_pool(*n)) pools_.insert(n.get());
+      if (convs_.count(n.get()) || pools_.count(n.get())) order_.push_back(n.get());
+    }
     std::vector<ir::Value*> blocked;
-    for (ir::Node* conv : conv_order_) {
-      ir::Value* y = conv->output(0);
-      if (value_blockable(y) && has_blocking_consumer(y)) blocked.push_back(y);
+    for (ir::Node* n : order_) {
+      ir::Value* y = n->output(0);
+      if (!value_blockable(y)) continue;
+      // A conv blocks its output for blocked readers; a pool computes in its input's layout.
+      const bool block = convs_.count(n) ? has_blocking_consumer(y) : blocked_.count(n->input(0)) > 0;
+      if (!block) continue;
+      blocked.push_back(y);
+      blocked_.insert(y);
     }
     if (blocked.empty()) return ok_status();
-    for (ir::Value* v : blocked) blocked_.insert(v);
 
-    // Rewrite: formats on the convs, TransData for the other readers.
+    // Rewrite: formats on the convs and pools, TransData for the other readers.
     int conversions = 0;
     for (ir::Value* v : blocked) conversions += unblock_for_plain_readers(v);
-    for (ir::Node* conv : conv_order_) conversions += set_conv_formats(conv);
+    for (ir::Node* n : order_) conversions += convs_.count(n) ? set_conv_formats(n) : set_pool_format(n);
     for (ir::Value* v : blocked) {
       KILN_ASSIGN_OR_RETURN(Shape bs, ops::blocked_shape(v->shape(), c0_));
       v->type().shape = bs;
@@ -81,6 +96,8 @@ class LayoutAssigner {
   }
 
  private:
+  // A fast kernel exists (the kernel registry says so: blocking a reference-kernel node only
+  // adds conversions) for a plain or depthwise 2-D float32 convolution.
   bool blockable_conv(const ir::Node& n) const {
     if (!is_conv(n) || n.num_outputs() != 1) return false;
     if (n.domain() == ops::kKilnDomain &&
@@ -96,14 +113,22 @@ class LayoutAssigner {
     return kernels::has_fast_kernel(n);
   }
 
+  // A 2-D float32 pool with one output whose oneDNN kernel takes it (the kernel computes the
+  // kiln Pooling twin in the blocked layout with the same geometry).
+  bool blockable_pool(const ir::Node& n) const {
+    return is_pool(n) && n.num_outputs() == 1 && static_f32_4d(n.input(0)) && static_f32_4d(n.output(0)) &&
+           n.input(0)->shape()[1].value % c0_ == 0 && kernels::has_fast_kernel(n);
+  }
+
   bool value_blockable(const ir::Value* v) const {
     return static_f32_4d(v) && v->shape()[1].value % c0_ == 0 && !uses_.pinned(v);
   }
 
   // A consumer that would read `v` blocked: a blockable conv reading it as X, or as Z of a
-  // conv whose own output can be blocked.
+  // conv whose own output can be blocked, or a blockable pool.
   bool has_blocking_consumer(const ir::Value* v) const {
     for (ir::Node* c : uses_.consumers(v)) {
+      if (pools_.count(c) && value_blockable(c->output(0))) return true;
       if (!convs_.count(c)) continue;
       if (c->input(0) == v) return true;
       if (c->num_inputs() > 3 && c->input(3) == v && value_blockable(c->output(0))) return true;
@@ -111,8 +136,9 @@ class LayoutAssigner {
     return false;
   }
 
-  // Whether `reader` reads `v` blocked after the rewrite.
+  // Whether `reader` reads its input `slot` blocked after the rewrite.
   bool reads_blocked(ir::Node* reader, size_t slot) const {
+    if (pools_.count(reader)) return slot == 0 && blocked_.count(reader->output(0)) > 0;
     if (!convs_.count(reader)) return false;
     if (slot == 0) return true;
     if (slot == 3) return blocked_.count(reader->output(0)) > 0;
@@ -138,8 +164,7 @@ class LayoutAssigner {
     return n;
   }
 
-  // Points every reader of blocked `v` that needs NCHW at one TransData of it. A reader
-  // that is itself a TransData back to the blocked layout is bypassed instead.
+  // Points every reader of blocked `v` that needs NCHW at one TransData of it.
   int unblock_for_plain_readers(ir::Value* v) {
     ir::Value* plain = nullptr;
     const std::vector<ir::Node*> readers = uses_.consumers(v);
@@ -165,7 +190,7 @@ class LayoutAssigner {
     const bool xb = blocked_.count(conv->input(0)) > 0;
     const bool yb = blocked_.count(conv->output(0)) > 0;
     if (!xb && !yb) return 0;
-    if (conv->domain() == ops::kOnnxDomain) conv = to_fused_conv(conv);
+    if (conv->domain() == ops::kOnnxDomain) conv = replace_with_kiln_op(conv, "FusedConv");
     conv->attrs()["x_format"] = ir::Attribute::from_string(xb ? ops::kFormatBlocked : ops::kFormatPlain);
     conv->attrs()["y_format"] = ir::Attribute::from_string(yb ? ops::kFormatBlocked : ops::kFormatPlain);
     conv->attrs()["c0"] = ir::Attribute::from_int(c0_);
@@ -184,16 +209,27 @@ class LayoutAssigner {
     return 1;
   }
 
-  // The same convolution as a kiln FusedConv (no bias, residual or activation change).
-  ir::Node* to_fused_conv(ir::Node* conv) {
-    std::vector<ir::Value*> inputs(conv->inputs().begin(), conv->inputs().end());
-    ir::AttributeMap attrs = conv->attrs();
-    ir::Value* y = conv->output(0);
-    ir::Node* n = fusion::add_fused_node(g_, uses_, "FusedConv", {conv}, inputs, y, removed_);
-    n->set_name(conv->name());
+  // A pool inside a blocked region becomes kiln Pooling in NC1HWC0.
+  int set_pool_format(ir::Node* pool) {
+    if (!blocked_.count(pool->output(0))) return 0;
+    const std::string mode = pool->op_type();
+    pool = replace_with_kiln_op(pool, "Pooling");
+    pool->attrs()["mode"] = ir::Attribute::from_string(mode);
+    pool->attrs()["format"] = ir::Attribute::from_string(ops::kFormatBlocked);
+    pool->attrs()["c0"] = ir::Attribute::from_int(c0_);
+    return 0;
+  }
+
+  // The same node as kiln op `op` (same inputs, output, name and attributes).
+  ir::Node* replace_with_kiln_op(ir::Node* node, const char* op) {
+    std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
+    ir::AttributeMap attrs = node->attrs();
+    ir::Value* y = node->output(0);
+    ir::Node* n = fusion::add_fused_node(g_, uses_, op, {node}, inputs, y, removed_);
+    n->set_name(node->name());
     n->attrs() = std::move(attrs);
-    convs_.erase(conv);
-    convs_.insert(n);
+    for (auto* set : {&convs_, &pools_})
+      if (set->erase(node)) set->insert(n);
     return n;
   }
 
@@ -201,8 +237,8 @@ class LayoutAssigner {
   PassContext& ctx_;
   GraphUses uses_;
   int64_t c0_;
-  std::unordered_set<ir::Node*> convs_;
-  std::vector<ir::Node*> conv_order_;
+  std::unordered_set<ir::Node*> convs_, pools_;
+  std::vector<ir::Node*> order_;  // the blockable convs and pools in graph order
   std::unordered_set<const ir::Value*> blocked_;
   std::unordered_set<const ir::Node*> removed_;
 };
