@@ -277,6 +277,41 @@ void resize_forward(const T* x, T* y, const std::vector<int64_t>& in, const Resi
   }
   const int64_t out_last = p.out.back();
   const int64_t rows = num_elements(p.out) / std::max<int64_t>(out_last, 1);
+  if (p.mode == InterpMode::kNearest) {
+    // One tap of weight 1 per axis: every output element is a copy of one input element
+    // (the general loop below computes 1.0 * x exactly, in double), so gather directly.
+    const size_t last = static_cast<size_t>(rank - 1);
+    std::vector<int64_t> col(static_cast<size_t>(out_last));
+    std::vector<char> col_outside(static_cast<size_t>(out_last));
+    // An index outside the input (tf_crop_and_resize) has no tap: it reads nothing.
+    auto first_tap = [&](size_t axis, int64_t o) {
+      const std::vector<Tap>& t = taps[axis][static_cast<size_t>(o)];
+      return t.empty() ? int64_t{0} : t[0].index;
+    };
+    for (int64_t ow = 0; ow < out_last; ++ow) {
+      col[static_cast<size_t>(ow)] = first_tap(last, ow);
+      col_outside[static_cast<size_t>(ow)] = outside[last][static_cast<size_t>(ow)];
+    }
+    parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        bool row_outside = false;
+        int64_t base = 0, rem = r;
+        for (int d = rank - 2; d >= 0; --d) {
+          const size_t du = static_cast<size_t>(d);
+          const int64_t od = rem % p.out[du];
+          rem /= p.out[du];
+          base += first_tap(du, od);
+          row_outside = row_outside || outside[du][static_cast<size_t>(od)];
+        }
+        T* dst = y + r * out_last;
+        const T* src = x + base;
+        for (int64_t ow = 0; ow < out_last; ++ow)
+          dst[ow] = row_outside || col_outside[static_cast<size_t>(ow)] ? static_cast<T>(p.extrapolation)
+                                                                        : src[col[static_cast<size_t>(ow)]];
+      }
+    });
+    return;
+  }
   parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
     std::vector<const std::vector<Tap>*> row_taps(static_cast<size_t>(rank));
     std::vector<size_t> pos(static_cast<size_t>(rank));

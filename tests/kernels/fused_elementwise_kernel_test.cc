@@ -1,8 +1,9 @@
 // The tiled FusedElementwise kernel (src/kernels/cpu/fused_elementwise.cc) against the
 // reference kernel, which runs the body op by op through the graph executor (each op's
 // reference kernel validated on the ONNX conformance data): long chains, every op the kernel
-// compiles, scalar constants, scalar and row-broadcast inputs, sizes that are not a multiple
-// of the tile, NaN through Max/Min; and the bodies it leaves to the reference.
+// compiles, scalar constants, scalar, row and channel broadcasts, sizes that are not a
+// multiple of the tile, NaN through Max/Min, lone ONNX elementwise ops; and what it leaves to
+// the reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -161,13 +162,56 @@ TEST(FusedElementwiseKernelTest, LeavesOtherBodiesToTheReference) {
   // Pow is not compiled; a per-channel [C,1,1] operand is not a row broadcast; float64.
   Model pow = make_model({{8}, {8}}, {{"Pow", {"b0", "b1"}, "a"}});
   EXPECT_EQ(select_kernel(*pow.node), nullptr);
-  Model channel = make_model({{1, 4, 3, 3}, {4, 1, 1}}, {{"Add", {"b0", "b1"}, "a"}});
-  EXPECT_EQ(select_kernel(*channel.node), nullptr);
+  // [4, 1, 3] over [2, 4, 5, 3]: the non-1 dims are not one contiguous run.
+  Model gap = make_model({{2, 4, 5, 3}, {4, 1, 3}}, {{"Add", {"b0", "b1"}, "a"}});
+  EXPECT_EQ(select_kernel(*gap.node), nullptr);
   Model f64 = make_model({{8}, {8}}, {{"Add", {"b0", "b1"}, "a"}}, {}, DataType::kFloat64);
   EXPECT_EQ(select_kernel(*f64.node), nullptr);
   // ... and they still run, on the reference kernel.
-  Tensor got = run(channel, {rnd({1, 4, 3, 3}, 7), rnd({4, 1, 1}, 8)}, true);
-  EXPECT_EQ(got.dims(), (std::vector<int64_t>{1, 4, 3, 3}));
+  Tensor got = run(gap, {rnd({2, 4, 5, 3}, 7), rnd({4, 1, 3}, 8)}, true);
+  EXPECT_EQ(got.dims(), (std::vector<int64_t>{2, 4, 5, 3}));
+}
+
+// Channel-vector broadcasts ([C, 1, 1] over [N, C, H, W]) across tile boundaries.
+TEST(FusedElementwiseKernelTest, ChannelBroadcast) {
+  Model m = make_model({{2, 24, 13, 11}, {24, 1, 1}, {1, 24, 1, 1}},
+                       {{"Mul", {"b0", "b1"}, "a"}, {"Add", {"a", "b2"}, "b"}, {"Relu", {"b"}, "c"}});
+  expect_match(m, {rnd({2, 24, 13, 11}, 9), rnd({24, 1, 1}, 10), rnd({1, 24, 1, 1}, 11)}, "channel broadcast");
+}
+
+// Lone ONNX elementwise nodes run as one-instruction programs.
+TEST(FusedElementwiseKernelTest, SingleOnnxOps) {
+  struct Case {
+    std::string op;
+    std::vector<std::vector<int64_t>> shapes;
+    ir::AttributeMap attrs;
+  };
+  const std::vector<Case> cases{
+      {"Add", {{1, 16, 9, 9}, {1, 16, 1, 1}}, {}}, {"Sub", {{5, 7}, {7}}, {}},
+      {"Mul", {{3, 2050}, {1}}, {}},               {"Div", {{4, 33}, {4, 33}}, {}},
+      {"Relu", {{1000}}, {}},                      {"Sigmoid", {{3, 500}}, {}},
+      {"Tanh", {{77}}, {}},
+      {"HardSigmoid", {{64}}, {{"alpha", Attribute::from_float(0.25f)}, {"beta", Attribute::from_float(0.4f)}}},
+  };
+  for (const Case& c : cases) {
+    Model m;
+    std::vector<ir::Value*> ins;
+    std::vector<Tensor> xs;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      ir::Value* x = m.graph->get_or_add_value("x" + std::to_string(i));
+      x->type() = ir::TensorType{DataType::kFloat32, Shape::from_static(c.shapes[i])};
+      m.graph->inputs().push_back(x);
+      ins.push_back(x);
+      xs.push_back(rnd(c.shapes[i], 20 + static_cast<uint32_t>(i)));
+    }
+    ir::Value* y = m.graph->get_or_add_value("y");
+    m.graph->outputs().push_back(y);
+    m.node = m.graph->add_node("n", c.op, "", 13, ins, {y});
+    m.node->attrs() = c.attrs;
+    m.graph->opset_imports()[""] = 13;
+    ASSERT_TRUE(ops::infer_node(*m.node).ok());
+    expect_match(m, xs, c.op);
+  }
 }
 
 }  // namespace

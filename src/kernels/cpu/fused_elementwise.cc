@@ -4,11 +4,12 @@
 // instruction, which the compiler vectorises. The reference kernel runs the body through the
 // subgraph executor, one tensor per op; the program costs a few nanoseconds per op and tile
 // instead, which is what a long chain of small ops (the benchmark's 1000 Adds on [1, 64])
-// is made of.
+// is made of. Lone ONNX Add/Sub/Mul/Div/Relu/Sigmoid/Tanh/HardSigmoid nodes run as a program of
+// one instruction.
 //
 // Taken: float32 inputs, output and body constants; each input has the output's shape, one
-// element, or the output's trailing dims (a row broadcast, e.g. a bias [C] over [N, C]); body
-// constants of one element; the ops in kOps below with the reference kernels' formulas (so
+// element, or broadcasts along one contiguous run of the output's dims (a bias [C] over
+// [N, C], a channel vector [C, 1, 1] over [N, C, H, W]); body constants of one element; the ops in kOps below with the reference kernels' formulas (so
 // results agree to the rounding of the same float32 expressions). Anything else runs on the
 // reference kernel.
 #include <algorithm>
@@ -59,12 +60,17 @@ struct Instr {
   float p0 = 0, p1 = 0;
 };
 
-enum class InputKind : uint8_t { kFull, kScalar, kRow };
+// How an input maps onto the output's elements. kFull: element o is input element o.
+// kScalar: one value. kBlock: the input's non-1 dims are one contiguous run of the output's
+// dims (a row [C] over [N, C], a channel vector [C, 1, 1] over [N, C, H, W]): output element
+// o reads input element (o / inner) % size.
+enum class InputKind : uint8_t { kFull, kScalar, kBlock };
 
 struct Program {
   std::vector<Instr> code;
   std::vector<InputKind> input_kinds;
-  std::vector<int64_t> input_sizes;  // elements of each input (row length for kRow)
+  std::vector<int64_t> input_sizes;  // elements of each input
+  std::vector<int64_t> input_inner;  // kBlock: output elements per input element step
   std::vector<float> constants;      // one value per constant register
   int num_temps = 0;
   int output_reg = -1;
@@ -111,42 +117,59 @@ bool clip_bounds(const ir::Node& n, float* lo, float* hi) {
   return true;
 }
 
+// Sets the output dims and how each node input maps onto them (InputKind).
+Status classify_inputs(const ir::Node& node, Program& p) {
+  const std::string label = node.label();
+  const ir::Value* y = node.output(0);
+  if (!y || y->dtype() != DataType::kFloat32 || !y->shape().has_rank() || !y->shape().is_static())
+    return unsupported("node %s: output must be float32 with a static shape", label.c_str());
+  p.output_dims = y->shape().static_dims();
+  p.elements = num_elements(p.output_dims);
+  const std::vector<int64_t>& out = p.output_dims;
+  for (const ir::Value* in : node.inputs()) {
+    if (!in || in->dtype() != DataType::kFloat32 || !in->shape().has_rank() || !in->shape().is_static())
+      return unsupported("node %s: inputs must be float32 with static shapes", label.c_str());
+    const std::vector<int64_t> d = in->shape().static_dims();
+    const int64_t n = num_elements(d);
+    if (d.size() > out.size()) return unsupported("node %s: an input of higher rank than the output", label.c_str());
+    // Align right; find the run of dims that are not 1.
+    const size_t off = out.size() - d.size();
+    int first = -1, last = -1;
+    for (size_t k = 0; k < d.size(); ++k)
+      if (d[k] != 1) {
+        if (d[k] != out[off + k]) return unsupported("node %s: input %s does not broadcast to %s", label.c_str(),
+                                                     dims_to_string(d).c_str(), dims_to_string(out).c_str());
+        if (first < 0) first = static_cast<int>(k);
+        last = static_cast<int>(k);
+      }
+    for (int k = first; k >= 0 && k <= last; ++k)
+      if (d[static_cast<size_t>(k)] == 1 && out[off + static_cast<size_t>(k)] != 1)
+        return unsupported("node %s: input %s broadcasts along inner dims the fast kernel does not take",
+                           label.c_str(), dims_to_string(d).c_str());
+    int64_t inner = 1;
+    for (size_t k = off + static_cast<size_t>(last < 0 ? 0 : last + 1); last >= 0 && k < out.size(); ++k) inner *= out[k];
+    if (n == p.elements) {
+      p.input_kinds.push_back(InputKind::kFull);
+    } else if (n == 1) {
+      p.input_kinds.push_back(InputKind::kScalar);
+    } else {
+      p.input_kinds.push_back(InputKind::kBlock);
+    }
+    p.input_sizes.push_back(n);
+    p.input_inner.push_back(inner);
+  }
+  return ok_status();
+}
+
 Expected<Program> compile_body(const ir::Node& node) {
   const std::string label = node.label();
   const ir::Attribute* ba = node.attr("body");
   if (!ba || ba->kind != ir::AttrKind::kGraph || !ba->g) return unsupported("node %s: no body", label.c_str());
   const ir::Graph& body = *ba->g;
-  const ir::Value* y = node.output(0);
-  if (!y || y->dtype() != DataType::kFloat32 || !y->shape().has_rank() || !y->shape().is_static())
-    return unsupported("node %s: output must be float32 with a static shape", label.c_str());
   if (body.inputs().size() != node.inputs().size() || body.outputs().size() != 1)
     return unsupported("node %s: body does not match the node", label.c_str());
   Program p;
-  p.output_dims = y->shape().static_dims();
-  p.elements = num_elements(p.output_dims);
-  // Inputs: full, scalar or row broadcasts of the output (leading 1s do not count).
-  auto strip = [](std::vector<int64_t> d) {
-    d.erase(d.begin(), std::find_if(d.begin(), d.end(), [](int64_t v) { return v != 1; }));
-    return d;
-  };
-  const std::vector<int64_t> out_dims = strip(p.output_dims);
-  for (const ir::Value* in : node.inputs()) {
-    if (!in || in->dtype() != DataType::kFloat32 || !in->shape().has_rank() || !in->shape().is_static())
-      return unsupported("node %s: inputs must be float32 with static shapes", label.c_str());
-    const std::vector<int64_t> d = strip(in->shape().static_dims());
-    const int64_t n = num_elements(d);
-    if (d == out_dims) {
-      p.input_kinds.push_back(InputKind::kFull);
-    } else if (n == 1) {
-      p.input_kinds.push_back(InputKind::kScalar);
-    } else if (d.size() < out_dims.size() && std::equal(d.begin(), d.end(), out_dims.end() - static_cast<int64_t>(d.size()))) {
-      p.input_kinds.push_back(InputKind::kRow);
-    } else {
-      return unsupported("node %s: input %s broadcasts in a way the fast kernel does not take", label.c_str(),
-                         in->shape().to_string().c_str());
-    }
-    p.input_sizes.push_back(n);
-  }
+  KILN_RETURN_IF_ERROR(classify_inputs(node, p));
   // Registers of body values: inputs, then constants as they are met.
   std::unordered_map<const ir::Value*, int> reg;
   for (size_t i = 0; i < body.inputs().size(); ++i) reg[body.inputs()[i]] = static_cast<int>(i);
@@ -247,6 +270,37 @@ Expected<Program> compile_body(const ir::Node& node) {
     p.code.push_back(in);
   }
   p.output_reg = p.first_temp() + out_temp->second;
+  return p;
+}
+
+// A single ONNX elementwise node as a one-instruction program (ops whose parameters are
+// attributes; Clip from opset 11 reads its bounds from inputs a caller may feed, so it is left
+// to the reference).
+Expected<Program> compile_single(const ir::Node& node) {
+  const std::string label = node.label();
+  auto it = op_table().find(node.op_type());
+  if (node.domain() != ops::kOnnxDomain || it == op_table().end() || node.num_outputs() != 1 ||
+      node.num_inputs() != it->second.arity || (it->second.op == Op::kClip && node.opset() >= 11))
+    return unsupported("node %s: not an elementwise op the fast kernel takes", label.c_str());
+  Program p;
+  KILN_RETURN_IF_ERROR(classify_inputs(node, p));
+  Instr in;
+  in.op = it->second.op;
+  in.a = 0;
+  in.b = it->second.arity == 2 ? 1 : -1;
+  if (in.op == Op::kLeakyRelu) in.p0 = node.attr_float("alpha", 0.01f);
+  if (in.op == Op::kHardSigmoid) {
+    in.p0 = node.attr_float("alpha", 0.2f);
+    in.p1 = node.attr_float("beta", 0.5f);
+  }
+  if (in.op == Op::kClip) {
+    in.p0 = node.attr_float("min", -std::numeric_limits<float>::max());
+    in.p1 = node.attr_float("max", std::numeric_limits<float>::max());
+  }
+  p.num_temps = 1;
+  in.dst = p.first_temp();
+  p.output_reg = in.dst;
+  p.code.push_back(in);
   return p;
 }
 
@@ -351,10 +405,23 @@ class FusedElementwiseKernel final : public Kernel {
         switch (p.input_kinds[static_cast<size_t>(i)]) {
           case InputKind::kFull: src[static_cast<size_t>(i)] = data + start; break;
           case InputKind::kScalar: break;
-          case InputKind::kRow: {
-            const int64_t row = p.input_sizes[static_cast<size_t>(i)];
+          case InputKind::kBlock: {
+            const int64_t size = p.input_sizes[static_cast<size_t>(i)];
+            const int64_t inner = p.input_inner[static_cast<size_t>(i)];
             float* buf = dst[static_cast<size_t>(i)];
-            for (int64_t j = 0, k = start % row; j < n; ++j, k = k + 1 == row ? 0 : k + 1) buf[j] = data[k];
+            if (inner == 1) {  // a row: consecutive input elements, wrapping
+              for (int64_t j = 0, k = start % size; j < n; ++j, k = k + 1 == size ? 0 : k + 1) buf[j] = data[k];
+              src[static_cast<size_t>(i)] = buf;
+              break;
+            }
+            int64_t k = (start / inner) % size, left = inner - start % inner;
+            for (int64_t j = 0; j < n;) {
+              const int64_t run = std::min(left, n - j);
+              std::fill(buf + j, buf + j + run, data[k]);
+              j += run;
+              left = inner;
+              k = k + 1 == size ? 0 : k + 1;
+            }
             src[static_cast<size_t>(i)] = buf;
           }
         }
@@ -371,8 +438,12 @@ class FusedElementwiseKernel final : public Kernel {
   Program program;
 };
 
+Expected<Program> compile_node(const ir::Node& node) {
+  return node.domain() == ops::kKilnDomain ? compile_body(node) : compile_single(node);
+}
+
 Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(Program p, compile_body(node));
+  KILN_ASSIGN_OR_RETURN(Program p, compile_node(node));
   KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
   auto k = std::make_unique<FusedElementwiseKernel>();
   k->program = std::move(p);
@@ -382,12 +453,24 @@ Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node
 
 }  // namespace
 
-KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kKilnDomain,
-                                    .op_type = "FusedElementwise",
-                                    .device = DeviceKind::kCpu,
-                                    .priority = 100,
-                                    .name = "kiln",
-                                    .applicable = [](const ir::Node& n) { return compile_body(n).ok(); },
-                                    .prepare = prepare_fused_elementwise}));
+#define KILN_REGISTER_ELEMENTWISE_KERNEL(domain_name, op)                                  \
+  KILN_REGISTER_KERNEL((KernelFactory{.domain = domain_name,                               \
+                                      .op_type = op,                                       \
+                                      .device = DeviceKind::kCpu,                          \
+                                      .priority = 100,                                     \
+                                      .name = "kiln",                                      \
+                                      .applicable = [](const ir::Node& n) { return compile_node(n).ok(); }, \
+                                      .prepare = prepare_fused_elementwise}))
+
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kKilnDomain, "FusedElementwise");
+// The same program, one instruction long, for elementwise ops the fusion left alone.
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Add");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Sub");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Mul");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Div");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Relu");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Sigmoid");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Tanh");
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "HardSigmoid");
 
 }  // namespace kiln::kernels

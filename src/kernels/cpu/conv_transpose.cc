@@ -1,0 +1,239 @@
+// oneDNN deconvolution kernel for ONNX ConvTranspose (float32, 2-D, groups, strides,
+// dilations, explicit pads, output_padding that fits in the end pad): weights pre-packed at
+// prepare, one primitive per node. Source and destination stay plain NCHW for the graph; the
+// primitive picks its own layout and the run reorders through the thread's workspace, as the
+// convolution kernel does. Measured on PP-OCRv4 det (640x640, kiln profile): the reference
+// ConvTranspose took about 76 ms per call, 17% of the model.
+//
+// Left to the reference kernel: auto_pad other than NOTSET, output_shape, an output_padding
+// larger than the end pad (oneDNN takes no negative padding), 1-D and 3-D, other dtypes.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/onednn_util.h"
+#include "kernels/kernel_registry.h"
+
+namespace kiln::kernels {
+namespace {
+
+using dnnl::memory;
+
+struct DeconvPlan {
+  std::vector<int64_t> x_dims, w_dims, y_dims;
+  int64_t group = 1;
+  memory::dims strides, dilations, pad_l, pad_r;
+  const Tensor* weights = nullptr;
+  const Tensor* bias = nullptr;
+};
+
+bool is_static_f32(const ir::Value* v) {
+  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+}
+
+Expected<DeconvPlan> plan_deconv(const ir::Node& node) {
+  const std::string label = node.label();
+  if (node.domain() != ops::kOnnxDomain || node.op_type() != "ConvTranspose")
+    return unsupported("node %s: not a ConvTranspose", label.c_str());
+  const ir::Value* x = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* b = node.input(2);
+  const ir::Value* y = node.output(0);
+  if (node.inputs().size() > 3 || node.outputs().size() != 1)
+    return unsupported("node %s: unexpected input/output count", label.c_str());
+  if (!is_static_f32(x) || !is_static_f32(y))
+    return unsupported("node %s: X and Y must be float32 with static shapes", label.c_str());
+  if (!w || !w->has_initializer() || w->initializer()->dtype() != DataType::kFloat32)
+    return unsupported("node %s: W must be a float32 initializer", label.c_str());
+  if (b && (!b->has_initializer() || b->initializer()->dtype() != DataType::kFloat32))
+    return unsupported("node %s: B must be a float32 initializer", label.c_str());
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" || node.attr("output_shape"))
+    return unsupported("node %s: auto_pad / output_shape run on the reference kernel", label.c_str());
+  DeconvPlan p;
+  p.x_dims = x->shape().static_dims();
+  p.y_dims = y->shape().static_dims();
+  p.weights = w->initializer();
+  p.w_dims = p.weights->dims();
+  if (p.x_dims.size() != 4 || p.w_dims.size() != 4 || p.y_dims.size() != 4)
+    return unsupported("node %s: 2-D transposed convolutions only", label.c_str());
+  for (int64_t d : p.x_dims)
+    if (d <= 0) return unsupported("node %s: empty input", label.c_str());
+  p.group = node.attr_int("group", 1);
+  const int64_t c = p.x_dims[1], m = p.w_dims[1] * p.group;
+  if (p.group < 1 || c % p.group != 0 || p.w_dims[0] != c || p.y_dims[1] != m)
+    return unsupported("node %s: group %lld does not fit X %s, W %s, Y %s", label.c_str(), (long long)p.group,
+                       dims_to_string(p.x_dims).c_str(), dims_to_string(p.w_dims).c_str(),
+                       dims_to_string(p.y_dims).c_str());
+  if (b) {
+    p.bias = b->initializer();
+    if (p.bias->dims() != std::vector<int64_t>{m}) return unsupported("node %s: B must be [%lld]", label.c_str(), (long long)m);
+  }
+  const std::vector<int64_t> kernel = node.attr_ints("kernel_shape", {p.w_dims[2], p.w_dims[3]});
+  const std::vector<int64_t> strides = node.attr_ints("strides", {1, 1});
+  const std::vector<int64_t> dilations = node.attr_ints("dilations", {1, 1});
+  const std::vector<int64_t> pads = node.attr_ints("pads", {0, 0, 0, 0});
+  const std::vector<int64_t> out_pad = node.attr_ints("output_padding", {0, 0});
+  if (kernel != std::vector<int64_t>{p.w_dims[2], p.w_dims[3]} || strides.size() != 2 || dilations.size() != 2 ||
+      pads.size() != 4 || out_pad.size() != 2)
+    return unsupported("node %s: attributes the kernel does not take", label.c_str());
+  for (int d = 0; d < 2; ++d) {
+    if (strides[d] < 1 || dilations[d] < 1 || pads[d] < 0 || pads[d + 2] < 0 || out_pad[d] < 0)
+      return unsupported("node %s: invalid geometry", label.c_str());
+    const int64_t end = pads[d + 2] - out_pad[d];
+    if (end < 0) return unsupported("node %s: output_padding beyond the end pad", label.c_str());
+    const int64_t span = (kernel[d] - 1) * dilations[d] + 1;
+    const int64_t out = strides[d] * (p.x_dims[2 + d] - 1) + span - pads[d] - end;
+    if (out != p.y_dims[2 + d])
+      return unsupported("node %s: output %s does not match the geometry", label.c_str(), dims_to_string(p.y_dims).c_str());
+    p.strides.push_back(strides[d]);
+    p.dilations.push_back(dilations[d] - 1);  // oneDNN counts the gaps
+    p.pad_l.push_back(pads[d]);
+    p.pad_r.push_back(end);
+  }
+  return p;
+}
+
+class OnednnDeconvKernel final : public Kernel {
+ public:
+  Status run(ops::KernelContext& ctx) const override {
+    const ir::Node& node = ctx.node();
+    const Tensor* x = ctx.input(0);
+    const Tensor* w = ctx.input(1);
+    const Tensor* b = ctx.input(2);
+    const bool as_prepared = x && x->dtype() == DataType::kFloat32 && x->dims() == plan.x_dims && w &&
+                             w->raw_data() == w_initializer.raw_data() &&
+                             (b_initializer.defined() ? b && b->raw_data() == b_initializer.raw_data() : !b);
+    if (!as_prepared) return (*reference)(ctx);
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims));
+    char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
+    if (!ws && workspace_bytes > 0)
+      return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
+                                workspace_bytes);
+    const dnnl::engine& eng = onednn::cpu_engine();
+    dnnl::stream& s = onednn::thread_stream();
+    try {
+      memory scratch(memory::desc({static_cast<memory::dim>(scratch_bytes)}, memory::data_type::u8,
+                                  memory::format_tag::a),
+                     eng, scratch_bytes > 0 ? ws : nullptr);
+      memory x_user(user_src_md, eng, const_cast<void*>(x->raw_data()));
+      memory y_user(user_dst_md, eng, y->raw_data());
+      memory src = reorder_src ? memory(src_md, eng, ws + src_offset) : x_user;
+      memory dst = reorder_dst ? memory(dst_md, eng, ws + dst_offset) : y_user;
+      if (reorder_src)
+        src_reorder.execute(s, {{DNNL_ARG_FROM, x_user}, {DNNL_ARG_TO, src}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
+      if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
+      deconv.execute(s, args);
+      if (reorder_dst)
+        dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, y_user}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return internal_error("node %s: oneDNN deconvolution failed: %s", node.label().c_str(), e.what());
+    }
+    return ok_status();
+  }
+  std::string implementation() const override { return impl; }
+
+  const ops::KernelFn* reference = nullptr;
+  Tensor w_initializer, b_initializer;  // compared by address: a fed W or B runs the reference
+  DeconvPlan plan;
+  std::string impl;
+  dnnl::deconvolution_forward deconv;
+  memory::desc user_src_md, user_dst_md, src_md, dst_md;
+  memory weights, bias;
+  bool reorder_src = false, reorder_dst = false;
+  dnnl::reorder src_reorder, dst_reorder;
+  size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
+};
+
+dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to, size_t& scratch) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(onednn::cpu_engine(), from, onednn::cpu_engine(), to, attr);
+  scratch = std::max(scratch, pd.scratchpad_desc().get_size());
+  return dnnl::reorder(pd);
+}
+
+Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
+  KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_deconv(node));
+  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
+  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
+  auto k = std::make_unique<OnednnDeconvKernel>();
+  k->plan = plan;
+  k->reference = &schema->kernel_fn();
+  k->w_initializer = *plan.weights;
+  if (plan.bias) k->b_initializer = *plan.bias;
+  const DeconvPlan& p = k->plan;
+  const auto f32 = memory::data_type::f32;
+  const dnnl::engine& eng = onednn::cpu_engine();
+  try {
+    onednn::CreationThreadsScope threads;
+    // ONNX's W is C x M/g x kH x kW: oneDNN's (g x) O/g x I/g x kH x kW stored as (g) i o h w.
+    const int64_t g = p.group, c = p.x_dims[1], m = p.y_dims[1];
+    memory::dims w_dims = g > 1 ? memory::dims{g, m / g, c / g, p.w_dims[2], p.w_dims[3]}
+                                : memory::dims{m, c, p.w_dims[2], p.w_dims[3]};
+    const memory::desc user_w_md(w_dims, f32, g > 1 ? memory::format_tag::giohw : memory::format_tag::iohw);
+    k->user_src_md = memory::desc(onednn::to_dims(p.x_dims), f32, memory::format_tag::nchw);
+    k->user_dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, memory::format_tag::nchw);
+    const memory::desc any_src(onednn::to_dims(p.x_dims), f32, memory::format_tag::any);
+    const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);
+    const memory::desc any_w(w_dims, f32, memory::format_tag::any);
+    const memory::desc bias_md = p.bias ? memory::desc({m}, f32, memory::format_tag::a) : memory::desc();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                           any_src, any_w, bias_md, any_dst, p.strides, p.dilations, p.pad_l,
+                                           p.pad_r);
+    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, eng);
+    k->impl = onednn::implementation_name(pd);
+    if (k->impl.rfind("onednn:ref", 0) == 0)
+      return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl.c_str());
+    k->deconv = dnnl::deconvolution_forward(pd);
+    k->src_md = pd.src_desc();
+    k->dst_md = pd.dst_desc();
+    k->scratch_bytes = pd.scratchpad_desc().get_size();
+    k->reorder_src = k->src_md != k->user_src_md;
+    k->reorder_dst = k->dst_md != k->user_dst_md;
+    if (k->reorder_src) k->src_reorder = make_reorder(k->user_src_md, k->src_md, k->scratch_bytes);
+    if (k->reorder_dst) k->dst_reorder = make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
+    k->src_offset = onednn::align64(k->scratch_bytes);
+    k->dst_offset = k->src_offset + (k->reorder_src ? onednn::align64(k->src_md.get_size()) : 0);
+    k->workspace_bytes = k->dst_offset + (k->reorder_dst ? onednn::align64(k->dst_md.get_size()) : 0);
+    // Pack the weights once.
+    dnnl::stream& s = onednn::thread_stream();
+    memory user_w(user_w_md, eng, const_cast<void*>(p.weights->raw_data()));
+    k->weights = memory(pd.weights_desc(), eng);
+    size_t w_scratch_bytes = 0;
+    dnnl::reorder w_reorder = make_reorder(user_w_md, pd.weights_desc(), w_scratch_bytes);
+    std::vector<uint8_t> w_scratch(w_scratch_bytes);
+    memory w_scratch_mem(memory::desc({static_cast<memory::dim>(w_scratch_bytes)}, memory::data_type::u8,
+                                      memory::format_tag::a),
+                         eng, w_scratch.data());
+    w_reorder.execute(s, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, k->weights}, {DNNL_ARG_SCRATCHPAD, w_scratch_mem}});
+    if (p.bias) {
+      k->bias = memory(bias_md, eng);
+      std::memcpy(k->bias.get_data_handle(), p.bias->raw_data(), p.bias->size_bytes());
+    }
+    s.wait();
+  } catch (const dnnl::error& e) {
+    return unsupported("node %s: oneDNN has no deconvolution for it: %s", node.label().c_str(), e.what());
+  }
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
+                                    .op_type = "ConvTranspose",
+                                    .device = DeviceKind::kCpu,
+                                    .priority = 100,
+                                    .name = "onednn",
+                                    .applicable = [](const ir::Node& n) { return plan_deconv(n).ok(); },
+                                    .prepare = prepare_deconv}));
+
+}  // namespace kiln::kernels
