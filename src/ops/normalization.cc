@@ -118,8 +118,15 @@ Status batch_norm_kernel(KernelContext& ctx) {
         const int64_t ch = r % c;
         const T* src = px + r * inner;
         T* dst = py + r * inner;
+        if (!per_activation) {
+          // One channel per row: its factor once (the same double arithmetic as per element).
+          const double a = static_cast<double>(scale[ch]) / std::sqrt(v[ch] + eps);
+          const double mu = m[ch], b = bias[ch];
+          for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<T>((src[i] - mu) * a + b);
+          continue;
+        }
         for (int64_t i = 0; i < inner; ++i) {
-          const int64_t p = per_activation ? ch * inner + i : ch;
+          const int64_t p = ch * inner + i;
           const double a = static_cast<double>(scale[p]) / std::sqrt(v[p] + eps);
           dst[i] = static_cast<T>((src[i] - m[p]) * a + bias[p]);
         }
