@@ -18,11 +18,14 @@
 #include "core/parallel.h"
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
+#include "layout_test_util.h"
 #include "ops/layout.h"
 #include "ops/registry.h"
 
 namespace kiln::kernels {
 namespace {
+
+using testing::block_by_definition;
 
 using ir::Attribute;
 
@@ -425,20 +428,6 @@ TEST(OnednnConvTest, ConcurrentRuns) {
     ASSERT_TRUE(results[t].defined()) << "thread " << t;
     expect_close(results[t], *want, c);
   }
-}
-
-// [N, C, H, W] -> [N, C/c0, H, W, c0] by the layout's definition (docs/fused-ops.md), written
-// out here as the test's own oracle: element (n, c, h, w) goes to (n, c / c0, h, w, c % c0).
-Tensor block_by_definition(const Tensor& t, int64_t c0) {
-  const int64_t n = t.dim(0), c = t.dim(1), h = t.dim(2), w = t.dim(3);
-  Tensor out = Tensor::make(DataType::kFloat32, {n, c / c0, h, w, c0});
-  for (int64_t a = 0; a < n; ++a)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x)
-          out.data<float>()[(((a * (c / c0) + ch / c0) * h + y) * w + x) * c0 + ch % c0] =
-              t.data<float>()[((a * c + ch) * h + y) * w + x];
-  return out;
 }
 
 // FusedConv with blocked X and/or Y (and Z) on the oneDNN kernel and on the reference kernel

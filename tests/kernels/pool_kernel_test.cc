@@ -12,11 +12,14 @@
 
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
+#include "layout_test_util.h"
 #include "ops/layout.h"
 #include "ops/registry.h"
 
 namespace kiln::kernels {
 namespace {
+
+using testing::block_by_definition;
 
 using ir::Attribute;
 
@@ -28,19 +31,6 @@ Tensor rnd(const std::vector<int64_t>& dims, uint32_t seed) {
     t.data<float>()[i] = static_cast<float>(static_cast<double>(s >> 8) / (1u << 24) * 2.0 - 1.0);
   }
   return t;
-}
-
-// [N, C, H, W] -> [N, C/c0, H, W, c0] by the layout's definition (docs/fused-ops.md).
-Tensor block_by_definition(const Tensor& t, int64_t c0) {
-  const int64_t n = t.dim(0), c = t.dim(1), h = t.dim(2), w = t.dim(3);
-  Tensor out = Tensor::make(DataType::kFloat32, {n, c / c0, h, w, c0});
-  for (int64_t a = 0; a < n; ++a)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x)
-          out.data<float>()[(((a * (c / c0) + ch / c0) * h + y) * w + x) * c0 + ch % c0] =
-              t.data<float>()[((a * c + ch) * h + y) * w + x];
-  return out;
 }
 
 struct PoolCase {

@@ -242,14 +242,6 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   return ok_status();
 }
 
-// A reorder from `from` to `to` with a user scratchpad; its scratchpad size goes into `scratch`.
-dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to, size_t& scratch) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::reorder::primitive_desc pd(onednn::cpu_engine(), from, onednn::cpu_engine(), to, attr);
-  scratch = std::max(scratch, pd.scratchpad_desc().get_size());
-  return dnnl::reorder(pd);
-}
 
 // oneDNN's tag for a tensor of `rank` dims: plain, or channel-blocked by `block` (8 or 16).
 memory::format_tag tensor_tag(int rank, int64_t block) {
@@ -321,31 +313,21 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     k->scratch_bytes = pd.scratchpad_desc().get_size();
     k->reorder_src = k->src_md != k->user_md;
     k->reorder_dst = k->dst_md != k->user_dst_md;
-    if (k->reorder_src) k->src_reorder = make_reorder(k->user_md, k->src_md, k->scratch_bytes);
+    if (k->reorder_src) k->src_reorder = onednn::make_reorder(k->user_md, k->src_md, k->scratch_bytes);
     if (k->reorder_dst) {
-      k->dst_reorder = make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
-      if (p.has_z) k->z_reorder = make_reorder(k->user_dst_md, k->dst_md, k->scratch_bytes);
+      k->dst_reorder = onednn::make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
+      if (p.has_z) k->z_reorder = onednn::make_reorder(k->user_dst_md, k->dst_md, k->scratch_bytes);
     }
     k->src_offset = onednn::align64(k->scratch_bytes);
     k->dst_offset = k->src_offset + (k->reorder_src ? onednn::align64(k->src_md.get_size()) : 0);
     k->workspace_bytes = k->dst_offset + (k->reorder_dst ? onednn::align64(k->dst_md.get_size()) : 0);
 
     // Pack the weights once, into memory oneDNN owns.
-    dnnl::stream& s = onednn::thread_stream();
-    memory user_w(user_w_md, eng, const_cast<void*>(p.weights->raw_data()));
-    k->weights = memory(pd.weights_desc(), eng);
-    size_t reorder_scratch = 0;
-    dnnl::reorder w_reorder = make_reorder(user_w_md, pd.weights_desc(), reorder_scratch);
-    std::vector<uint8_t> w_scratch(reorder_scratch);
-    memory w_scratch_mem(memory::desc({static_cast<memory::dim>(reorder_scratch)}, memory::data_type::u8,
-                                      memory::format_tag::a),
-                         eng, w_scratch.data());
-    w_reorder.execute(s, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, k->weights}, {DNNL_ARG_SCRATCHPAD, w_scratch_mem}});
+    k->weights = onednn::pack(user_w_md, p.weights->raw_data(), pd.weights_desc());
     if (p.bias) {
       k->bias = memory(bias_md, eng);
       std::memcpy(k->bias.get_data_handle(), p.bias->raw_data(), p.bias->size_bytes());
     }
-    s.wait();
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no convolution for it: %s", node.label().c_str(), e.what());
   }

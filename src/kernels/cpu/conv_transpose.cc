@@ -151,13 +151,6 @@ class OnednnDeconvKernel final : public Kernel {
   size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
 };
 
-dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to, size_t& scratch) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::reorder::primitive_desc pd(onednn::cpu_engine(), from, onednn::cpu_engine(), to, attr);
-  scratch = std::max(scratch, pd.scratchpad_desc().get_size());
-  return dnnl::reorder(pd);
-}
 
 Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_deconv(node));
@@ -199,27 +192,17 @@ Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
     k->scratch_bytes = pd.scratchpad_desc().get_size();
     k->reorder_src = k->src_md != k->user_src_md;
     k->reorder_dst = k->dst_md != k->user_dst_md;
-    if (k->reorder_src) k->src_reorder = make_reorder(k->user_src_md, k->src_md, k->scratch_bytes);
-    if (k->reorder_dst) k->dst_reorder = make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
+    if (k->reorder_src) k->src_reorder = onednn::make_reorder(k->user_src_md, k->src_md, k->scratch_bytes);
+    if (k->reorder_dst) k->dst_reorder = onednn::make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
     k->src_offset = onednn::align64(k->scratch_bytes);
     k->dst_offset = k->src_offset + (k->reorder_src ? onednn::align64(k->src_md.get_size()) : 0);
     k->workspace_bytes = k->dst_offset + (k->reorder_dst ? onednn::align64(k->dst_md.get_size()) : 0);
     // Pack the weights once.
-    dnnl::stream& s = onednn::thread_stream();
-    memory user_w(user_w_md, eng, const_cast<void*>(p.weights->raw_data()));
-    k->weights = memory(pd.weights_desc(), eng);
-    size_t w_scratch_bytes = 0;
-    dnnl::reorder w_reorder = make_reorder(user_w_md, pd.weights_desc(), w_scratch_bytes);
-    std::vector<uint8_t> w_scratch(w_scratch_bytes);
-    memory w_scratch_mem(memory::desc({static_cast<memory::dim>(w_scratch_bytes)}, memory::data_type::u8,
-                                      memory::format_tag::a),
-                         eng, w_scratch.data());
-    w_reorder.execute(s, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, k->weights}, {DNNL_ARG_SCRATCHPAD, w_scratch_mem}});
+    k->weights = onednn::pack(user_w_md, p.weights->raw_data(), pd.weights_desc());
     if (p.bias) {
       k->bias = memory(bias_md, eng);
       std::memcpy(k->bias.get_data_handle(), p.bias->raw_data(), p.bias->size_bytes());
     }
-    s.wait();
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no deconvolution for it: %s", node.label().c_str(), e.what());
   }

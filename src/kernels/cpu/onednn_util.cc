@@ -1,5 +1,7 @@
 // oneDNN helpers shared by the CPU kernels: engine, per-thread stream and workspace,
 // activation post-ops.
+#include <algorithm>
+#include <vector>
 #include "kernels/cpu/onednn_util.h"
 
 #include <omp.h>
@@ -103,6 +105,30 @@ std::string implementation_name(const dnnl::primitive_desc_base& pd) {
   if (dnnl_primitive_desc_query(pd.get(), dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
     return "onednn";
   return std::string("onednn:") + info;
+}
+
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, size_t& scratch) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, attr);
+  scratch = std::max(scratch, pd.scratchpad_desc().get_size());
+  return dnnl::reorder(pd);
+}
+
+dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed) {
+  const dnnl::engine& eng = cpu_engine();
+  dnnl::memory from(user, eng, const_cast<void*>(data));
+  dnnl::memory to(packed, eng);
+  size_t scratch_bytes = 0;
+  dnnl::reorder r = make_reorder(user, packed, scratch_bytes);
+  std::vector<uint8_t> scratch(scratch_bytes);
+  dnnl::memory scratch_mem(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratch_bytes)}, dnnl::memory::data_type::u8,
+                                              dnnl::memory::format_tag::a),
+                           eng, scratch.data());
+  dnnl::stream& s = thread_stream();
+  r.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  s.wait();
+  return to;
 }
 
 }  // namespace kiln::kernels::onednn

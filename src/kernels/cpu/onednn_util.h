@@ -72,6 +72,14 @@ class CreationThreadsScope {
   int saved_;
 };
 
+// A reorder from `from` to `to` with a user scratchpad; `scratch` becomes the larger of
+// itself and the reorder's scratchpad size. Throws dnnl::error, as primitive creation does.
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, size_t& scratch);
+
+// New memory oneDNN owns, laid out as `packed`, holding `data` (laid out as `user`): weights
+// packed once, at prepare. Throws dnnl::error.
+dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
+
 // "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
 
