@@ -2,6 +2,7 @@
 // the plain layout: schema, inference and kernel.
 #include "ops/layout.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/parallel.h"
@@ -52,12 +53,18 @@ Expected<Shape> plain_shape(const Shape& blocked, int64_t c0) {
 
 namespace {
 
+// Planes per parallel task: at least ~32K elements, so a small tensor (a 7x7 map at the end
+// of a CNN) is not split into tasks that cost more to hand out than to copy.
+int64_t plane_grain(int64_t plane_elements) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, plane_elements));
+}
+
 // Moves elements between [N, C, P] and [N, C/c0, P, c0] (P = the spatial extent).
 // `to_block`: plain -> blocked. Element size `es` bytes; one task per (n, c1) plane.
 void transpose_blocks(const char* src, char* dst, int64_t n, int64_t c, int64_t p, int64_t c0, size_t es,
                       bool to_block) {
   const int64_t c1 = c / c0;
-  parallel_for(0, n * c1, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(0, n * c1, plane_grain(c0 * p), [&](int64_t begin, int64_t end) {
     for (int64_t nb = begin; nb < end; ++nb) {
       // The plane (n, c1) covers channels [c1*c0, c1*c0 + c0) of image n: the same bytes
       // offset in both layouts.
@@ -82,7 +89,7 @@ void transpose_blocks(const char* src, char* dst, int64_t n, int64_t c, int64_t 
 void transpose_blocks_f32(const float* src, float* dst, int64_t n, int64_t c, int64_t p, int64_t c0,
                           bool to_block) {
   const int64_t c1 = c / c0;
-  parallel_for(0, n * c1, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(0, n * c1, plane_grain(c0 * p), [&](int64_t begin, int64_t end) {
     for (int64_t nb = begin; nb < end; ++nb) {
       const float* s = src + nb * c0 * p;
       float* d = dst + nb * c0 * p;
