@@ -406,6 +406,9 @@ def measure(args, model, kiln_models, threads, ort):
     for b in range(blocks):
         shift = b % len(engines)
         for engine in engines[shift:] + engines[:shift]:
+            # Let the previous engine's idle threads stop spinning (ORT's intra-op pool spins
+            # after a run) so that they do not take cores from the engine being timed.
+            time.sleep(args.settle_ms / 1000.0)
             if engine == "ort":
                 ort_ms += ort.time(args.block, 1)
             else:
@@ -596,6 +599,9 @@ def parse_args(argv):
     p.add_argument("--runs", type=int,
                    help="timed runs per engine and cell (default 21; --quick 6)")
     p.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    p.add_argument("--settle-ms", type=float, default=200,
+                   help="pause before each timed block, so the other engine's idle threads have "
+                        "stopped spinning (default 200 ms)")
     p.add_argument("--block", type=int, default=1, choices=(1, 2, 3),
                    help="timed runs per engine before the other engine's turn (default 1: the "
                    "finest alternation; each block also has one untimed run)")

@@ -379,6 +379,7 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
         if (!packed_b_) return resource_exhausted("packing B: out of memory (%zu bytes)", bytes);
         memory from(wei_plain, engine, const_cast<void*>(constant_b_data_));
         memory to(wei_md_, engine, packed_b_.get());
+        onednn::SingleThreadScope one_thread;  // see onednn_util.h
         dnnl::stream& stream = onednn::thread_stream();
         dnnl::reorder(from, to).execute(stream, from, to);
         stream.wait();

@@ -100,6 +100,10 @@ CreationThreadsScope::CreationThreadsScope() : saved_(omp_get_max_threads()) {
 
 CreationThreadsScope::~CreationThreadsScope() { omp_set_num_threads(saved_); }
 
+SingleThreadScope::SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+
+SingleThreadScope::~SingleThreadScope() { omp_set_num_threads(saved_); }
+
 std::string implementation_name(const dnnl::primitive_desc_base& pd) {
   const char* info = nullptr;
   if (dnnl_primitive_desc_query(pd.get(), dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
@@ -125,6 +129,7 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
   dnnl::memory scratch_mem(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratch_bytes)}, dnnl::memory::data_type::u8,
                                               dnnl::memory::format_tag::a),
                            eng, scratch.data());
+  SingleThreadScope one_thread;
   dnnl::stream& s = thread_stream();
   r.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   s.wait();

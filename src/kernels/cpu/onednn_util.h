@@ -72,12 +72,29 @@ class CreationThreadsScope {
   int saved_;
 };
 
+// Runs what it encloses with one OpenMP thread. Weight packing at prepare uses it: the thread
+// that loads a model is often not the one that runs it (a stream's thread), and a parallel
+// region would give the loading thread an OpenMP team of its own. libgomp counts the idle
+// threads of every team against the cores, and with more of them than cores it stops
+// spinning between parallel regions (a futex wake-up per kernel: measured on MobileNetV2 at 2
+// threads, ~110 context switches per run and slower than 1 thread).
+class SingleThreadScope {
+ public:
+  SingleThreadScope();
+  ~SingleThreadScope();
+  SingleThreadScope(const SingleThreadScope&) = delete;
+  SingleThreadScope& operator=(const SingleThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 // A reorder from `from` to `to` with a user scratchpad; `scratch` becomes the larger of
 // itself and the reorder's scratchpad size. Throws dnnl::error, as primitive creation does.
 dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, size_t& scratch);
 
 // New memory oneDNN owns, laid out as `packed`, holding `data` (laid out as `user`): weights
-// packed once, at prepare. Throws dnnl::error.
+// packed once, at prepare, on one thread (SingleThreadScope). Throws dnnl::error.
 dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
 
 // "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".
