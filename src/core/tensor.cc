@@ -28,12 +28,12 @@ TensorAllocatorScope::~TensorAllocatorScope() { t_allocator = saved_; }
 
 TensorAllocator* current_tensor_allocator() { return t_allocator ? t_allocator->get() : nullptr; }
 
-Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims) {
-  return allocate_from(dtype, std::move(dims), t_allocator);
+Expected<Tensor> Tensor::allocate(DataType dtype, std::vector<int64_t> dims, TensorInit init) {
+  return allocate_from(dtype, std::move(dims), t_allocator, init);
 }
 
 Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims,
-                                       const std::shared_ptr<TensorAllocator>* allocator) {
+                                       const std::shared_ptr<TensorAllocator>* allocator, TensorInit init) {
   if (dtype == DataType::kUndefined) return invalid_argument("cannot allocate an undefined dtype");
   int64_t n = 1;
   for (int64_t d : dims) {
@@ -66,7 +66,7 @@ Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims
     if (!p)
       return resource_exhausted("the activation arena has no room for %zu bytes (tensor %s%s)",
                                 padded, dtype_name(dtype), dims_to_string(t.dims_).c_str());
-    std::memset(p, 0, padded);
+    if (init == TensorInit::kZero) std::memset(p, 0, padded);
     t.data_ = p;
     // The deleter holds the allocator, so a tensor outliving its execution is still safe.
     t.owner_ = std::shared_ptr<const void>(p, [a = *allocator, padded](const void* q) {
@@ -76,7 +76,7 @@ Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims
   }
   void* p = std::aligned_alloc(kTensorAlignment, padded);
   if (!p) return resource_exhausted("out of memory allocating %zu bytes", padded);
-  std::memset(p, 0, padded);
+  if (init == TensorInit::kZero) std::memset(p, 0, padded);
   t.data_ = p;
   t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   return t;

@@ -46,10 +46,11 @@ const Tensor* KernelContext::input(int i) const {
   return v && v->is_tensor() && v->tensor().defined() ? &v->tensor() : nullptr;
 }
 
-Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, std::vector<int64_t> dims) {
+Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, std::vector<int64_t> dims,
+                                                 TensorInit init) {
   if (i < 0 || i >= num_outputs())
     return internal_error("node %s has no output %d", node_.label().c_str(), i);
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, std::move(dims)), "node %s output %d",
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, std::move(dims), init), "node %s output %d",
                         node_.label().c_str(), i);
   (*outputs_)[static_cast<size_t>(i)] = RuntimeValue(std::move(t));
   return &(*outputs_)[static_cast<size_t>(i)].tensor();

@@ -87,8 +87,10 @@ class KernelContext {
   // Input i of any kind (sequence, optional); null when omitted.
   const RuntimeValue* value(int i) const;
   int num_outputs() const { return static_cast<int>(outputs_->size()); }
-  // Allocates output i as a tensor (zero-filled). Fails on bad dims (negative, too large).
-  Expected<Tensor*> allocate_output(int i, DataType dtype, std::vector<int64_t> dims);
+  // Allocates output i as a tensor (zero-filled unless `init` says the kernel writes every
+  // element). Fails on bad dims (negative, too large).
+  Expected<Tensor*> allocate_output(int i, DataType dtype, std::vector<int64_t> dims,
+                                    TensorInit init = TensorInit::kZero);
   // Sets output i to an existing tensor (e.g. a view sharing the input's storage).
   void set_output(int i, Tensor t);
   // Sets output i to a value of any kind (a sequence, an empty optional).

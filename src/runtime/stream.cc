@@ -21,6 +21,12 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(1);
 constexpr auto kSpinYield = std::chrono::microseconds(4);
 
+// How long synchronize looks for the stream to finish before it sleeps: a short task (an
+// 8-byte collective, a tiny model) ends within microseconds, and a wake-up through the
+// condition variable costs about as much again on each side. Yields between looks, so the
+// stream's own thread (on the same core, when cores are few) runs.
+constexpr auto kSyncSpin = std::chrono::microseconds(20);
+
 // A waiting task re-checks the abandon flag this often (only while blocked).
 constexpr int64_t kAbandonPollMs = 50;
 
@@ -223,7 +229,15 @@ Status Stream::wait_idle(int64_t timeout_ms) {
     return failed_precondition("%s: cannot wait for the stream from one of its own tasks",
                                name().c_str());
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto start = std::chrono::steady_clock::now();
+  auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  {
+    const uint64_t submitted = published_.load(std::memory_order_acquire);
+    while (completed_->load(std::memory_order_acquire) < submitted) {
+      if (std::chrono::steady_clock::now() - start > kSyncSpin) break;
+      std::this_thread::yield();
+    }
+  }
   std::unique_lock lock(mutex_);
   uint64_t target = next_seq_;
   bool finished = true;

@@ -197,7 +197,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   if (!inputs_as_prepared(ctx)) return (*reference)(ctx);
   const Tensor* x = ctx.input(0);
   const Tensor* z = plan.has_z ? ctx.input(3) : nullptr;
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
   char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
   if (!ws && workspace_bytes > 0)
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),

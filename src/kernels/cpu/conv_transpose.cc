@@ -108,7 +108,7 @@ class OnednnDeconvKernel final : public Kernel {
                              w->raw_data() == w_initializer.raw_data() &&
                              (b_initializer.defined() ? b && b->raw_data() == b_initializer.raw_data() : !b);
     if (!as_prepared) return (*reference)(ctx);
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims, TensorInit::kUninitialized));
     char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
     if (!ws && workspace_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),

@@ -355,7 +355,7 @@ class FusedElementwiseKernel final : public Kernel {
           (p.input_kinds[static_cast<size_t>(i)] == InputKind::kFull && t->dims() != ctx.node().input(i)->shape().static_dims()))
         return (*reference)(ctx);
     }
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, p.output_dims));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, p.output_dims, TensorInit::kUninitialized));
     float* out = y->data<float>();
     const int64_t tiles = (p.elements + kTile - 1) / kTile;
     // Enough work per task to pay for waking a thread: ~64K elements of a short program.

@@ -478,7 +478,7 @@ void MatMulKernel::prefill(const ops::KernelContext& ctx, float* y) const {
 
 Status MatMulKernel::run(ops::KernelContext& ctx) const {
   if (!inputs_as_prepared(ctx)) return (*reference_)(ctx);
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan_.y_dims));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan_.y_dims, TensorInit::kUninitialized));
   float* py = y->data<float>();
   if (prefill_) prefill(ctx, py);
   void* scratchpad = nullptr;

@@ -128,7 +128,7 @@ class OnednnPoolKernel final : public Kernel {
     const ir::Node& node = ctx.node();
     const Tensor* x = ctx.input(0);
     if (!x || x->dtype() != DataType::kFloat32 || x->dims() != plan.x_tensor_dims) return (*reference)(ctx);
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
     void* ws = onednn::thread_workspace(scratch_bytes);
     if (!ws && scratch_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
