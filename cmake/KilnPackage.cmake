@@ -14,6 +14,10 @@ include(CMakePackageConfigHelpers)
 add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/runtime/kiln_c_abi.c)
 add_library(kiln::kiln ALIAS kiln_shared)
 target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_runtime>")
+# The communication library (kilnComm*, kilnAllReduce, ...), whole like the runtime.
+if(TARGET kiln_comm_archive)
+  target_link_libraries(kiln_shared PRIVATE kiln_comm)
+endif()
 target_include_directories(kiln_shared
   PRIVATE ${PROJECT_SOURCE_DIR}/include
   INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
@@ -40,6 +44,7 @@ install(TARGETS kiln_shared EXPORT kilnTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/kiln/kiln.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln.hpp
+              ${PROJECT_SOURCE_DIR}/include/kiln/comm.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 if(TARGET kiln)
   install(TARGETS kiln RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -13,6 +13,9 @@ packages=(
   libdnnl-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   # RegexFullMatch, ImageDecoder
   libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev libopenjp2-7-dev
+  # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
+  # namespaces for the two-host communication tests
+  openmpi-bin libopenmpi-dev iproute2
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision

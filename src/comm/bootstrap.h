@@ -1,0 +1,110 @@
+// Internals of the multi-process transports: the table the bootstrap hands every rank,
+// the shared-memory and TCP link builders, and the small blocking-socket helpers the
+// bootstrap and the TCP links share.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/link.h"
+#include "comm/transport.h"
+#include "core/status.h"
+
+namespace kiln::comm {
+
+// What the root tells every rank once all have joined.
+struct WorldTable {
+  uint64_t unique_id = 0;
+  uint64_t nonce = 0;  // new per world: names of shared-memory segments, TCP link hellos
+  bool force_tcp = false;
+  std::vector<PeerInfo> peers;         // by rank
+  std::vector<std::string> data_addrs;  // by rank: "ip:port" of its TCP link listener
+};
+
+// start_root with a given unique id (launchers derive it from the job, so every rank knows
+// it without a root info blob). `rendezvous_file`, if not empty, is removed when the
+// listener ends (the file through which the launch handed its address to the other ranks).
+Expected<RootInfo> start_root_with_id(const std::string& bind, uint64_t unique_id,
+                                      const std::string& rendezvous_file = "");
+// Stops the listener of `unique_id` in this process, if it still runs (rank 0 gave up).
+void stop_root(uint64_t unique_id);
+uint64_t random_id();
+
+// Links to `peers` (ranks of this host) through one shared-memory segment per pair.
+Status make_shm_links(const WorldTable& table, int rank, const std::vector<int>& peers,
+                      Clock::time_point deadline, std::vector<std::unique_ptr<Link>>* links);
+// Links to `peers` through one TCP connection per pair; `listen_fd` is this rank's data
+// listener (its address is table.data_addrs[rank]). The higher rank connects.
+Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
+                      const std::vector<int>& peers, Clock::time_point deadline,
+                      std::vector<std::unique_ptr<Link>>* links);
+
+// ---- Sockets ------------------------------------------------------------------------------
+
+// "host:port" or "[v6addr]:port" -> (host, port).
+Expected<std::pair<std::string, int>> split_host_port(const std::string& addr);
+// A listening TCP socket on host:port ("" or "*" host: every interface; port 0: ephemeral).
+// *port gets the bound port.
+Expected<int> tcp_listen(const std::string& host, int port, int* bound_port);
+// Connects to "host:port", retrying refused connections until `deadline`.
+Expected<int> tcp_connect(const std::string& addr, Clock::time_point deadline);
+// The local IP address of a connected socket (the interface that reaches its peer).
+std::string socket_local_ip(int fd);
+// An address of this host other hosts can likely reach (default-route interface, else the
+// first non-loopback IPv4 address, else 127.0.0.1).
+std::string reachable_host_ip();
+// Length-prefixed frames over a blocking or non-blocking socket, waiting until `deadline`.
+Status send_frame(int fd, const std::string& payload, Clock::time_point deadline);
+// deadline_exceeded when nothing came in time; unavailable when the peer closed.
+Expected<std::string> recv_frame(int fd, Clock::time_point deadline, size_t max_bytes);
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+
+// Bounds-checked little helpers for the wire format.
+class WireWriter {
+ public:
+  void u8(uint8_t v) { bytes(&v, 1); }
+  void u32(uint32_t v) { bytes(&v, 4); }
+  void u64(uint64_t v) { bytes(&v, 8); }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  const std::string& data() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class WireReader {
+ public:
+  WireReader(const char* p, size_t n) : p_(p), n_(n) {}
+  bool u8(uint8_t* v) { return bytes(v, 1); }
+  bool u32(uint32_t* v) { return bytes(v, 4); }
+  bool u64(uint64_t* v) { return bytes(v, 8); }
+  bool str(std::string* s, size_t max_len) {
+    uint32_t len = 0;
+    if (!u32(&len) || len > max_len || len > n_ - pos_) return false;
+    s->assign(p_ + pos_, len);
+    pos_ += len;
+    return true;
+  }
+  bool bytes(void* v, size_t n) {
+    if (n > n_ - pos_) return false;
+    __builtin_memcpy(v, p_ + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t remaining() const { return n_ - pos_; }
+
+ private:
+  const char* p_;
+  size_t n_;
+  size_t pos_ = 0;
+};
+
+}  // namespace kiln::comm

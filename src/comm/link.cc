@@ -1,0 +1,771 @@
+// The progress engine: ring links, liveness checks, and LinkTransport::exchange's loop of
+// non-blocking sends and receives with spin-then-yield-then-sleep waiting.
+#include "comm/link.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace kiln::comm {
+namespace {
+
+// Bytes copied or reduced before the counters are published, so the other side starts on
+// a large message while the rest is still being copied (pipelining inside one transfer).
+constexpr size_t kPiece = 64 << 10;
+// Bytes one op moves per visit of the exchange loop, so a step's sends and receives take
+// turns (the peer's data is consumed while still in cache, and both directions flow).
+constexpr size_t kVisitBudget = 256 << 10;
+constexpr size_t kMaxElemSize = 16;
+constexpr size_t kLoopbackCapacity = 256 << 10;
+// Waiting: spinning on the CPU (LinkTransport::spin_*), then yielding until kYieldTime, then
+// sleeping (8 ranks on 2 cores must not starve the ones with work).
+constexpr auto kYieldTime = std::chrono::milliseconds(5);
+constexpr auto kPeerCheckInterval = std::chrono::milliseconds(5);
+constexpr char kAbortedText[] = "communicator aborted";
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+uint64_t fnv1a(uint64_t h, const std::string& s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h ^ 0xff;  // separates consecutive strings
+}
+
+std::string read_small_file(const char* path) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return std::string();
+  char buf[256];
+  size_t n = std::fread(buf, 1, sizeof(buf), f);
+  std::fclose(f);
+  return std::string(buf, n);
+}
+
+std::string read_link(const char* path) {
+  char buf[256];
+  ssize_t n = readlink(path, buf, sizeof(buf));
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+struct RecvState {
+  size_t done = 0;      // bytes delivered to (or reduced into) the destination
+  size_t stash_len = 0;  // bytes of an element split across pieces of the stream
+  alignas(16) unsigned char stash[kMaxElemSize];
+};
+
+// Small inline arrays so a small exchange allocates nothing.
+template <typename T, size_t N>
+class SmallArray {
+ public:
+  explicit SmallArray(size_t n) : n_(n) {
+    if (n > N) heap_.resize(n);
+    data_ = n > N ? heap_.data() : inline_;
+    for (size_t i = 0; i < n; ++i) data_[i] = T();
+  }
+  T& operator[](size_t i) { return data_[i]; }
+
+ private:
+  size_t n_;
+  T inline_[N];
+  std::vector<T> heap_;
+  T* data_;
+};
+
+Status progress_send(Link* link, const SendOp& op, size_t* done, bool* progressed) {
+  const char* src = static_cast<const char*>(op.data);
+  const size_t stop = *done + std::min(op.bytes - *done, kVisitBudget);
+  while (*done < stop) {
+    size_t sent = 0;
+    KILN_RETURN_IF_ERROR(link->try_send(src + *done, stop - *done, &sent));
+    if (sent == 0) break;
+    *done += sent;
+    *progressed = true;
+  }
+  return ok_status();
+}
+
+Status progress_recv(Link* link, const RecvOp& op, RecvState* st, bool* progressed) {
+  char* dst = static_cast<char*>(op.data);
+  if (op.reduce == nullptr) {
+    const size_t stop = st->done + std::min(op.bytes - st->done, kVisitBudget);
+    while (st->done < stop) {
+      size_t got = 0;
+      KILN_RETURN_IF_ERROR(link->try_recv(dst + st->done, stop - st->done, &got));
+      if (got == 0) break;
+      st->done += got;
+      *progressed = true;
+    }
+    return ok_status();
+  }
+  const size_t es = op.reduce->elem_size;
+  const size_t stop = st->done + std::min(op.bytes - st->done, kVisitBudget);
+  while (st->done + st->stash_len < op.bytes && st->done < stop) {
+    const char* p = nullptr;
+    size_t len = 0;
+    KILN_RETURN_IF_ERROR(link->peek(&p, &len));
+    if (len == 0) break;
+    *progressed = true;
+    len = std::min(len, op.bytes - st->done - st->stash_len);
+    if (st->stash_len > 0) {
+      // Finish the element that straddled the previous piece's end.
+      size_t take = std::min(es - st->stash_len, len);
+      std::memcpy(st->stash + st->stash_len, p, take);
+      link->consume(take);
+      st->stash_len += take;
+      if (st->stash_len == es) {
+        op.reduce->apply(dst + st->done, st->stash, es);
+        st->done += es;
+        st->stash_len = 0;
+      }
+      continue;
+    }
+    size_t whole = std::min(len, kPiece) / es * es;
+    if (whole > 0) {
+      op.reduce->apply(dst + st->done, p, whole);  // straight out of the link's buffer
+      link->consume(whole);
+      st->done += whole;
+      continue;
+    }
+    std::memcpy(st->stash, p, len);  // fewer than one element before the buffer wraps
+    link->consume(len);
+    st->stash_len = len;
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void copy_bytes(void* dst_v, const void* src_v, size_t n) {
+#if defined(__AVX__) || defined(__SSE2__)
+  if (n >= 512) {
+    char* dst = static_cast<char*>(dst_v);
+    const char* src = static_cast<const char*>(src_v);
+#if defined(__AVX__)
+    using Vec = __m256i;
+#define KILN_LOADU(p) _mm256_loadu_si256(reinterpret_cast<const Vec*>(p))
+#define KILN_STORE(p, v) _mm256_store_si256(reinterpret_cast<Vec*>(p), v)
+#else
+    using Vec = __m128i;
+#define KILN_LOADU(p) _mm_loadu_si128(reinterpret_cast<const Vec*>(p))
+#define KILN_STORE(p, v) _mm_store_si128(reinterpret_cast<Vec*>(p), v)
+#endif
+    constexpr size_t kV = sizeof(Vec);
+    // Align the stores; the loads stay unaligned.
+    size_t head = (kV - (reinterpret_cast<uintptr_t>(dst) & (kV - 1))) & (kV - 1);
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    while (n >= 4 * kV) {
+      Vec a = KILN_LOADU(src);
+      Vec b = KILN_LOADU(src + kV);
+      Vec c = KILN_LOADU(src + 2 * kV);
+      Vec d = KILN_LOADU(src + 3 * kV);
+      KILN_STORE(dst, a);
+      KILN_STORE(dst + kV, b);
+      KILN_STORE(dst + 2 * kV, c);
+      KILN_STORE(dst + 3 * kV, d);
+      src += 4 * kV;
+      dst += 4 * kV;
+      n -= 4 * kV;
+    }
+#undef KILN_LOADU
+#undef KILN_STORE
+    std::memcpy(dst, src, n);
+    return;
+  }
+#endif
+  std::memcpy(dst_v, src_v, n);
+}
+
+Status cancelled_error(const char* op) {
+  return failed_precondition("%s: %s", op != nullptr && *op ? op : "exchange", kAbortedText);
+}
+
+bool is_cancelled(const Status& status) {
+  if (status.code() != StatusCode::kFailedPrecondition) return false;
+  const std::string& m = status.message();
+  size_t n = sizeof(kAbortedText) - 1;
+  return m.size() >= n && m.compare(m.size() - n, n, kAbortedText) == 0;
+}
+
+double comm_timeout_seconds() {
+  const char* v = std::getenv("KILN_COMM_TIMEOUT");
+  if (v != nullptr && *v) {
+    char* end = nullptr;
+    double t = std::strtod(v, &end);
+    if (end != v && t > 0) return t;
+  }
+  return 30.0;
+}
+
+PeerInfo local_peer_info(int rank) {
+  PeerInfo info;
+  info.rank = rank;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "localhost");
+  info.host = host;
+  // Processes share shared memory and pids when they share the boot and the pid namespace;
+  // the network namespace makes two `ip netns` namespaces of one machine two hosts.
+  uint64_t h = 1469598103934665603ull;
+  h = fnv1a(h, info.host);
+  h = fnv1a(h, read_small_file("/proc/sys/kernel/random/boot_id"));
+  h = fnv1a(h, read_link("/proc/self/ns/net"));
+  h = fnv1a(h, read_link("/proc/self/ns/pid"));
+  info.host_id = h == 0 ? 1 : h;
+  info.pid = static_cast<int64_t>(getpid());
+  return info;
+}
+
+std::string describe_peer(const PeerInfo& peer) {
+  return str_format("rank %d (host %s, pid %lld)", peer.rank, peer.host.c_str(),
+                    static_cast<long long>(peer.pid));
+}
+
+namespace {
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...); 0 if unknown, 'X' if gone.
+char process_state(int64_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
+  std::string stat = read_small_file(path);
+  if (stat.empty()) return access("/proc/self/stat", R_OK) == 0 ? 'X' : 0;  // if /proc works
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
+  return stat[paren + 2];
+}
+
+}  // namespace
+
+bool process_exited(int64_t pid) {
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // kill() still succeeds on a zombie (exited, not yet reaped by its parent).
+  char state = process_state(pid);
+  return state == 'Z' || state == 'X';
+}
+
+bool process_stopped(int64_t pid) {
+  if (pid <= 0 || pid == static_cast<int64_t>(getpid())) return false;
+  char state = process_state(pid);
+  return state == 'T' || state == 't';
+}
+
+// ---- Links ------------------------------------------------------------------------------
+
+Status Link::try_recv(char* dst, size_t n, size_t* got) {
+  *got = 0;
+  while (*got < n) {
+    const char* p = nullptr;
+    size_t len = 0;
+    KILN_RETURN_IF_ERROR(peek(&p, &len));
+    if (len == 0) break;
+    len = std::min({len, n - *got, kPiece});
+    copy_bytes(dst + *got, p, len);
+    consume(len);
+    *got += len;
+  }
+  return ok_status();
+}
+
+RingLink::RingLink(End send, End recv, size_t capacity, PeerInfo peer, int64_t peer_pid,
+                   std::shared_ptr<void> keep_alive)
+    : send_(send),
+      recv_(recv),
+      capacity_(capacity),
+      mask_(capacity - 1),
+      peer_(std::move(peer)),
+      peer_pid_(peer_pid),
+      keep_alive_(std::move(keep_alive)) {
+  send_head_ = send_.control->head.load(std::memory_order_relaxed);
+  send_tail_seen_ = send_.control->tail.load(std::memory_order_acquire);
+  recv_tail_ = recv_.control->tail.load(std::memory_order_relaxed);
+  recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
+}
+
+RingLink::~RingLink() { close(); }
+
+void RingLink::close(int culprit) {
+  if (closed_) return;
+  closed_ = true;
+  send_.control->producer_culprit.store(culprit, std::memory_order_relaxed);
+  recv_.control->consumer_culprit.store(culprit, std::memory_order_relaxed);
+  send_.control->producer_closed.store(1, std::memory_order_release);
+  recv_.control->consumer_closed.store(1, std::memory_order_release);
+}
+
+int RingLink::reported_culprit() {
+  if (recv_.control->producer_closed.load(std::memory_order_acquire) != 0) {
+    return recv_.control->producer_culprit.load(std::memory_order_relaxed);
+  }
+  if (send_.control->consumer_closed.load(std::memory_order_acquire) != 0) {
+    return send_.control->consumer_culprit.load(std::memory_order_relaxed);
+  }
+  return -1;
+}
+
+Status RingLink::peer_gone(const char* what) const {
+  return unavailable("%s %s", describe_peer(peer_).c_str(), what);
+}
+
+void RingLink::enable_direct(DirectSlot* send_direct, DirectSlot* recv_direct) {
+  send_direct_ = send_direct;
+  recv_direct_ = recv_direct;
+  direct_posted_ = send_direct->posted.load(std::memory_order_relaxed);
+  direct_handled_ = recv_direct->posted.load(std::memory_order_acquire);
+}
+
+void RingLink::cancel_sends() {
+  if (!direct_active_) return;
+  send_direct_->revoked.store(1, std::memory_order_seq_cst);
+  // The receiver holds `reading` only while it copies one piece: wait that out.
+  while (send_direct_->reading.load(std::memory_order_seq_cst) != 0) sched_yield();
+  direct_active_ = false;
+}
+
+Status RingLink::try_send(const char* p, size_t n, size_t* sent) {
+  *sent = 0;
+  if (send_direct_ != nullptr) {
+    if (direct_active_) {
+      uint64_t taken = send_direct_->taken.load(std::memory_order_acquire);
+      *sent = static_cast<size_t>(taken - direct_reported_);
+      direct_reported_ = taken;
+      if (taken == direct_len_) {
+        direct_active_ = false;
+      } else if (*sent == 0 &&
+                 send_.control->consumer_closed.load(std::memory_order_acquire) != 0) {
+        return peer_gone("closed its connection");
+      }
+      return ok_status();
+    }
+    if (n >= kDirectMinBytes) {
+      // Everything before these bytes is in the ring; the receiver takes the ring up to
+      // `at`, then reads from p. The next bytes of the stream wait until it has all of them.
+      DirectSlot* d = send_direct_;
+      d->at = send_head_;
+      d->data = p;
+      d->len = n;
+      d->taken.store(0, std::memory_order_relaxed);
+      d->revoked.store(0, std::memory_order_relaxed);
+      d->posted.store(++direct_posted_, std::memory_order_release);
+      direct_active_ = true;
+      direct_len_ = n;
+      direct_reported_ = 0;
+      return ok_status();
+    }
+  }
+  size_t free = capacity_ - static_cast<size_t>(send_head_ - send_tail_seen_);
+  if (free < n && free < capacity_) {
+    send_tail_seen_ = send_.control->tail.load(std::memory_order_acquire);
+    free = capacity_ - static_cast<size_t>(send_head_ - send_tail_seen_);
+  }
+  if (free == 0) {
+    if (send_.control->consumer_closed.load(std::memory_order_acquire) != 0) {
+      return peer_gone("closed its connection");
+    }
+    return ok_status();
+  }
+  size_t left = std::min(n, free);
+  while (left > 0) {
+    size_t off = static_cast<size_t>(send_head_) & mask_;
+    size_t piece = std::min({left, kPiece, capacity_ - off});
+    copy_bytes(send_.data + off, p + *sent, piece);
+    send_head_ += piece;
+    send_.control->head.store(send_head_, std::memory_order_release);
+    *sent += piece;
+    left -= piece;
+  }
+  return ok_status();
+}
+
+Status RingLink::peek(const char** p, size_t* len) {
+  size_t avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
+  if (avail == 0) {
+    recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
+    avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
+    if (avail == 0 && recv_direct_ != nullptr &&
+        recv_direct_->posted.load(std::memory_order_acquire) > direct_handled_) {
+      DirectSlot* d = recv_direct_;
+      // Dekker with cancel_sends(): announce the read, then make sure the buffer is still
+      // lent; the sender waits for `reading` to drop before it takes the buffer back.
+      d->reading.store(1, std::memory_order_seq_cst);
+      if (d->revoked.load(std::memory_order_seq_cst) != 0) {
+        d->reading.store(0, std::memory_order_release);
+        return peer_gone("gave up on a transfer to this rank");
+      }
+      *p = d->data + direct_off_;
+      *len = static_cast<size_t>(d->len - direct_off_);
+      in_direct_ = true;
+      return ok_status();
+    }
+    if (avail == 0 && recv_.control->producer_closed.load(std::memory_order_acquire) != 0) {
+      // Bytes written before the close are still delivered; only an empty ring fails.
+      recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
+      avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
+      if (avail == 0) return peer_gone("closed its connection");
+    }
+  }
+  size_t off = static_cast<size_t>(recv_tail_) & mask_;
+  *p = recv_.data + off;
+  *len = std::min(avail, capacity_ - off);
+  return ok_status();
+}
+
+void RingLink::consume(size_t n) {
+  if (in_direct_) {
+    in_direct_ = false;
+    DirectSlot* d = recv_direct_;
+    direct_off_ += n;
+    bool done = direct_off_ == d->len;
+    if (done) {
+      ++direct_handled_;
+      direct_off_ = 0;
+    }
+    d->taken.store(done ? d->len : direct_off_, std::memory_order_release);
+    d->reading.store(0, std::memory_order_release);
+    return;
+  }
+  recv_tail_ += n;
+  recv_.control->tail.store(recv_tail_, std::memory_order_release);
+}
+
+Status RingLink::check_peer() {
+  if (peer_pid_ > 0 && process_exited(peer_pid_)) return peer_gone("exited");
+  if (send_.control->consumer_closed.load(std::memory_order_acquire) != 0 &&
+      send_head_ != send_.control->tail.load(std::memory_order_acquire)) {
+    return peer_gone("closed its connection");
+  }
+  return ok_status();
+}
+
+namespace {
+
+struct HeapRing {
+  RingControl control;
+  char* data = nullptr;
+  ~HeapRing() { std::free(data); }
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_loopback_link(const PeerInfo& self) {
+  auto ring = std::make_shared<HeapRing>();
+  ring->data = static_cast<char*>(std::aligned_alloc(64, kLoopbackCapacity));
+  RingLink::End end{&ring->control, ring->data};
+  return std::make_unique<RingLink>(end, end, kLoopbackCapacity, self, 0, ring);
+}
+
+// ---- LinkTransport ----------------------------------------------------------------------
+
+LinkTransport::LinkTransport(int rank, std::vector<PeerInfo> peers,
+                             std::vector<std::unique_ptr<Link>> links)
+    : rank_(rank), peers_(std::move(peers)), links_(std::move(links)) {
+  // More ranks on this host than CPUs to run them: spinning only steals the time of the
+  // rank being waited for, so yield almost at once (OpenMPI's yield_when_idle).
+  size_t local = 0;
+  for (const PeerInfo& p : peers_) local += p.host_id == peers_[static_cast<size_t>(rank_)].host_id;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  size_t cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? static_cast<size_t>(CPU_COUNT(&set))
+                                                             : 1;
+  if (local > cpus) {
+    spin_polls_ = 16;
+    spin_time_ = std::chrono::microseconds(0);
+  }
+}
+
+LinkTransport::~LinkTransport() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& link : links_) {
+    if (link) link->close(error_culprit_);
+  }
+}
+
+void LinkTransport::abort() {
+  aborted_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Peers waiting on this rank learn at once that it is gone instead of timing out.
+  for (auto& link : links_) {
+    if (link) link->close();
+  }
+}
+
+Status LinkTransport::fail(Status status, int culprit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& link : links_) {
+    if (link) link->cancel_sends();  // no peer may read our buffers once we return
+  }
+  if (error_.ok()) {
+    error_ = status;
+    error_culprit_ = culprit;
+    broken_.store(true, std::memory_order_release);
+    // Tell every peer now, and whom to blame: a rank waiting on this one then names the
+    // rank at fault rather than this one, and fails at once rather than at its deadline.
+    for (auto& link : links_) {
+      if (link) link->close(culprit);
+    }
+    // TCP peers get the culprit as an urgent byte; give it a moment to arrive before the
+    // connection's end does (a peer that sees the end first cannot read the byte anymore).
+    bool tcp = false;
+    for (auto& link : links_) tcp = tcp || (link && link->poll_fd() >= 0);
+    if (tcp && culprit >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto& link : links_) {
+      if (link) link->finish_close();
+    }
+  }
+  return status;
+}
+
+int LinkTransport::find_dead_or_stopped_peer(std::string* what) const {
+  const uint64_t host = peers_[static_cast<size_t>(rank_)].host_id;
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    const PeerInfo& peer = peers_[p];
+    if (static_cast<int>(p) == rank_ || peer.host_id != host) continue;
+    // A peer that failed first, said why (the rank it blamed) and exited is not at fault.
+    if (links_[p] && links_[p]->reported_culprit() >= 0) continue;
+    if (process_exited(peer.pid)) {
+      *what = "exited";
+      return static_cast<int>(p);
+    }
+    if (process_stopped(peer.pid)) {
+      *what = "is stopped (SIGSTOP or a debugger)";
+      return static_cast<int>(p);
+    }
+  }
+  return -1;
+}
+
+int LinkTransport::reported_culprit_of_any_peer() const {
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (!links_[p]) continue;
+    const int r = links_[p]->reported_culprit();
+    if (r >= 0 && r < size() && r != rank_) return r;
+  }
+  return -1;
+}
+
+Status LinkTransport::peer_error(const char* op, int peer, const Status& status) {
+  std::string message = status.message();
+  int culprit = peer;
+  if (status.code() == StatusCode::kUnavailable && message.find(" exited") == std::string::npos) {
+    // A peer that closed its side often did so because a third rank failed and it gave up
+    // first: name the rank at fault, from the peer's report or from this host's processes.
+    int reported = links_[static_cast<size_t>(peer)]->reported_culprit();
+    std::string what;
+    int dead = find_dead_or_stopped_peer(&what);
+    if (dead >= 0 && dead != peer) {
+      culprit = dead;
+      message = str_format("%s %s (and %s)", describe_peer(peers_[static_cast<size_t>(dead)]).c_str(),
+                           what.c_str(), message.c_str());
+    } else if (dead == peer) {
+      message = str_format("%s %s", describe_peer(peers_[static_cast<size_t>(peer)]).c_str(),
+                           what.c_str());
+    } else if (reported >= 0 && reported != peer && reported < size() && reported != rank_) {
+      culprit = reported;
+      message = str_format("%s failed or stopped answering (%s gave up on it and closed its "
+                           "connection)",
+                           describe_peer(peers_[static_cast<size_t>(reported)]).c_str(),
+                           describe_peer(peers_[static_cast<size_t>(peer)]).c_str());
+    }
+  }
+  return fail(Status(status.code(), str_format("%s: %s", op, message.c_str())), culprit);
+}
+
+Status LinkTransport::check_ops(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                                const Deadline& deadline) const {
+  const char* op = deadline.op != nullptr && *deadline.op ? deadline.op : "exchange";
+  int n = size();
+  for (const SendOp& s : sends) {
+    if (s.peer < 0 || s.peer >= n || links_[static_cast<size_t>(s.peer)] == nullptr) {
+      return invalid_argument("%s: send to rank %d of a world of %d ranks", op, s.peer, n);
+    }
+    if (s.data == nullptr && s.bytes > 0) {
+      return invalid_argument("%s: send of %zu bytes to rank %d from a null buffer", op, s.bytes,
+                              s.peer);
+    }
+  }
+  for (const RecvOp& r : recvs) {
+    if (r.peer < 0 || r.peer >= n || links_[static_cast<size_t>(r.peer)] == nullptr) {
+      return invalid_argument("%s: receive from rank %d of a world of %d ranks", op, r.peer, n);
+    }
+    if (r.data == nullptr && r.bytes > 0) {
+      return invalid_argument("%s: receive of %zu bytes from rank %d into a null buffer", op,
+                              r.bytes, r.peer);
+    }
+    if (r.reduce != nullptr &&
+        (r.reduce->apply == nullptr || r.reduce->elem_size == 0 ||
+         r.reduce->elem_size > kMaxElemSize || r.bytes % r.reduce->elem_size != 0)) {
+      return invalid_argument("%s: receive of %zu bytes from rank %d with a reducer of %zu-byte "
+                              "elements",
+                              op, r.bytes, r.peer, r.reduce->elem_size);
+    }
+  }
+  return ok_status();
+}
+
+Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                               const Deadline& deadline) {
+  const char* op = deadline.op != nullptr && *deadline.op ? deadline.op : "exchange";
+  if (broken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  if (aborted_.load(std::memory_order_acquire)) return fail(cancelled_error(op));
+  KILN_RETURN_IF_ERROR(check_ops(sends, recvs, deadline));
+
+  SmallArray<size_t, 16> sent(sends.size());
+  SmallArray<RecvState, 16> recvd(recvs.size());
+  int idle = 0;
+  Clock::time_point idle_since{};
+  Clock::time_point next_peer_check{};
+  for (;;) {
+    bool progressed = false;
+    bool all_done = true;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      if (sent[i] == sends[i].bytes) continue;
+      all_done = false;
+      bool earlier_pending = false;  // ops to one peer run in the order given
+      for (size_t j = 0; j < i && !earlier_pending; ++j) {
+        earlier_pending = sends[j].peer == sends[i].peer && sent[j] < sends[j].bytes;
+      }
+      if (earlier_pending) continue;
+      Status s = progress_send(links_[static_cast<size_t>(sends[i].peer)].get(), sends[i],
+                               &sent[i], &progressed);
+      if (!s.ok()) return peer_error(op, sends[i].peer, s);
+    }
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      if (recvd[i].done == recvs[i].bytes) continue;
+      all_done = false;
+      bool earlier_pending = false;
+      for (size_t j = 0; j < i && !earlier_pending; ++j) {
+        earlier_pending = recvs[j].peer == recvs[i].peer && recvd[j].done < recvs[j].bytes;
+      }
+      if (earlier_pending) continue;
+      Status s = progress_recv(links_[static_cast<size_t>(recvs[i].peer)].get(), recvs[i],
+                               &recvd[i], &progressed);
+      if (!s.ok()) return peer_error(op, recvs[i].peer, s);
+    }
+    if (all_done) return ok_status();
+    if (aborted_.load(std::memory_order_relaxed)) return fail(cancelled_error(op));
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < spin_polls_) {
+      cpu_relax();
+      continue;
+    }
+    Clock::time_point now = Clock::now();
+    if (idle == spin_polls_) {
+      idle_since = now;
+      next_peer_check = now + kPeerCheckInterval;
+    }
+    if (now >= deadline.at) {
+      // Name the peer we wait for: a missing receive first (it did not send), else a send
+      // it did not take.
+      const PeerInfo* culprit = nullptr;
+      std::string detail;
+      for (size_t i = 0; i < recvs.size() && culprit == nullptr; ++i) {
+        if (recvd[i].done < recvs[i].bytes) {
+          culprit = &peers_[static_cast<size_t>(recvs[i].peer)];
+          detail = str_format("received %zu of %zu bytes from it", recvd[i].done, recvs[i].bytes);
+        }
+      }
+      for (size_t i = 0; i < sends.size() && culprit == nullptr; ++i) {
+        if (sent[i] < sends[i].bytes) {
+          culprit = &peers_[static_cast<size_t>(sends[i].peer)];
+          detail = str_format("it took %zu of %zu bytes sent to it", sent[i], sends[i].bytes);
+        }
+      }
+      // The rank waited on may itself be waiting on the one at fault: a stopped or dead
+      // process of this host is the better name.
+      std::string what;
+      int stuck = find_dead_or_stopped_peer(&what);
+      std::string waited = culprit ? describe_peer(*culprit) : std::string("a peer");
+      if (stuck >= 0) {
+        const PeerInfo& p = peers_[static_cast<size_t>(stuck)];
+        return fail(deadline_exceeded("%s: %s did not answer within %g s (KILN_COMM_TIMEOUT): "
+                                      "it %s; waiting on %s, %s",
+                                      op, describe_peer(p).c_str(), comm_timeout_seconds(),
+                                      what.c_str(), waited.c_str(), detail.c_str()),
+                    stuck);
+      }
+      // A peer that gave up first may have said whom it gave up on.
+      const int reported = reported_culprit_of_any_peer();
+      if (reported >= 0 && (!culprit || reported != culprit->rank)) {
+        const PeerInfo& p = peers_[static_cast<size_t>(reported)];
+        return fail(deadline_exceeded("%s: %s did not answer within %g s (KILN_COMM_TIMEOUT), as "
+                                      "another rank found; waiting on %s, %s",
+                                      op, describe_peer(p).c_str(), comm_timeout_seconds(),
+                                      waited.c_str(), detail.c_str()),
+                    reported);
+      }
+      return fail(deadline_exceeded("%s: %s did not answer within %g s (KILN_COMM_TIMEOUT); %s",
+                                    op, waited.c_str(), comm_timeout_seconds(), detail.c_str()),
+                  culprit ? culprit->rank : -1);
+    }
+    if (now >= next_peer_check) {
+      next_peer_check = now + kPeerCheckInterval;
+      for (size_t i = 0; i < recvs.size(); ++i) {
+        if (recvd[i].done == recvs[i].bytes) continue;
+        Status s = links_[static_cast<size_t>(recvs[i].peer)]->check_peer();
+        if (!s.ok()) return peer_error(op, recvs[i].peer, s);
+      }
+      for (size_t i = 0; i < sends.size(); ++i) {
+        if (sent[i] == sends[i].bytes) continue;
+        Status s = links_[static_cast<size_t>(sends[i].peer)]->check_peer();
+        if (!s.ok()) return peer_error(op, sends[i].peer, s);
+      }
+    }
+    auto waited = now - idle_since;
+    if (waited < spin_time_) {
+      cpu_relax();
+    } else if (waited < kYieldTime) {
+      sched_yield();
+    } else {
+      // Long wait: sleep on the sockets if every pending link has one, else briefly.
+      pollfd fds[16];
+      size_t nfds = 0;
+      bool all_fds = true;
+      for (size_t i = 0; i < recvs.size() && all_fds; ++i) {
+        if (recvd[i].done == recvs[i].bytes) continue;
+        int fd = links_[static_cast<size_t>(recvs[i].peer)]->poll_fd();
+        if (fd < 0 || nfds == 16) all_fds = false;
+        else fds[nfds++] = pollfd{fd, POLLIN, 0};
+      }
+      for (size_t i = 0; i < sends.size() && all_fds; ++i) {
+        if (sent[i] == sends[i].bytes) continue;
+        int fd = links_[static_cast<size_t>(sends[i].peer)]->poll_fd();
+        if (fd < 0 || nfds == 16) all_fds = false;
+        else fds[nfds++] = pollfd{fd, POLLOUT, 0};
+      }
+      if (all_fds && nfds > 0) {
+        poll(fds, nfds, 2);
+      } else {
+        timespec ts{0, 100 * 1000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace kiln::comm

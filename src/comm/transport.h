@@ -1,0 +1,126 @@
+// The boundary between the collective algorithms and the ways bytes travel between ranks.
+// A Transport is one rank's view of its peers: per ordered pair of ranks a FIFO byte
+// stream (shared memory on one host, TCP between hosts, memory in one process), driven by
+// exchange(), which progresses a step's sends and receives together so that a ring step
+// (send to the next rank while receiving from the previous one) never deadlocks on full
+// buffers. The algorithms (algorithms.h) know nothing of the medium.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kiln::comm {
+
+using Clock = std::chrono::steady_clock;
+
+// Combines received bytes into an accumulator: acc[i] = acc[i] (op) in[i] for the
+// elements of one data type. `bytes` is a multiple of elem_size.
+struct Reducer {
+  size_t elem_size = 1;
+  void (*apply)(void* acc, const void* in, size_t bytes) = nullptr;
+};
+
+struct SendOp {
+  int peer;
+  const void* data;
+  size_t bytes;
+};
+
+// Receives the next `bytes` bytes the peer sent into `data`; with a reducer, combines them
+// into `data` instead of overwriting it (the transport hands the reducer whole elements,
+// straight from its buffers where it can: one pass over the data, no staging copy).
+struct RecvOp {
+  int peer;
+  void* data;
+  size_t bytes;
+  const Reducer* reduce = nullptr;
+};
+
+// Where an exchange gives up, and what to call the operation in the error.
+struct Deadline {
+  Clock::time_point at;
+  const char* op = "";  // "AllReduce", "Broadcast", ... names the operation in errors
+};
+
+// What the bootstrap learned about each rank.
+struct PeerInfo {
+  int rank = 0;
+  std::string host;      // host name, for messages
+  uint64_t host_id = 0;  // equal for ranks on the same host (topology)
+  int64_t pid = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Every rank's info, indexed by rank.
+  virtual const std::vector<PeerInfo>& peers() const = 0;
+
+  // Progresses every send and receive until all are complete. Several ops may name the
+  // same peer (they run in the order given). Message boundaries are not kept: a receive of
+  // n bytes takes the next n bytes of the peer's stream. Errors (Status codes):
+  //   deadline_exceeded "<op>: rank R (host H) did not answer within T s ..."
+  //   unavailable       "<op>: rank R (host H, pid P) exited / closed its connection ..."
+  //   cancelled         "<op>: communicator aborted"
+  // After an error the transport is broken: later exchanges fail at once with the same
+  // error (the byte streams are out of step).
+  virtual Status exchange(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                          const Deadline& deadline) = 0;
+
+  // Makes every exchange in progress, and every later one, fail with `cancelled` promptly.
+  // Thread-safe; callable from any thread while an exchange runs.
+  virtual void abort() = 0;
+};
+
+// Ranks 0..n-1 of one process (kilnCommInitAll): transports[i] is rank i's. Exchanges of
+// different ranks run on different threads; bytes go through memory of the process.
+std::vector<std::unique_ptr<Transport>> make_in_process_world(int n);
+
+// What kilnRootInfo carries: where rank 0's bootstrap listener is, and an id that keeps
+// concurrent worlds (and stale shared-memory names) apart.
+struct RootInfo {
+  std::string addr;  // "host:port"
+  uint64_t unique_id = 0;
+};
+// Rank 0's side of the bootstrap, in the process that will be rank 0: starts its listener
+// (kept until that world has joined). `bind` is "host:port", or "" for any interface and an
+// ephemeral port (the address then names this host's address other hosts can reach).
+Expected<RootInfo> start_root(const std::string& bind);
+// The fixed-size blob of kilnRootInfo (KILN_ROOT_INFO_BYTES); decoding rejects garbage
+// (magic, version, lengths) with invalid_argument.
+Status encode_root_info(const RootInfo& info, std::span<char> blob);
+Expected<RootInfo> decode_root_info(std::span<const char> blob);
+
+// A process launched by `mpirun` (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) or by another
+// launcher (KILN_RANK, KILN_WORLD_SIZE, KILN_ROOT_ADDR). failed_precondition naming the
+// missing variables when neither is set.
+struct LaunchEnv {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  RootInfo root;  // agreed by every rank of the launch
+  bool force_tcp = false;
+};
+Expected<LaunchEnv> launch_env_from_environment();
+
+// How a rank of a multi-process world joins: bootstrap through rank 0's listener, then a
+// link per peer: shared memory when the peer is on the same host (unless `force_tcp`),
+// TCP otherwise. Blocks until every rank has joined or `deadline` passes.
+struct JoinOptions {
+  int rank = 0;
+  int size = 1;
+  RootInfo root;           // rank 0 must have called start_root() for it in this process
+  bool force_tcp = false;  // KILN_COMM_TRANSPORT=tcp
+};
+Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options, Clock::time_point deadline);
+
+}  // namespace kiln::comm
