@@ -17,30 +17,18 @@
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
 #include "ops/registry.h"
+#include "simd_test_util.h"
 
 namespace kiln::kernels {
 namespace {
 
-using Dims = std::vector<int64_t>;
-
-struct Built {
-  std::shared_ptr<ir::Graph> graph;
-  ir::Node* node = nullptr;
-  std::vector<Tensor> inputs;
-};
-
-Tensor random_tensor(const Dims& dims, std::mt19937& rng, float lo, float hi) {
-  Tensor t = Tensor::make(DataType::kFloat32, dims);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
-
-float max_abs(const Tensor& t) {
-  float m = 0;
-  for (int64_t i = 0; i < t.num_elements(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
-  return m;
-}
+using testing::Built;
+using testing::Dims;
+using testing::max_abs;
+using testing::random_tensor;
+using testing::run_kernel;
+using testing::run_reference;
+using testing::run_with;
 
 // A one-node graph kiln::Attention(Q, K, V[, Mask]) -> y typed by the op's inference; values
 // uniform in [-1, 1] (Q and K scaled by `qk_range`), seeded.
@@ -77,30 +65,6 @@ const KernelFactory* simd_factory() {
        KernelRegistry::instance().candidates(ops::kKilnDomain, "Attention", DeviceKind::kCpu))
     if (f->name == "simd") return f;
   return nullptr;
-}
-
-Expected<Tensor> run_with(const ir::Node& node, const std::vector<Tensor>& inputs,
-                          const std::function<Status(ops::KernelContext&)>& fn) {
-  std::vector<RuntimeValue> values(inputs.size());
-  std::vector<const RuntimeValue*> ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    values[i] = inputs[i];
-    ptrs.push_back(&values[i]);
-  }
-  std::vector<RuntimeValue> outputs(1);
-  ops::KernelContext ctx(node, ptrs, &outputs);
-  KILN_RETURN_IF_ERROR(fn(ctx));
-  return outputs[0].tensor();
-}
-
-Expected<Tensor> run_reference(const ir::Node& node, const std::vector<Tensor>& inputs) {
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  return run_with(node, inputs, schema->kernel_fn());
-}
-
-Expected<Tensor> run_kernel(const Kernel& k, const ir::Node& node,
-                            const std::vector<Tensor>& inputs) {
-  return run_with(node, inputs, [&](ops::KernelContext& ctx) { return k.run(ctx); });
 }
 
 // The tolerance, from float32 summation order (the reference accumulates in double):

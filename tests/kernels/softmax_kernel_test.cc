@@ -17,24 +17,18 @@
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
 #include "ops/registry.h"
+#include "simd_test_util.h"
 
 namespace kiln::kernels {
 namespace {
 
-using Dims = std::vector<int64_t>;
-
-struct Built {
-  std::shared_ptr<ir::Graph> graph;
-  ir::Node* node = nullptr;
-  std::vector<Tensor> inputs;
-};
-
-Tensor random_tensor(const Dims& dims, std::mt19937& rng, float lo, float hi) {
-  Tensor t = Tensor::make(DataType::kFloat32, dims);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using testing::Built;
+using testing::Dims;
+using testing::max_abs;
+using testing::random_tensor;
+using testing::run_kernel;
+using testing::run_reference;
+using testing::run_with;
 
 // Softmax(X) at `opset` with `axis` (none: the default), X uniform in [-range, range].
 Built build(const Dims& x, int opset, const int64_t* axis, float range = 5.0f, unsigned seed = 1) {
@@ -60,30 +54,6 @@ const KernelFactory* simd_factory() {
        KernelRegistry::instance().candidates(ops::kOnnxDomain, "Softmax", DeviceKind::kCpu))
     if (f->name == "simd") return f;
   return nullptr;
-}
-
-Expected<Tensor> run_with(const ir::Node& node, const std::vector<Tensor>& inputs,
-                          const std::function<Status(ops::KernelContext&)>& fn) {
-  std::vector<RuntimeValue> values(inputs.size());
-  std::vector<const RuntimeValue*> ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    values[i] = inputs[i];
-    ptrs.push_back(&values[i]);
-  }
-  std::vector<RuntimeValue> outputs(1);
-  ops::KernelContext ctx(node, ptrs, &outputs);
-  KILN_RETURN_IF_ERROR(fn(ctx));
-  return outputs[0].tensor();
-}
-
-Expected<Tensor> run_reference(const ir::Node& node, const std::vector<Tensor>& inputs) {
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  return run_with(node, inputs, schema->kernel_fn());
-}
-
-Expected<Tensor> run_kernel(const Kernel& k, const ir::Node& node,
-                            const std::vector<Tensor>& inputs) {
-  return run_with(node, inputs, [&](ops::KernelContext& ctx) { return k.run(ctx); });
 }
 
 // Elementwise, relative: each output is e * (1 / sum). The reference rounds exp once (0.5 ulp)
