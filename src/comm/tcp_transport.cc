@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -137,6 +139,25 @@ class TcpLink : public Link {
   Status recv_some(char* dst, size_t n, size_t* got) {
     *got = 0;
     read_culprit();  // the bytes before it are still delivered
+    // A read that starts at the urgent mark skips the byte and forgets it, and the byte can
+    // arrive between read_culprit() and the read. So read only what was queued when we last
+    // looked: SIOCINQ counts up to the mark (never past it), and a byte that arrived before
+    // the count is seen by the read_culprit() that follows it.
+    int queued = 0;
+    if (::ioctl(fd_, SIOCINQ, &queued) == 0) {
+      if (queued > 0) {
+        n = std::min(n, static_cast<size_t>(queued));
+      } else {
+        // Nothing before the mark (or nothing at all): take the byte if it is there, then
+        // learn whether the connection ended (a peek does not pass the mark for good).
+        read_culprit();
+        char c;
+        ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0) return gone(0);
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return gone(errno);
+        return ok_status();  // nothing yet, or data that came just now (read next time)
+      }
+    }
     ssize_t r = ::recv(fd_, dst, n, MSG_DONTWAIT);
     if (r == 0) return gone(0);
     if (r < 0) {
