@@ -106,6 +106,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/simd_dispatch.h"
 
 namespace kiln::kernels {
@@ -180,6 +181,32 @@ Expected<std::unique_ptr<Kernel>> prepare_gelu(const ir::Node& node) {
 bool gelu_applicable(const ir::Node& node) { return plan_gelu(node).ok(); }
 
 }  // namespace
+
+namespace {
+
+RangeFn in_place_fn(bool tanh_form) {
+  static const RangeFn erf_fn = KILN_SIMD_SELECT(kiln::kernels::gelu_simd, gelu_erf);
+  static const RangeFn tanh_fn = KILN_SIMD_SELECT(kiln::kernels::gelu_simd, gelu_tanh);
+  return tanh_form ? tanh_fn : erf_fn;
+}
+
+}  // namespace
+
+void gelu_span(float* y, int64_t n, bool tanh_form) {
+  Job job;
+  job.x = y;
+  job.y = y;
+  in_place_fn(tanh_form)(job, 0, n);
+}
+
+void gelu_in_place(float* y, int64_t n, bool tanh_form) {
+  RunState st;
+  st.fn = in_place_fn(tanh_form);
+  st.job.x = y;
+  st.job.y = y;
+  const RunState* s = &st;
+  parallel_for(0, n, int64_t{1} << 14, [s](int64_t b, int64_t e) { s->fn(s->job, b, e); });
+}
 
 KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kKilnDomain,
                                     .op_type = "Gelu",

@@ -13,7 +13,8 @@
 // When B has no batch dims the batch dims of A fold into M (one [B*M, K] x [K, N] product;
 // Kiln tensors are dense). An activation oneDNN 2.6 cannot express (HardSwish with other
 // parameters, Clip with lo > hi) or computes less accurately than the unfused graph (Gelu,
-// GeluTanh: see post_op_accurate) runs after the primitive with the reference formula.
+// GeluTanh: see post_op_accurate) runs after the primitive: Gelu on the SIMD Gelu kernel's code
+// (gelu.h), the others with the reference formula.
 //
 // Constant B (an initializer) is put at prepare into the layout the primitive asks for
 // (weights format "any"). Without AVX-512 oneDNN 2.6 runs f32 matmul on its gemm:jit, which
@@ -32,6 +33,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -303,8 +306,16 @@ class MatMulKernel final : public Kernel {
   bool inputs_as_prepared(const ops::KernelContext& ctx) const;
   void prefill(const ops::KernelContext& ctx, float* y) const;
 
+  // Kiln's packed GEMM instead of oneDNN (see use_packed_gemm), or false.
+  bool use_packed_gemm();
+  Status run_packed_gemm(const ops::KernelContext& ctx, float* y) const;
+
   MatMulPlan plan_;
   const ops::KernelFn* reference_ = nullptr;
+  // The packed-GEMM route: B packed at prepare; the addends as the epilogue's row / full term.
+  std::unique_ptr<gemm::PackedB> gemm_b_;
+  gemm::Epilogue gemm_epilogue_;
+  int gemm_row_addend_ = -1, gemm_full_addend_ = -1;
   dnnl::matmul primitive_;
   memory::desc src_md_, wei_md_, bias_md_, dst_md_, scratchpad_md_;
   std::vector<memory::desc> binary_md_;  // per addend routed through a binary post-op
@@ -395,6 +406,48 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
   return ok_status();
 }
 
+// Products with a constant B of at least kPackedGemmMinRows rows of A run on Kiln's packed
+// GEMM (gemm.h) when their addends are a row vector ([N]: a bias, Gemm's C [1, N]) and / or a
+// full [M, N] term (a residual); anything else (batched B, transposed A, broadcasts along M)
+// stays on oneDNN. Fewer rows are matrix-vector products, where packing buys nothing.
+constexpr int64_t kPackedGemmMinRows = 6;
+
+bool MatMulKernel::use_packed_gemm() {
+  const MatMulPlan& p = plan_;
+  if (!p.constant_b || p.src_dims.size() != 2 || p.wei_dims.size() != 2) return false;
+  const int64_t m = p.src_dims[0], k = p.src_dims[1], n = p.wei_dims[1];
+  if (m < kPackedGemmMinRows || p.src_strides != Dims{k, 1}) return false;
+  for (size_t i = 0; i < p.addends.size(); ++i) {
+    const Addend& a = p.addends[i];
+    int* slot = a.md_dims == Dims{1, n} ? &gemm_row_addend_
+                : a.md_dims == Dims{m, n} ? &gemm_full_addend_ : nullptr;
+    if (!slot || *slot >= 0) return false;
+    *slot = static_cast<int>(i);
+  }
+  gemm_epilogue_.alpha = p.alpha;
+  gemm_epilogue_.act = p.act;
+  if (gemm_row_addend_ >= 0) gemm_epilogue_.row_scale = p.addends[gemm_row_addend_].scale;
+  if (gemm_full_addend_ >= 0) gemm_epilogue_.full_scale = p.addends[gemm_full_addend_].scale;
+  gemm_b_ = std::make_unique<gemm::PackedB>(gemm::PackedB::pack(
+      p.constant_b->data<float>(), k, n, p.wei_strides[0], p.wei_strides[1]));
+  constant_b_data_ = p.constant_b->raw_data();
+  implementation_ = std::string("kiln:gemm:") + gemm::target_name();
+  return true;
+}
+
+Status MatMulKernel::run_packed_gemm(const ops::KernelContext& ctx, float* y) const {
+  gemm::Epilogue ep = gemm_epilogue_;
+  const int64_t n = gemm_b_->n();
+  if (gemm_row_addend_ >= 0) ep.row = ctx.input(plan_.addends[gemm_row_addend_].input)->data<float>();
+  if (gemm_full_addend_ >= 0) {
+    ep.full = ctx.input(plan_.addends[gemm_full_addend_].input)->data<float>();
+    ep.full_ld = n;
+  }
+  gemm::multiply(plan_.src_dims[0], ctx.input(0)->data<float>(), plan_.src_dims[1], *gemm_b_, y,
+                 n, ep);
+  return ok_status();
+}
+
 Expected<std::unique_ptr<Kernel>> MatMulKernel::create(const ir::Node& node) {
   std::unique_ptr<MatMulKernel> k(new MatMulKernel);
   KILN_ASSIGN_OR_RETURN(k->plan_, plan_node(node));
@@ -402,6 +455,7 @@ Expected<std::unique_ptr<Kernel>> MatMulKernel::create(const ir::Node& node) {
   if (!schema->kernel_fn())
     return unsupported("node %s: no reference kernel", k->plan_.label.c_str());
   k->reference_ = &schema->kernel_fn();
+  if (k->use_packed_gemm()) return std::unique_ptr<Kernel>(std::move(k));
   const MatMulPlan& p = k->plan_;
   const size_t na = p.addends.size();
   // The routings to try, best first: the bias route for the first addend that varies along N
@@ -480,6 +534,7 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
   if (!inputs_as_prepared(ctx)) return (*reference_)(ctx);
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan_.y_dims, TensorInit::kUninitialized));
   float* py = y->data<float>();
+  if (gemm_b_) return run_packed_gemm(ctx, py);
   if (prefill_) prefill(ctx, py);
   void* scratchpad = nullptr;
   if (scratchpad_bytes_ > 0) {
@@ -514,7 +569,14 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN matmul failed: %s", plan_.label.c_str(), e.what());
   }
-  if (activation_after_) ops::apply_fused_activation(plan_.act, py, y->num_elements());
+  if (activation_after_) {
+    if (plan_.act.kind == ops::FusedActivationKind::kGelu ||
+        plan_.act.kind == ops::FusedActivationKind::kGeluTanh) {
+      gelu_in_place(py, y->num_elements(), plan_.act.kind == ops::FusedActivationKind::kGeluTanh);
+    } else {
+      ops::apply_fused_activation(plan_.act, py, y->num_elements());
+    }
+  }
   return ok_status();
 }
 

@@ -1,0 +1,306 @@
+// Kiln's packed-B fp32 GEMM (gemm.h). The micro-kernel and the packing are Highway code,
+// compiled per SIMD target; the driver below them (blocking, threads, edges, epilogue) is
+// target code too, so a panel's width is the vector length of the target that packed it.
+#ifndef KILN_KERNELS_CPU_GEMM_SHARED_
+#define KILN_KERNELS_CPU_GEMM_SHARED_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm.h"
+
+namespace kiln::kernels::gemm_simd {
+
+// Rows of the micro-kernel's tile: 6 rows x 2 vectors = 12 accumulators, plus 2 vectors of
+// B and a broadcast of A, fit AVX2's 16 registers (BLIS's Haswell kernel has the same shape).
+constexpr int64_t kRows = 6;
+// Rows of A per block: 192 rows of a 256-deep K block are 192 KiB, which stay in L2.
+constexpr int64_t kBlockRows = 192;
+// Bytes of a panel slice the micro-kernel keeps in L1.
+constexpr int64_t kPanelSliceBytes = 16 << 10;
+
+struct Job {
+  int64_t m = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const gemm::PackedB* b = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const gemm::Epilogue* ep = nullptr;
+  int64_t panel_groups = 1;  // tasks per M block
+};
+
+// This thread's buffer for a packed block of A (grown, never shrunk: no allocation per call).
+inline float* a_block_buffer(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
+// The activation on one row segment of C (Gelu through its SIMD kernel, the others by the
+// reference formula: they are cheap next to the product).
+inline void activate(const ops::FusedActivation& act, float* p, int64_t n) {
+  if (act.kind == ops::FusedActivationKind::kGelu ||
+      act.kind == ops::FusedActivationKind::kGeluTanh) {
+    gelu_span(p, n, act.kind == ops::FusedActivationKind::kGeluTanh);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) p[j] = ops::fused_activation_value(act, p[j]);
+}
+
+}  // namespace kiln::kernels::gemm_simd
+
+#endif  // KILN_KERNELS_CPU_GEMM_SHARED_
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::kernels::gemm_simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+int64_t panel_width() { return static_cast<int64_t>(2 * hn::Lanes(D())); }
+
+// The rows of B one K block holds: its panel slices stay in L1.
+int64_t block_rows() { return std::max<int64_t>(16, kPanelSliceBytes / (panel_width() * 4)); }
+
+void pack_panels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride,
+                 float* out) {
+  const int64_t w = panel_width(), kc_max = block_rows();
+  const int64_t panels = (n + w - 1) / w;
+  for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
+    const int64_t kc = std::min(kc_max, k - k0);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t j0 = p * w, cols = std::min(w, n - j0);
+      for (int64_t kk = k0; kk < k0 + kc; ++kk, out += w) {
+        const float* src = b + kk * row_stride + j0 * col_stride;
+        int64_t j = 0;
+        for (; j < cols; ++j) out[j] = src[j * col_stride];
+        for (; j < w; ++j) out[j] = 0.0f;
+      }
+    }
+  }
+}
+
+// c[0..kRows) x [0..2 vectors) (row stride ldc) = (accumulate ? c : 0) + the product of the
+// packed A slice ap (kc steps of kRows values) and the panel slice bp (kc rows of 2 vectors).
+// With kPrefetch, it also prefetches `next` (the next panel slice, kc lines of 2 vectors) a line
+// per step, so that the panels of weights that come from DRAM arrive before they are needed.
+template <bool kPrefetch>
+HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
+                           float* HWY_RESTRICT c, int64_t ldc, bool accumulate,
+                           const float* next) {
+  const D d;
+  const size_t L = hn::Lanes(d);
+  V c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+  V c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+  V c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
+  for (int64_t k = 0; k < kc; ++k, bp += 2 * L, ap += kRows) {
+    if constexpr (kPrefetch) hwy::Prefetch(next + k * 2 * L);
+    const V b0 = hn::Load(d, bp);
+    const V b1 = hn::Load(d, bp + L);
+    V x = hn::Set(d, ap[0]);
+    c00 = hn::MulAdd(x, b0, c00);
+    c01 = hn::MulAdd(x, b1, c01);
+    x = hn::Set(d, ap[1]);
+    c10 = hn::MulAdd(x, b0, c10);
+    c11 = hn::MulAdd(x, b1, c11);
+    x = hn::Set(d, ap[2]);
+    c20 = hn::MulAdd(x, b0, c20);
+    c21 = hn::MulAdd(x, b1, c21);
+    x = hn::Set(d, ap[3]);
+    c30 = hn::MulAdd(x, b0, c30);
+    c31 = hn::MulAdd(x, b1, c31);
+    x = hn::Set(d, ap[4]);
+    c40 = hn::MulAdd(x, b0, c40);
+    c41 = hn::MulAdd(x, b1, c41);
+    x = hn::Set(d, ap[5]);
+    c50 = hn::MulAdd(x, b0, c50);
+    c51 = hn::MulAdd(x, b1, c51);
+  }
+  V* acc[kRows][2] = {{&c00, &c01}, {&c10, &c11}, {&c20, &c21},
+                      {&c30, &c31}, {&c40, &c41}, {&c50, &c51}};
+  for (int64_t r = 0; r < kRows; ++r) {
+    float* row = c + r * ldc;
+    if (accumulate) {
+      *acc[r][0] = hn::Add(*acc[r][0], hn::LoadU(d, row));
+      *acc[r][1] = hn::Add(*acc[r][1], hn::LoadU(d, row + L));
+    }
+    hn::StoreU(*acc[r][0], d, row);
+    hn::StoreU(*acc[r][1], d, row + L);
+  }
+}
+
+// Rows [i_begin, i_end) x columns [k0, k0 + kc) of A, as the micro-kernel reads them: per
+// tile of kRows rows, kc steps of kRows values (a short last tile repeats its last row). The
+// copy keeps the tile's rows in consecutive lines: rows of A a multiple of 4 KiB apart (K =
+// 3072) would otherwise share L1 sets with each other and with the panel slice.
+HWY_INLINE void pack_a(const Job& job, int64_t i_begin, int64_t i_end, int64_t k0, int64_t kc,
+                       float* HWY_RESTRICT out) {
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += kRows) {
+    const int64_t rows = std::min(kRows, i_end - i0);
+    const float* a[kRows];
+    for (int64_t r = 0; r < kRows; ++r) a[r] = job.a + (i0 + std::min(r, rows - 1)) * job.lda + k0;
+    for (int64_t k = 0; k < kc; ++k, out += kRows)
+      for (int64_t r = 0; r < kRows; ++r) out[r] = a[r][k];
+  }
+}
+
+// The epilogue on rows x cols of C at (i0, j0), after the last K block.
+HWY_INLINE void finish_tile(const Job& job, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const gemm::Epilogue& ep = *job.ep;
+  const D d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const V alpha = hn::Set(d, ep.alpha);
+  const V row_scale = hn::Set(d, ep.row_scale);
+  const V full_scale = hn::Set(d, ep.full_scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* c = job.c + (i0 + r) * job.ldc + j0;
+    const float* full = ep.full ? ep.full + (i0 + r) * ep.full_ld + j0 : nullptr;
+    const float* bias = ep.row ? ep.row + j0 : nullptr;
+    for (int64_t j = 0; j < cols; j += L) {
+      const auto m = hn::FirstN(d, static_cast<size_t>(std::min(L, cols - j)));
+      V v = hn::Mul(alpha, hn::MaskedLoad(m, d, c + j));
+      if (bias) v = hn::MulAdd(row_scale, hn::MaskedLoad(m, d, bias + j), v);
+      if (full) v = hn::MulAdd(full_scale, hn::MaskedLoad(m, d, full + j), v);
+      hn::BlendedStore(v, m, d, c + j);
+    }
+    if (!ep.act.is_none()) activate(ep.act, c, cols);
+  }
+}
+
+// Task t: M block t / panel_groups, panel group t % panel_groups.
+void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
+  const gemm::PackedB& b = *job.b;
+  const int64_t w = b.width(), k = b.k(), n = b.n(), panels = b.num_panels();
+  const int64_t kc_max = b.block_rows();
+  HWY_ALIGN float edge[kRows * 64];  // an edge tile (width <= 64: AVX-512's 2 x 16 x 2)
+  float* packed_a = a_block_buffer(kBlockRows * kc_max);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t mb = t / job.panel_groups, g = t % job.panel_groups;
+    const int64_t i_begin = mb * kBlockRows, i_end = std::min(job.m, i_begin + kBlockRows);
+    const int64_t p_begin = panels * g / job.panel_groups;
+    const int64_t p_end = panels * (g + 1) / job.panel_groups;
+    for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
+      const int64_t kc = std::min(kc_max, k - k0);
+      const bool first = k0 == 0, last = k0 + kc == k;
+      pack_a(job, i_begin, i_end, k0, kc, packed_a);
+      for (int64_t p = p_begin; p < p_end; ++p) {
+        const float* bp = b.slice(k0, p);
+        // The slice after this one in the stream: the next panel, or the next block's first.
+        const float* next = bp + kc * w;
+        const int64_t j0 = p * w, cols = std::min(w, n - j0);
+        for (int64_t i0 = i_begin; i0 < i_end; i0 += kRows) {
+          const int64_t rows = std::min(kRows, i_end - i0);
+          const float* a = packed_a + (i0 - i_begin) * kc;
+          float* c = job.c + i0 * job.ldc + j0;
+          float* tile = c;
+          int64_t ldt = job.ldc;
+          if (rows < kRows || cols < w) {
+            // An edge tile goes through a full-size buffer; only its real part is kept.
+            tile = edge;
+            ldt = w;
+            if (!first)
+              for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(edge + r * w, c + r * job.ldc, static_cast<size_t>(cols) * 4);
+          }
+          if (i0 == i_begin)
+            micro_tile<true>(kc, a, bp, tile, ldt, !first, next);
+          else
+            micro_tile<false>(kc, a, bp, tile, ldt, !first, nullptr);
+          if (tile == edge)
+            for (int64_t r = 0; r < rows; ++r)
+              std::memcpy(c + r * job.ldc, edge + r * w, static_cast<size_t>(cols) * 4);
+          if (last) finish_tile(job, i0, j0, rows, cols);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln::kernels::gemm_simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include "kernels/cpu/simd_dispatch.h"
+
+namespace kiln::kernels::gemm {
+namespace {
+
+using TasksFn = void (*)(const gemm_simd::Job&, int64_t, int64_t);
+using WidthFn = int64_t (*)();  // also the block rows
+using PackFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, float*);
+
+struct Target {
+  TasksFn tasks = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, run_tasks);
+  WidthFn width = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, panel_width);
+  WidthFn block_rows = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, block_rows);
+  PackFn pack = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, pack_panels);
+  const char* name = KILN_SIMD_TARGET_NAME();
+};
+
+const Target& target() {
+  static const Target t;
+  return t;
+}
+
+}  // namespace
+
+void PackedB::Free::operator()(float* p) const { std::free(p); }
+
+PackedB PackedB::pack(const float* b, int64_t k, int64_t n, int64_t row_stride,
+                      int64_t col_stride) {
+  PackedB out;
+  out.k_ = k;
+  out.n_ = n;
+  out.width_ = target().width();
+  out.kc_ = target().block_rows();
+  const size_t bytes = (out.bytes() + 63) / 64 * 64;
+  out.data_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+  if (!out.data_) throw std::bad_alloc();
+  target().pack(b, k, n, row_stride, col_stride, out.data_.get());
+  return out;
+}
+
+void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c, int64_t ldc,
+              const Epilogue& epilogue) {
+  if (m <= 0 || b.n() <= 0) return;
+  gemm_simd::Job job;
+  job.m = m;
+  job.a = a;
+  job.lda = lda;
+  job.b = &b;
+  job.c = c;
+  job.ldc = ldc;
+  job.ep = &epilogue;
+  // Enough tasks for every thread, a few panels each at least.
+  const int64_t m_blocks = (m + gemm_simd::kBlockRows - 1) / gemm_simd::kBlockRows;
+  const int64_t threads = num_threads();
+  const int64_t want = (2 * threads + m_blocks - 1) / m_blocks;
+  job.panel_groups = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, b.num_panels() / 2));
+  const gemm_simd::Job* j = &job;
+  const TasksFn fn = target().tasks;
+  parallel_for(0, m_blocks * job.panel_groups, 1,
+               [j, fn](int64_t begin, int64_t end) { fn(*j, begin, end); });
+}
+
+const char* target_name() { return target().name; }
+
+}  // namespace kiln::kernels::gemm
+
+#endif  // HWY_ONCE
