@@ -20,6 +20,7 @@ namespace kiln::kernels::gemm_simd {
 // Rows of the micro-kernel's tile: 6 rows x 2 vectors = 12 accumulators, plus 2 vectors of
 // B and a broadcast of A, fit AVX2's 16 registers (BLIS's Haswell kernel has the same shape).
 constexpr int64_t kRows = 6;
+constexpr int64_t kVecs = 2;
 // Rows of A per block: 192 rows of a 256-deep K block are 192 KiB, which stay in L2.
 constexpr int64_t kBlockRows = 192;
 // Bytes of a panel slice the micro-kernel keeps in L1.
@@ -72,7 +73,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
-int64_t panel_width() { return static_cast<int64_t>(2 * hn::Lanes(D())); }
+int64_t panel_width() { return static_cast<int64_t>(kVecs * hn::Lanes(D())); }
 
 // The rows of B one K block holds: its panel slices stay in L1.
 int64_t block_rows() { return std::max<int64_t>(16, kPanelSliceBytes / (panel_width() * 4)); }
@@ -95,52 +96,41 @@ void pack_panels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64
   }
 }
 
-// c[0..kRows) x [0..2 vectors) (row stride ldc) = (accumulate ? c : 0) + the product of the
-// packed A slice ap (kc steps of kRows values) and the panel slice bp (kc rows of 2 vectors).
-// With kPrefetch, it also prefetches `next` (the next panel slice, kc lines of 2 vectors) a line
-// per step, so that the panels of weights that come from DRAM arrive before they are needed.
+// c[0..kRows) x [0..kVecs vectors) (row stride ldc) = (accumulate ? c : 0) + the product of
+// the packed A slice ap (kc steps of kRows values) and the panel slice bp (kc rows of kVecs
+// vectors). With kPrefetch, it also prefetches `next` (the next panel slice) a line per step,
+// so that the panels of weights that come from DRAM arrive before they are needed.
 template <bool kPrefetch>
 HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
                            float* HWY_RESTRICT c, int64_t ldc, bool accumulate,
                            const float* next) {
   const D d;
   const size_t L = hn::Lanes(d);
-  V c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
-  V c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
-  V c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
-  for (int64_t k = 0; k < kc; ++k, bp += 2 * L, ap += kRows) {
-    if constexpr (kPrefetch) hwy::Prefetch(next + k * 2 * L);
-    const V b0 = hn::Load(d, bp);
-    const V b1 = hn::Load(d, bp + L);
-    V x = hn::Set(d, ap[0]);
-    c00 = hn::MulAdd(x, b0, c00);
-    c01 = hn::MulAdd(x, b1, c01);
-    x = hn::Set(d, ap[1]);
-    c10 = hn::MulAdd(x, b0, c10);
-    c11 = hn::MulAdd(x, b1, c11);
-    x = hn::Set(d, ap[2]);
-    c20 = hn::MulAdd(x, b0, c20);
-    c21 = hn::MulAdd(x, b1, c21);
-    x = hn::Set(d, ap[3]);
-    c30 = hn::MulAdd(x, b0, c30);
-    c31 = hn::MulAdd(x, b1, c31);
-    x = hn::Set(d, ap[4]);
-    c40 = hn::MulAdd(x, b0, c40);
-    c41 = hn::MulAdd(x, b1, c41);
-    x = hn::Set(d, ap[5]);
-    c50 = hn::MulAdd(x, b0, c50);
-    c51 = hn::MulAdd(x, b1, c51);
+  V acc[kRows][kVecs];
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = hn::Zero(d);
+  for (int64_t k = 0; k < kc; ++k, bp += kVecs * L, ap += kRows) {
+    if constexpr (kPrefetch) hwy::Prefetch(next + k * kVecs * L);
+    V b[kVecs];
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < kVecs; ++v) b[v] = hn::Load(d, bp + v * L);
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < kRows; ++r) {
+      const V x = hn::Set(d, ap[r]);
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = hn::MulAdd(x, b[v], acc[r][v]);
+    }
   }
-  V* acc[kRows][2] = {{&c00, &c01}, {&c10, &c11}, {&c20, &c21},
-                      {&c30, &c31}, {&c40, &c41}, {&c50, &c51}};
+#pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     float* row = c + r * ldc;
-    if (accumulate) {
-      *acc[r][0] = hn::Add(*acc[r][0], hn::LoadU(d, row));
-      *acc[r][1] = hn::Add(*acc[r][1], hn::LoadU(d, row + L));
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < kVecs; ++v) {
+      if (accumulate) acc[r][v] = hn::Add(acc[r][v], hn::LoadU(d, row + v * L));
+      hn::StoreU(acc[r][v], d, row + v * L);
     }
-    hn::StoreU(*acc[r][0], d, row);
-    hn::StoreU(*acc[r][1], d, row + L);
   }
 }
 
@@ -187,7 +177,7 @@ void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
   const gemm::PackedB& b = *job.b;
   const int64_t w = b.width(), k = b.k(), n = b.n(), panels = b.num_panels();
   const int64_t kc_max = b.block_rows();
-  HWY_ALIGN float edge[kRows * 64];  // an edge tile (width <= 64: AVX-512's 2 x 16 x 2)
+  HWY_ALIGN float edge[kRows * 64];  // an edge tile (panels are at most 2 x 32 floats wide)
   float* packed_a = a_block_buffer(kBlockRows * kc_max);
   for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t mb = t / job.panel_groups, g = t % job.panel_groups;
