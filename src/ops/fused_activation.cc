@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -53,7 +54,7 @@ void apply(const FusedActivation& act, T* data, int64_t n) {
 }  // namespace
 
 template <typename T>
-T fused_activation_value(const FusedActivation& act, T x) {
+T activation_value(const FusedActivation& act, T x) {
   const T p0 = static_cast<T>(act.p0), p1 = static_cast<T>(act.p1);
   switch (act.kind) {
     case FusedActivationKind::kNone:
@@ -86,6 +87,14 @@ T fused_activation_value(const FusedActivation& act, T x) {
   return x;
 }
 
+template <typename T>
+T fused_activation_value(const FusedActivation& act, T x) {
+  const T y = activation_value(act, x);
+  if (!act.has_post_affine()) return y;
+  const T scaled = y * static_cast<T>(act.post_scale);  // rounded, as the unfused Mul
+  return scaled + static_cast<T>(act.post_shift);
+}
+
 template float fused_activation_value<float>(const FusedActivation&, float);
 template double fused_activation_value<double>(const FusedActivation&, double);
 
@@ -102,6 +111,18 @@ Expected<FusedActivation> parse_fused_activation(const ir::Node& node) {
                             attr_kind_name(params_attr->kind));
   const std::string name = name_attr ? name_attr->s : std::string();
   const std::vector<float> params = params_attr ? params_attr->floats : std::vector<float>();
+  const std::pair<const char*, float*> post_affine[] = {{"activation_post_scale", &act.post_scale},
+                                                       {"activation_post_shift", &act.post_shift}};
+  for (const auto& [attr_name, field] : post_affine) {
+    const ir::Attribute* a = node.attr(attr_name);
+    if (!a) continue;
+    if (a->kind != ir::AttrKind::kFloat)
+      return invalid_argument("node %s: attribute '%s' must be a float, got %s", label.c_str(), attr_name,
+                              attr_kind_name(a->kind));
+    if (name.empty())
+      return invalid_argument("node %s: %s is set but there is no activation", label.c_str(), attr_name);
+    *field = a->f;
+  }
   if (name.empty()) {
     if (!params.empty())
       return invalid_argument("node %s: activation_params has %zu values but there is no activation", label.c_str(),

@@ -29,11 +29,24 @@ struct FusedActivation {
   FusedActivationKind kind = FusedActivationKind::kNone;
   // alpha / lo and beta / hi, depending on the kind.
   float p0 = 0, p1 = 0;
+  // An affine step after the activation (attributes `activation_post_scale` and
+  // `activation_post_shift`): act(x) * post_scale + post_shift, two roundings as the
+  // unfused Mul and Add. PP-LCNetV3's learnable affine after each HardSwish is one.
+  float post_scale = 1, post_shift = 0;
+  bool has_post_affine() const { return post_scale != 1.0f || post_shift != 0.0f; }
   bool is_none() const { return kind == FusedActivationKind::kNone; }
+  // The post-affine alone (for kernels that compute the activation their own way).
+  FusedActivation post_affine_only() const {
+    FusedActivation a;
+    a.post_scale = post_scale;
+    a.post_shift = post_shift;
+    return a;
+  }
 };
 
-// Reads `activation` (absent or "" = none) and `activation_params` of a fused node. The
-// error names the node: unknown name, wrong number of parameters, wrong attribute kind.
+// Reads `activation` (absent or "" = none), `activation_params` and the post-affine of a fused
+// node. The error names the node: unknown name, wrong number of parameters, wrong attribute
+// kind, a post-affine without an activation.
 Expected<FusedActivation> parse_fused_activation(const ir::Node& node);
 
 // data[i] = act(data[i]) for i in [0, n); parallel in chunks.
@@ -42,7 +55,8 @@ void apply_fused_activation(const FusedActivation& act, double* data, int64_t n)
 // Applies to a float32 or float64 tensor; error naming the node for other dtypes.
 Status apply_fused_activation(const ir::Node& node, const FusedActivation& act, Tensor& t);
 
-// One element (the formula of the table in docs/fused-ops.md), for callers with their own loops.
+// One element (the formula of the table in docs/fused-ops.md, then the post-affine), for
+// callers with their own loops.
 template <typename T>
 T fused_activation_value(const FusedActivation& act, T x);
 

@@ -208,7 +208,9 @@ OpSchema fused_schema(const char* name, int max_inputs) {
       .inputs(2, max_inputs)
       .outputs(1, 1)
       .attr("activation", AttrKind::kString)
-      .attr("activation_params", AttrKind::kFloats);
+      .attr("activation_params", AttrKind::kFloats)
+      .attr("activation_post_scale", AttrKind::kFloat)
+      .attr("activation_post_shift", AttrKind::kFloat);
 }
 
 }  // namespace

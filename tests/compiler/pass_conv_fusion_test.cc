@@ -256,6 +256,65 @@ TEST(ConvFusionTest, ConstantScalesFoldIntoWeights) {
   }
 }
 
+TEST(ConvFusionTest, ScalarAffineAfterActivationBecomesPostAffine) {
+  // PP-LCNetV3 (PP-OCRv4): HardSwish, then a learnable scalar a * y + b. Mul then Add, or
+  // either alone, join as activation_post_scale / activation_post_shift.
+  std::string text = fmodel(
+      "g (float[1,3,6,6] x) => (float[1,4,6,6] y, float[1,4,6,6] y2, float[1,4,6,6] y3)",
+      finit("w", {4, 3, 3, 3}, 31, -1, 1) + finit("b", {4}, 32) +
+          "float[1] s = {1.75}, float t = {-0.25}, ",
+      R"(
+    c = Conv(x, w, b) <pads = [1, 1, 1, 1]>
+    h = HardSwish(c)
+    m = Mul(h, s)
+    y = Add(t, m)
+    c2 = Conv(x, w) <pads = [1, 1, 1, 1]>
+    r2 = Relu(c2)
+    y2 = Add(r2, t)
+    c3 = Conv(x, w, b) <pads = [1, 1, 1, 1]>
+    g3 = Sigmoid(c3)
+    y3 = Mul(s, g3))");
+  for (int level : {2, 3}) {
+    auto c = expect_fused_matches_O1(text, level);
+    ASSERT_TRUE(c.graph);
+    EXPECT_EQ(fusions(c, "conv_fusion"), (Patterns{{"Conv+HardSwish+Affine", 1},
+                                                   {"Conv+Relu+Affine", 1},
+                                                   {"Conv+Sigmoid+Affine", 1}}));
+    EXPECT_EQ(c.graph->nodes().size(), 3u);
+    const ir::Node* n = output_producer(c, 0);
+    ASSERT_TRUE(n);
+    EXPECT_EQ(n->attr_float("activation_post_scale", 1.0f), 1.75f);
+    EXPECT_EQ(n->attr_float("activation_post_shift", 0.0f), -0.25f);
+    const ir::Node* n2 = output_producer(c, 1);
+    ASSERT_TRUE(n2);
+    EXPECT_FALSE(n2->has_attr("activation_post_scale"));
+    EXPECT_EQ(n2->attr_float("activation_post_shift", 0.0f), -0.25f);
+  }
+}
+
+TEST(ConvFusionTest, AffineThatIsNotAScalarOrIsSharedStaysApart) {
+  std::string text = fmodel(
+      "g (float[1,3,6,6] x) => (float[1,4,6,6] y, float[1,4,6,6] h2, float[1,4,6,6] y2)",
+      finit("w", {4, 3, 3, 3}, 33, -1, 1) + finit("s4", {1, 4, 1, 1}, 34) + "float t = {0.5}, ",
+      R"(
+    c = Conv(x, w) <pads = [1, 1, 1, 1]>
+    h = Relu(c)
+    y = Mul(h, s4)
+    c2 = Conv(x, w) <pads = [1, 1, 1, 1]>
+    h2 = Relu(c2)
+    y2 = Add(h2, t))");
+  for (int level : {2, 3}) {
+    auto c = expect_fused_matches_O1(text, level);
+    ASSERT_TRUE(c.graph);
+    // A per-channel Mul after the activation, and an activation output the graph also
+    // returns: the activation fuses, the affine does not.
+    EXPECT_EQ(fusions(c, "conv_fusion"), (Patterns{{"Conv+Relu", 2}}));
+    EXPECT_EQ(count_op(*c.graph, "Mul") + count_op(*c.graph, "Add") +
+                  count_kiln_op(*c.graph, "FusedElementwise"),
+              2);
+  }
+}
+
 TEST(ConvFusionTest, FusedConvWithoutActivationIsExtended) {
   std::string text = fmodel("g (float[1,3,6,6] x, float[1,4,6,6] z) => (float[1,4,6,6] y)",
                             finit("w", {4, 3, 3, 3}, 17, -1, 1) + finit("b", {4}, 18), R"(

@@ -312,6 +312,43 @@ TEST(OnednnConvTest, FusedConvEveryActivationWithAndWithoutBiasAndResidual) {
   }
 }
 
+// The activation's post-affine (activation_post_scale / _shift: PP-LCNetV3's learnable
+// a * act(y) + b) on the shapes of oneDNN's three conv kernels, after the activations it
+// follows in models and one it does not, with and without a residual.
+TEST(OnednnConvTest, FusedConvPostAffine) {
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> x, w;
+    ir::AttributeMap attrs;
+  };
+  const std::vector<Shape> shapes = {
+      {"3x3 c17->33", {1, 17, 9, 7}, {33, 17, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}})},
+      {"depthwise 5x5 c24", {1, 24, 12, 20}, {24, 1, 5, 5}, attrs({{"group", {24}}, {"pads", {2, 2, 2, 2}}})},
+      {"1x1 c64->48", {1, 64, 7, 7}, {48, 64, 1, 1}, {}},
+  };
+  const float affines[][2] = {{0.75f, 0.0f}, {1.0f, -0.25f}, {1.3f, 0.2f}};
+  for (const Shape& s : shapes)
+    for (const char* act : {"HardSwish", "Relu", "Sigmoid"})
+      for (const auto& a : affines)
+        for (bool z : {false, true}) {
+          ConvCase c(std::string(s.name) + " " + act + " *" + std::to_string(a[0]) + " +" +
+                         std::to_string(a[1]) + (z ? " +Z" : ""),
+                     s.x, s.w, s.attrs, true, z, act);
+          if (a[0] != 1.0f) c.attrs["activation_post_scale"] = Attribute::from_float(a[0]);
+          if (a[1] != 0.0f) c.attrs["activation_post_shift"] = Attribute::from_float(a[1]);
+          check_case(c, 11);
+        }
+  // HardSigmoid is a linear post-op already; with a shift the kernel declines (the reference
+  // kernel runs the node).
+  ConvCase c("1x1 HardSigmoid +shift", shapes[2].x, shapes[2].w, {}, true, false, "HardSigmoid");
+  c.attrs["activation_post_shift"] = Attribute::from_float(0.5f);
+  auto g = make_graph(c, 3);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const KernelFactory* f = onednn_factory(g->node->domain(), g->node->op_type());
+  ASSERT_NE(f, nullptr);
+  EXPECT_FALSE(f->applicable(*g->node));
+}
+
 // Activation values: the random conv outputs (|y| up to ~5) cover both sides of every
 // activation's bends; residual added, the range grows. Large inputs also check saturation.
 TEST(OnednnConvTest, ActivationsOnWideRange) {

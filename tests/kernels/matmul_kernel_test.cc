@@ -458,6 +458,22 @@ TEST(PackedGemmKernel, GemmTransposedBAlphaBetaAndFoldedBatch) {
   expect_matches_reference(folded, k);
 }
 
+// The activation's post-affine (docs/fused-ops.md) on both routes: the packed GEMM (constant
+// B) and oneDNN (fed B), after an activation oneDNN runs as a post-op and after Gelu (run
+// after the product).
+TEST(PackedGemmKernel, ActivationPostAffine) {
+  for (const char* act : {"HardSwish", "Gelu"})
+    for (bool cb : {true, false}) {
+      ir::AttributeMap attrs = with_activation({}, act);
+      attrs["activation_post_scale"] = ir::Attribute::from_float(1.25f);
+      attrs["activation_post_shift"] = ir::Attribute::from_float(-0.5f);
+      Built b = build("FusedMatMul", {fed({13, 40}), cb ? constant({40, 21}) : fed({40, 21}),
+                                      constant({21})},
+                      attrs, 41);
+      expect_matches_reference(b, 40, 1.25f);
+    }
+}
+
 // ---- Preparation and runs ----------------------------------------------------------------
 
 TEST(OnednnMatMulKernel, NotApplicable) {

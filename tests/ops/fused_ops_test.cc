@@ -311,6 +311,23 @@ TEST(FusedConvTest, MatchesConvAddActivationForEveryActivation) {
   }
 }
 
+TEST(FusedConvTest, PostAffineIsMulThenAddAfterTheActivation) {
+  const ConvCase c = conv_cases()[0];
+  Tensor probe = onnx("Conv", 11, {rnd(c.x, 0), rnd(c.w, 0)}, c.attrs);
+  std::vector<Tensor> in = conv_inputs(c, probe, 41);
+  for (const Act& a : all_activations()) {
+    if (a.name.empty()) continue;
+    SCOPED_TRACE("activation " + a.name);
+    ir::AttributeMap attrs = c.attrs;
+    add_activation(attrs, a);
+    attrs["activation_post_scale"] = ir::Attribute::from_float(1.75f);
+    attrs["activation_post_shift"] = ir::Attribute::from_float(-0.25f);
+    Tensor want = onnx("Mul", 14, {conv_oracle(in, c.attrs, a), Tensor::scalar<float>(1.75f)});
+    want = onnx("Add", 14, {want, Tensor::scalar<float>(-0.25f)});
+    expect_close(kiln1("FusedConv", in, attrs), want);
+  }
+}
+
 TEST(FusedConvTest, Float64AndFloat16) {
   const ConvCase c = conv_cases()[1];
   Tensor probe = onnx("Conv", 11, {rnd(c.x, 0), rnd(c.w, 0)}, c.attrs);
@@ -364,6 +381,10 @@ TEST(FusedConvTest, Errors) {
                {{"activation", attr_s("Relu")}, {"activation_params", ir::Attribute::from_floats({1})}});
   expect_error("FusedConv", {x, w, b, z}, {{"activation_params", ir::Attribute::from_floats({1})}});
   expect_error("FusedConv", {x, w, b, z}, {{"activation", attr_i(1)}});
+  // A post-affine needs an activation, and is a float.
+  expect_error("FusedConv", {x, w, b, z}, {{"activation_post_scale", ir::Attribute::from_float(2)}});
+  expect_error("FusedConv", {x, w, b, z},
+               {{"activation", attr_s("Relu")}, {"activation_post_shift", attr_i(1)}});
   // Residual of the wrong shape (it must be Y's shape, not merely broadcastable).
   expect_error("FusedConv", {x, w, b, rnd({1, 6, 1, 3}, 5)});
   // Weight rank and channel mismatches, wrong bias length, bad group, bad pads.

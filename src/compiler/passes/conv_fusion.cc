@@ -8,13 +8,17 @@
 //     W and B: folding in fp16 would round differently from the unfused graph;
 //   - Add(y, Z) or Add(Z, y) with Z of y's shape becomes the residual input Z;
 //   - one activation of the table in docs/fused-ops.md (Silu written Mul(y, Sigmoid(y));
-//     kiln HardSwish/Gelu made by the earlier fusions) becomes `activation`.
+//     kiln HardSwish/Gelu made by the earlier fusions) becomes `activation`;
+//   - after it, Mul by a constant scalar and / or Add of one become the activation's
+//     post-affine (`activation_post_scale`, `activation_post_shift`; pattern part "Affine"):
+//     PP-LCNetV3 (PP-OCRv4) follows every HardSwish with a learnable a * y + b.
 // Each intermediate value must have one consumer and not be pinned; shapes and float dtypes
 // must be known. The pattern name lists what was absorbed: "Conv+Relu", "Conv+Add+Relu",
 // "Conv+Bias+Clip", "Conv+Scale+Bias+HardSwish", ...; "Scale" is a folded constant Mul,
 // "Bias" a folded constant Add, "Add" the residual. A Conv whose only change is folded
 // constants stays an ONNX Conv (pattern "Conv+Bias", "Conv+Scale", ...); a Conv with
 // nothing to absorb is left alone and not counted.
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -125,6 +129,33 @@ class ConvFuser {
     return out;
   }
 
+  // After the activation: Mul by a constant scalar and / or Add of one (in that order), the
+  // activation's post-affine. Extends `chain` and moves `y` past what it takes. The scalar
+  // must be a float32 value (the attribute's type) and leave y's shape as it is; y float32 or
+  // float64 (fp16 kernels compute in float32 and round once, where the unfused graph rounds
+  // after each op).
+  bool match_post_affine(std::vector<ir::Node*>& chain, ir::Value*& y, float* scale,
+                         float* shift) {
+    if (y->dtype() != DataType::kFloat32 && y->dtype() != DataType::kFloat64) return false;
+    bool matched = false;
+    for (const char* op_type : {"Mul", "Add"}) {
+      if (!fusion::fusable_intermediate(uses_, y)) break;
+      ir::Node* op = uses_.consumers(y)[0];
+      if (!is_op(*op, op_type) || op->num_inputs() != 2 || op->num_outputs() != 1) continue;
+      ir::Value* other = op->input(0) == y ? op->input(1) : op->input(0);
+      double c = 0;
+      if (other == y || !other || !fusion::scalar_constant(g_, other, &c)) continue;
+      if (static_cast<double>(static_cast<float>(c)) != c) continue;
+      ir::Value* out = op->output(0);
+      if (!fusion::known_float_tensor(out) || !(out->shape() == y->shape())) continue;
+      (std::string(op_type) == "Mul" ? *scale : *shift) = static_cast<float>(c);
+      chain.push_back(op);
+      y = out;
+      matched = true;
+    }
+    return matched;
+  }
+
   void try_fuse(ir::Node& conv) {
     if (conv.num_outputs() != 1 || conv.num_inputs() < 2 || !conv.input(1)) return;
     ir::Value* y = conv.output(0);
@@ -187,9 +218,12 @@ class ConvFuser {
 
     fusion::Activation act;
     bool has_act = fusion::match_activation(g_, uses_, y, &act);
+    float post_scale = 1.0f, post_shift = 0.0f;
+    bool post_affine = false;
     if (has_act) {
       chain.insert(chain.end(), act.nodes.begin(), act.nodes.end());
       y = act.output;
+      post_affine = match_post_affine(chain, y, &post_scale, &post_shift);
     }
     if (chain.size() == 1) return;
 
@@ -198,6 +232,7 @@ class ConvFuser {
     if (biased) pattern += "+Bias";
     if (in[3]) pattern += "+Add";
     if (has_act) pattern += "+" + act.name;
+    if (post_affine) pattern += "+Affine";
 
     ir::Value* old_w = conv.input(1);
     ir::Value* old_b = conv.input(2);
@@ -233,6 +268,8 @@ class ConvFuser {
       n->attrs().erase("activation");
       n->attrs().erase("activation_params");
       if (has_act) fusion::set_activation(*n, act);
+      if (post_scale != 1.0f) n->attrs()["activation_post_scale"] = ir::Attribute::from_float(post_scale);
+      if (post_shift != 0.0f) n->attrs()["activation_post_shift"] = ir::Attribute::from_float(post_shift);
     }
     if (scaled) release(old_w);
     if (!scale.empty()) release(old_b);

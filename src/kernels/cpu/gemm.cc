@@ -50,6 +50,10 @@ inline void activate(const ops::FusedActivation& act, float* p, int64_t n) {
   if (act.kind == ops::FusedActivationKind::kGelu ||
       act.kind == ops::FusedActivationKind::kGeluTanh) {
     gelu_span(p, n, act.kind == ops::FusedActivationKind::kGeluTanh);
+    if (act.has_post_affine()) {
+      const ops::FusedActivation affine = act.post_affine_only();
+      for (int64_t j = 0; j < n; ++j) p[j] = ops::fused_activation_value(affine, p[j]);
+    }
     return;
   }
   for (int64_t j = 0; j < n; ++j) p[j] = ops::fused_activation_value(act, p[j]);

@@ -573,6 +573,10 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
     if (plan_.act.kind == ops::FusedActivationKind::kGelu ||
         plan_.act.kind == ops::FusedActivationKind::kGeluTanh) {
       gelu_in_place(py, y->num_elements(), plan_.act.kind == ops::FusedActivationKind::kGeluTanh);
+      if (plan_.act.has_post_affine()) {
+        const ops::FusedActivation affine = plan_.act.post_affine_only();
+        for (int64_t i = 0; i < y->num_elements(); ++i) py[i] = ops::fused_activation_value(affine, py[i]);
+      }
     } else {
       ops::apply_fused_activation(plan_.act, py, y->num_elements());
     }

@@ -59,6 +59,9 @@ dnnl::memory::format_tag plain_tag(int rank) {
 }
 
 bool activation_supported(const ops::FusedActivation& act) {
+  // A post-affine shift is a linear post-op; oneDNN 2.6 misapplies a second one (see
+  // append_activation), and HardSigmoid already is one.
+  if (act.post_shift != 0.0f && act.kind == Kind::kHardSigmoid) return false;
   switch (act.kind) {
     case Kind::kHardSwish:
       // oneDNN 2.6: d = s * min(max(s + 3, 0), 6) / 6, ONNX's default parameters only.
@@ -74,23 +77,38 @@ Status append_activation(const ops::FusedActivation& act, dnnl::post_ops& po) {
   if (!activation_supported(act))
     return unsupported("activation (kind %d, params %g, %g) has no oneDNN 2.6 post-op", static_cast<int>(act.kind),
                        act.p0, act.p1);
-  constexpr float kScale = 1.0f;
+  struct Step {
+    Alg alg;
+    float alpha, beta;
+  };
+  std::vector<Step> steps;
   switch (act.kind) {
     case Kind::kNone: break;
-    case Kind::kRelu: po.append_eltwise(kScale, Alg::eltwise_relu, 0.0f, 0.0f); break;
-    case Kind::kLeakyRelu: po.append_eltwise(kScale, Alg::eltwise_relu, act.p0, 0.0f); break;
-    case Kind::kClip: po.append_eltwise(kScale, Alg::eltwise_clip_v2, act.p0, act.p1); break;
+    case Kind::kRelu: steps.push_back({Alg::eltwise_relu, 0.0f, 0.0f}); break;
+    case Kind::kLeakyRelu: steps.push_back({Alg::eltwise_relu, act.p0, 0.0f}); break;
+    case Kind::kClip: steps.push_back({Alg::eltwise_clip_v2, act.p0, act.p1}); break;
     case Kind::kHardSigmoid:
-      po.append_eltwise(kScale, Alg::eltwise_linear, act.p0, act.p1);
-      po.append_eltwise(kScale, Alg::eltwise_clip_v2, 0.0f, 1.0f);
+      steps.push_back({Alg::eltwise_linear, act.p0, act.p1});
+      steps.push_back({Alg::eltwise_clip_v2, 0.0f, 1.0f});
       break;
-    case Kind::kHardSwish: po.append_eltwise(kScale, Alg::eltwise_hardswish, 0.0f, 0.0f); break;
-    case Kind::kSigmoid: po.append_eltwise(kScale, Alg::eltwise_logistic, 0.0f, 0.0f); break;
-    case Kind::kTanh: po.append_eltwise(kScale, Alg::eltwise_tanh, 0.0f, 0.0f); break;
-    case Kind::kSilu: po.append_eltwise(kScale, Alg::eltwise_swish, 1.0f, 0.0f); break;
-    case Kind::kGelu: po.append_eltwise(kScale, Alg::eltwise_gelu_erf, 0.0f, 0.0f); break;
-    case Kind::kGeluTanh: po.append_eltwise(kScale, Alg::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+    case Kind::kHardSwish: steps.push_back({Alg::eltwise_hardswish, 0.0f, 0.0f}); break;
+    case Kind::kSigmoid: steps.push_back({Alg::eltwise_logistic, 0.0f, 0.0f}); break;
+    case Kind::kTanh: steps.push_back({Alg::eltwise_tanh, 0.0f, 0.0f}); break;
+    case Kind::kSilu: steps.push_back({Alg::eltwise_swish, 1.0f, 0.0f}); break;
+    case Kind::kGelu: steps.push_back({Alg::eltwise_gelu_erf, 0.0f, 0.0f}); break;
+    case Kind::kGeluTanh: steps.push_back({Alg::eltwise_gelu_tanh, 0.0f, 0.0f}); break;
   }
+  // The post-affine rounds twice, as the unfused Mul and Add: the scale as the last eltwise
+  // post-op's output scale (d = scale * act(s)), the shift as a linear post-op 1 * d + t. Not
+  // one linear post-op s * d + t (one rounding), and not two linear post-ops: oneDNN 2.6's
+  // JIT kernels then apply the first one's alpha to both (tests/kernels/conv_kernel_test.cc).
+  if (act.has_post_affine() && steps.empty())
+    return unsupported("a post-affine without an activation");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const float scale = i + 1 == steps.size() ? act.post_scale : 1.0f;
+    po.append_eltwise(scale, steps[i].alg, steps[i].alpha, steps[i].beta);
+  }
+  if (act.post_shift != 0.0f) po.append_eltwise(1.0f, Alg::eltwise_linear, 1.0f, act.post_shift);
   return ok_status();
 }
 

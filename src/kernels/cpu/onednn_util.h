@@ -43,7 +43,8 @@ dnnl::memory::format_tag plain_tag(int rank);
 
 // Whether `act` can run as oneDNN eltwise post-ops. Not mapped: HardSwish with other
 // parameters than ONNX's (1/6, 0.5) (oneDNN 2.6's hardswish has them fixed), and Clip with
-// lo > hi (clip_v2's order of comparisons differs from ONNX's there).
+// lo > hi (clip_v2's order of comparisons differs from ONNX's there), and HardSigmoid with a
+// post-affine shift (two linear post-ops, which oneDNN 2.6 gets wrong).
 bool activation_supported(const ops::FusedActivation& act);
 
 // Appends the eltwise post-ops computing `act` to `po` (nothing for kNone):
@@ -51,7 +52,8 @@ bool activation_supported(const ops::FusedActivation& act);
 //   HardSigmoid -> eltwise_linear(alpha, beta) then eltwise_clip_v2(0, 1) (2.6 has no
 //   hardsigmoid); HardSwish -> eltwise_hardswish; Sigmoid -> eltwise_logistic;
 //   Tanh -> eltwise_tanh; Silu -> eltwise_swish(1); Gelu -> eltwise_gelu_erf;
-//   GeluTanh -> eltwise_gelu_tanh.
+//   GeluTanh -> eltwise_gelu_tanh. A post-affine: its scale as the last of those post-ops'
+//   output scale, its shift as eltwise_linear(1, shift).
 // Fails (leaving `po` unchanged) when !activation_supported(act).
 // NaN: eltwise_relu maps it to 0 as the reference Relu does; eltwise_clip_v2 (max then min)
 // gives a bound where ONNX Clip keeps the NaN. Kernels accept that deviation: a NaN reaches
