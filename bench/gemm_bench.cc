@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
       {"BERT ffn_out 128x3072x768", 128, 3072, 768},
       {"OCR rec 40x120x360", 40, 120, 360},
       {"ResNet fc-like 64x2048x1000", 64, 2048, 1000},
+      {"ResNet fc 1x2048x1000", 1, 2048, 1000},
+      {"BERT pooler 1x768x768", 1, 768, 768},
       {"odd 77x333x129", 77, 333, 129},
   };
   std::printf("packed GEMM (%s) vs oneDNN sgemm, %d thread(s), %d rounds, %s weights\n",

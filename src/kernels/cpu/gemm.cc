@@ -104,15 +104,16 @@ void pack_panels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64
 // the packed A slice ap (kc steps of kRows values) and the panel slice bp (kc rows of kVecs
 // vectors). With kPrefetch, it also prefetches `next` (the next panel slice) a line per step,
 // so that the panels of weights that come from DRAM arrive before they are needed.
-template <bool kPrefetch>
+// kR < kRows: the first kR rows only (the last row tile of M), A still packed kRows wide.
+template <int64_t kR, bool kPrefetch>
 HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
                            float* HWY_RESTRICT c, int64_t ldc, bool accumulate,
                            const float* next) {
   const D d;
   const size_t L = hn::Lanes(d);
-  V acc[kRows][kVecs];
+  V acc[kR][kVecs];
 #pragma GCC unroll 8
-  for (int64_t r = 0; r < kRows; ++r)
+  for (int64_t r = 0; r < kR; ++r)
 #pragma GCC unroll 4
     for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = hn::Zero(d);
   for (int64_t k = 0; k < kc; ++k, bp += kVecs * L, ap += kRows) {
@@ -121,14 +122,14 @@ HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float
 #pragma GCC unroll 4
     for (int64_t v = 0; v < kVecs; ++v) b[v] = hn::Load(d, bp + v * L);
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < kR; ++r) {
       const V x = hn::Set(d, ap[r]);
 #pragma GCC unroll 4
       for (int64_t v = 0; v < kVecs; ++v) acc[r][v] = hn::MulAdd(x, b[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 8
-  for (int64_t r = 0; r < kRows; ++r) {
+  for (int64_t r = 0; r < kR; ++r) {
     float* row = c + r * ldc;
 #pragma GCC unroll 4
     for (int64_t v = 0; v < kVecs; ++v) {
@@ -137,6 +138,21 @@ HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float
     }
   }
 }
+
+// micro_tile for `rows` (1..kRows) rows.
+template <bool kPrefetch>
+HWY_INLINE void micro_tile_rows(int64_t rows, int64_t kc, const float* ap, const float* bp,
+                                float* c, int64_t ldc, bool accumulate, const float* next) {
+  switch (rows) {
+    case 1: return micro_tile<1, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    case 2: return micro_tile<2, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    case 3: return micro_tile<3, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    case 4: return micro_tile<4, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    case 5: return micro_tile<5, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    default: return micro_tile<kRows, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+  }
+}
+static_assert(kRows == 6, "micro_tile_rows covers 1..6 rows");
 
 // Rows [i_begin, i_end) x columns [k0, k0 + kc) of A, as the micro-kernel reads them: per
 // tile of kRows rows, kc steps of kRows values (a short last tile repeats its last row). The
@@ -203,8 +219,8 @@ void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
           float* c = job.c + i0 * job.ldc + j0;
           float* tile = c;
           int64_t ldt = job.ldc;
-          if (rows < kRows || cols < w) {
-            // An edge tile goes through a full-size buffer; only its real part is kept.
+          if (cols < w) {
+            // A tile past N goes through a full-width buffer; only its real part is kept.
             tile = edge;
             ldt = w;
             if (!first)
@@ -212,9 +228,9 @@ void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
                 std::memcpy(edge + r * w, c + r * job.ldc, static_cast<size_t>(cols) * 4);
           }
           if (i0 == i_begin)
-            micro_tile<true>(kc, a, bp, tile, ldt, !first, next);
+            micro_tile_rows<true>(rows, kc, a, bp, tile, ldt, !first, next);
           else
-            micro_tile<false>(kc, a, bp, tile, ldt, !first, nullptr);
+            micro_tile_rows<false>(rows, kc, a, bp, tile, ldt, !first, nullptr);
           if (tile == edge)
             for (int64_t r = 0; r < rows; ++r)
               std::memcpy(c + r * job.ldc, edge + r * w, static_cast<size_t>(cols) * 4);
@@ -282,10 +298,11 @@ void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c
   job.c = c;
   job.ldc = ldc;
   job.ep = &epilogue;
-  // Enough tasks for every thread, a few panels each at least.
+  // A task per thread at least, a few panels each at least; one thread, one task per M block
+  // (each task packs its block of A).
   const int64_t m_blocks = (m + gemm_simd::kBlockRows - 1) / gemm_simd::kBlockRows;
   const int64_t threads = num_threads();
-  const int64_t want = (2 * threads + m_blocks - 1) / m_blocks;
+  const int64_t want = threads == 1 ? 1 : (2 * threads + m_blocks - 1) / m_blocks;
   job.panel_groups = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, b.num_panels() / 2));
   const gemm_simd::Job* j = &job;
   const TasksFn fn = target().tasks;
