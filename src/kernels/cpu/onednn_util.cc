@@ -138,6 +138,8 @@ dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::d
 }
 
 dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed) {
+  // Before the reorder is created: a primitive keeps the thread count it was created with.
+  SingleThreadScope one_thread;
   const dnnl::engine& eng = cpu_engine();
   dnnl::memory from(user, eng, const_cast<void*>(data));
   dnnl::memory to(packed, eng);
@@ -147,7 +149,6 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
   dnnl::memory scratch_mem(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratch_bytes)}, dnnl::memory::data_type::u8,
                                               dnnl::memory::format_tag::a),
                            eng, scratch.data());
-  SingleThreadScope one_thread;
   dnnl::stream& s = thread_stream();
   r.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   s.wait();
