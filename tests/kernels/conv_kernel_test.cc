@@ -4,6 +4,7 @@
 // depthwise, strides, asymmetric and auto pads, dilations, 1x1 and 7x7 kernels, batches of 1
 // and 3, 1-D and 3-D, every activation, with and without bias and residual; plus the
 // fallbacks (what the kernel does not take, inputs it was not prepared for) and concurrent runs.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -465,6 +466,45 @@ TEST(OnednnConvTest, ConcurrentRuns) {
     ASSERT_TRUE(results[t].defined()) << "thread " << t;
     expect_close(results[t], *want, c);
   }
+}
+
+// The threads of this process (Linux: /proc/self/task).
+int process_threads() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// Preparing a kernel packs its weights on one thread: a loading thread that ran a parallel
+// region would keep an OpenMP team (an idle worker thread), and libgomp, counting more threads
+// than cores, then makes every stream's workers sleep between kernels (a futex wake-up per
+// kernel; PP-OCRv4 rec at 2 threads ran ~1.7x slower). So preparing on a fresh thread, with
+// several threads configured, starts no thread.
+TEST(OnednnConvTest, PreparingStartsNoThread) {
+  const int saved = set_thread_num_threads_override(0);
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  int before = -1, after = -1;
+  bool prepared = false;
+  std::thread loader([&] {
+    ConvCase c{"pack", {1, 64, 14, 14}, {64, 64, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, false, "Relu"};
+    auto g = make_graph(c, 5);
+    if (!g.ok()) return;
+    before = process_threads();
+    auto k = onednn_factory(ops::kKilnDomain, "FusedConv")->prepare(*g->node);
+    after = process_threads();
+    prepared = k.ok();
+  });
+  loader.join();
+  set_num_threads(saved_threads);
+  set_thread_num_threads_override(saved);
+  ASSERT_TRUE(prepared);
+  ASSERT_GT(before, 0);
+  EXPECT_EQ(after, before);
 }
 
 // FusedConv with blocked X and/or Y (and Z) on the oneDNN kernel and on the reference kernel
