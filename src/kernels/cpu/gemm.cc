@@ -28,13 +28,27 @@ constexpr int64_t kPanelSliceBytes = 16 << 10;
 
 struct Job {
   int64_t m = 0;
-  const float* a = nullptr;
-  int64_t lda = 0;
+  const gemm::ASource* a = nullptr;
   const gemm::PackedB* b = nullptr;
-  float* c = nullptr;
-  int64_t ldc = 0;
+  gemm::OutputLayout c;
   const gemm::Epilogue* ep = nullptr;
   int64_t panel_groups = 1;  // tasks per M block
+};
+
+// A row-major matrix as an ASource (a short last tile repeats its last row).
+class RowMajorA final : public gemm::ASource {
+ public:
+  RowMajorA(const float* a, int64_t lda) : a_(a), lda_(lda) {}
+  void pack(int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* out) const override {
+    const float* a[kRows];
+    for (int64_t r = 0; r < kRows; ++r) a[r] = a_ + (i0 + std::min(r, rows - 1)) * lda_ + k0;
+    for (int64_t k = 0; k < kc; ++k, out += kRows)
+      for (int64_t r = 0; r < kRows; ++r) out[r] = a[r][k];
+  }
+
+ private:
+  const float* a_;
+  int64_t lda_;
 };
 
 // This thread's buffer for a packed block of A (grown, never shrunk: no allocation per call).
@@ -78,6 +92,7 @@ using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
 int64_t panel_width() { return static_cast<int64_t>(kVecs * hn::Lanes(D())); }
+int64_t vector_floats() { return static_cast<int64_t>(hn::Lanes(D())); }
 
 // The rows of B one K block holds: its panel slices stay in L1.
 int64_t block_rows() { return std::max<int64_t>(16, kPanelSliceBytes / (panel_width() * 4)); }
@@ -100,14 +115,15 @@ void pack_panels(const float* b, int64_t k, int64_t n, int64_t row_stride, int64
   }
 }
 
-// c[0..kRows) x [0..kVecs vectors) (row stride ldc) = (accumulate ? c : 0) + the product of
+// c[0..kRows) x [0..kVecs vectors) (row r, vector v at c + r * ldc + v * ldv) =
+// (accumulate ? c : 0) + the product of
 // the packed A slice ap (kc steps of kRows values) and the panel slice bp (kc rows of kVecs
 // vectors). With kPrefetch, it also prefetches `next` (the next panel slice) a line per step,
 // so that the panels of weights that come from DRAM arrive before they are needed.
 // kR < kRows: the first kR rows only (the last row tile of M), A still packed kRows wide.
 template <int64_t kR, bool kPrefetch>
 HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp,
-                           float* HWY_RESTRICT c, int64_t ldc, bool accumulate,
+                           float* HWY_RESTRICT c, int64_t ldc, int64_t ldv, bool accumulate,
                            const float* next) {
   const D d;
   const size_t L = hn::Lanes(d);
@@ -133,8 +149,8 @@ HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float
     float* row = c + r * ldc;
 #pragma GCC unroll 4
     for (int64_t v = 0; v < kVecs; ++v) {
-      if (accumulate) acc[r][v] = hn::Add(acc[r][v], hn::LoadU(d, row + v * L));
-      hn::StoreU(acc[r][v], d, row + v * L);
+      if (accumulate) acc[r][v] = hn::Add(acc[r][v], hn::LoadU(d, row + v * ldv));
+      hn::StoreU(acc[r][v], d, row + v * ldv);
     }
   }
 }
@@ -142,31 +158,33 @@ HWY_INLINE void micro_tile(int64_t kc, const float* HWY_RESTRICT ap, const float
 // micro_tile for `rows` (1..kRows) rows.
 template <bool kPrefetch>
 HWY_INLINE void micro_tile_rows(int64_t rows, int64_t kc, const float* ap, const float* bp,
-                                float* c, int64_t ldc, bool accumulate, const float* next) {
+                                float* c, int64_t ldc, int64_t ldv, bool accumulate,
+                                const float* next) {
   switch (rows) {
-    case 1: return micro_tile<1, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
-    case 2: return micro_tile<2, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
-    case 3: return micro_tile<3, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
-    case 4: return micro_tile<4, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
-    case 5: return micro_tile<5, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
-    default: return micro_tile<kRows, kPrefetch>(kc, ap, bp, c, ldc, accumulate, next);
+    case 1: return micro_tile<1, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
+    case 2: return micro_tile<2, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
+    case 3: return micro_tile<3, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
+    case 4: return micro_tile<4, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
+    case 5: return micro_tile<5, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
+    default: return micro_tile<kRows, kPrefetch>(kc, ap, bp, c, ldc, ldv, accumulate, next);
   }
 }
 static_assert(kRows == 6, "micro_tile_rows covers 1..6 rows");
 
 // Rows [i_begin, i_end) x columns [k0, k0 + kc) of A, as the micro-kernel reads them: per
-// tile of kRows rows, kc steps of kRows values (a short last tile repeats its last row). The
-// copy keeps the tile's rows in consecutive lines: rows of A a multiple of 4 KiB apart (K =
-// 3072) would otherwise share L1 sets with each other and with the panel slice.
+// tile of kRows rows, kc steps of kRows values. The copy keeps the tile's rows in consecutive
+// lines: rows of A a multiple of 4 KiB apart (K = 3072) would otherwise share L1 sets with
+// each other and with the panel slice.
 HWY_INLINE void pack_a(const Job& job, int64_t i_begin, int64_t i_end, int64_t k0, int64_t kc,
                        float* HWY_RESTRICT out) {
-  for (int64_t i0 = i_begin; i0 < i_end; i0 += kRows) {
-    const int64_t rows = std::min(kRows, i_end - i0);
-    const float* a[kRows];
-    for (int64_t r = 0; r < kRows; ++r) a[r] = job.a + (i0 + std::min(r, rows - 1)) * job.lda + k0;
-    for (int64_t k = 0; k < kc; ++k, out += kRows)
-      for (int64_t r = 0; r < kRows; ++r) out[r] = a[r][k];
-  }
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += kRows, out += kRows * kc)
+    job.a->pack(i0, std::min(kRows, i_end - i0), k0, kc, out);
+}
+
+// Element (i, j0 + v * L) of C (j0 a multiple of L): its address's offset from C's start.
+HWY_INLINE int64_t c_offset(const gemm::OutputLayout& c, int64_t i, int64_t j0, int64_t v,
+                            int64_t L) {
+  return i * c.row_stride + (j0 / L + v) * c.vector_stride;
 }
 
 // The epilogue on rows x cols of C at (i0, j0), after the last K block.
@@ -178,17 +196,17 @@ HWY_INLINE void finish_tile(const Job& job, int64_t i0, int64_t j0, int64_t rows
   const V row_scale = hn::Set(d, ep.row_scale);
   const V full_scale = hn::Set(d, ep.full_scale);
   for (int64_t r = 0; r < rows; ++r) {
-    float* c = job.c + (i0 + r) * job.ldc + j0;
-    const float* full = ep.full ? ep.full + (i0 + r) * ep.full_ld + j0 : nullptr;
-    const float* bias = ep.row ? ep.row + j0 : nullptr;
-    for (int64_t j = 0; j < cols; j += L) {
-      const auto m = hn::FirstN(d, static_cast<size_t>(std::min(L, cols - j)));
-      V v = hn::Mul(alpha, hn::MaskedLoad(m, d, c + j));
-      if (bias) v = hn::MulAdd(row_scale, hn::MaskedLoad(m, d, bias + j), v);
-      if (full) v = hn::MulAdd(full_scale, hn::MaskedLoad(m, d, full + j), v);
-      hn::BlendedStore(v, m, d, c + j);
+    for (int64_t v = 0; v * L < cols; ++v) {
+      const int64_t at = c_offset(job.c, i0 + r, j0, v, L);
+      float* c = job.c.c + at;
+      const int64_t n = std::min(L, cols - v * L);
+      const auto m = hn::FirstN(d, static_cast<size_t>(n));
+      V x = hn::Mul(alpha, hn::MaskedLoad(m, d, c));
+      if (ep.row) x = hn::MulAdd(row_scale, hn::MaskedLoad(m, d, ep.row + j0 + v * L), x);
+      if (ep.full) x = hn::MulAdd(full_scale, hn::MaskedLoad(m, d, ep.full + at), x);
+      hn::BlendedStore(x, m, d, c);
+      if (!ep.act.is_none()) activate(ep.act, c, n);
     }
-    if (!ep.act.is_none()) activate(ep.act, c, cols);
   }
 }
 
@@ -196,6 +214,7 @@ HWY_INLINE void finish_tile(const Job& job, int64_t i0, int64_t j0, int64_t rows
 void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
   const gemm::PackedB& b = *job.b;
   const int64_t w = b.width(), k = b.k(), n = b.n(), panels = b.num_panels();
+  const int64_t L = static_cast<int64_t>(hn::Lanes(D()));
   const int64_t kc_max = b.block_rows();
   HWY_ALIGN float edge[kRows * 64];  // an edge tile (panels are at most 2 x 32 floats wide)
   float* packed_a = a_block_buffer(kBlockRows * kc_max);
@@ -216,24 +235,32 @@ void run_tasks(const Job& job, int64_t t_begin, int64_t t_end) {
         for (int64_t i0 = i_begin; i0 < i_end; i0 += kRows) {
           const int64_t rows = std::min(kRows, i_end - i0);
           const float* a = packed_a + (i0 - i_begin) * kc;
-          float* c = job.c + i0 * job.ldc + j0;
-          float* tile = c;
-          int64_t ldt = job.ldc;
-          if (cols < w) {
+          float* c = job.c.c + c_offset(job.c, i0, j0, 0, L);
+          if (cols == w) {
+            if (i0 == i_begin)
+              micro_tile_rows<true>(rows, kc, a, bp, c, job.c.row_stride, job.c.vector_stride,
+                                    !first, next);
+            else
+              micro_tile_rows<false>(rows, kc, a, bp, c, job.c.row_stride, job.c.vector_stride,
+                                     !first, nullptr);
+          } else {
             // A tile past N goes through a full-width buffer; only its real part is kept.
-            tile = edge;
-            ldt = w;
-            if (!first)
+            auto copy = [&](bool to_edge) {
               for (int64_t r = 0; r < rows; ++r)
-                std::memcpy(edge + r * w, c + r * job.ldc, static_cast<size_t>(cols) * 4);
+                for (int64_t v = 0; v * L < cols; ++v) {
+                  float* at = job.c.c + c_offset(job.c, i0 + r, j0, v, L);
+                  float* e = edge + r * w + v * L;
+                  const size_t bytes = static_cast<size_t>(std::min(L, cols - v * L)) * 4;
+                  if (to_edge)
+                    std::memcpy(e, at, bytes);
+                  else
+                    std::memcpy(at, e, bytes);
+                }
+            };
+            if (!first) copy(true);
+            micro_tile_rows<false>(rows, kc, a, bp, edge, w, L, !first, nullptr);
+            copy(false);
           }
-          if (i0 == i_begin)
-            micro_tile_rows<true>(rows, kc, a, bp, tile, ldt, !first, next);
-          else
-            micro_tile_rows<false>(rows, kc, a, bp, tile, ldt, !first, nullptr);
-          if (tile == edge)
-            for (int64_t r = 0; r < rows; ++r)
-              std::memcpy(c + r * job.ldc, edge + r * w, static_cast<size_t>(cols) * 4);
           if (last) finish_tile(job, i0, j0, rows, cols);
         }
       }
@@ -260,6 +287,7 @@ struct Target {
   TasksFn tasks = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, run_tasks);
   WidthFn width = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, panel_width);
   WidthFn block_rows = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, block_rows);
+  WidthFn vector_floats = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, vector_floats);
   PackFn pack = KILN_SIMD_SELECT(kiln::kernels::gemm_simd, pack_panels);
   const char* name = KILN_SIMD_TARGET_NAME();
 };
@@ -287,16 +315,14 @@ PackedB PackedB::pack(const float* b, int64_t k, int64_t n, int64_t row_stride,
   return out;
 }
 
-void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c, int64_t ldc,
+void multiply(int64_t m, const ASource& a, const PackedB& b, const OutputLayout& c,
               const Epilogue& epilogue) {
   if (m <= 0 || b.n() <= 0) return;
   gemm_simd::Job job;
   job.m = m;
-  job.a = a;
-  job.lda = lda;
+  job.a = &a;
   job.b = &b;
   job.c = c;
-  job.ldc = ldc;
   job.ep = &epilogue;
   // A task per thread at least, a few panels each at least; one thread, one task per M block
   // (each task packs its block of A).
@@ -309,6 +335,16 @@ void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c
   parallel_for(0, m_blocks * job.panel_groups, 1,
                [j, fn](int64_t begin, int64_t end) { fn(*j, begin, end); });
 }
+
+void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c, int64_t ldc,
+              const Epilogue& epilogue) {
+  const gemm_simd::RowMajorA source(a, lda);
+  multiply(m, source, b, OutputLayout{c, ldc, vector_floats()}, epilogue);
+}
+
+int64_t tile_rows() { return gemm_simd::kRows; }
+
+int64_t vector_floats() { return target().vector_floats(); }
 
 const char* target_name() { return target().name; }
 

@@ -53,20 +53,48 @@ class PackedB {
   std::unique_ptr<float[], Free> data_;
 };
 
+// Where C's elements live: element (i, j) at c[i * row_stride + (j / L) * vector_stride + j % L],
+// L = vector_floats(). Row-major C is row_stride = ldc, vector_stride = L; a channel-blocked
+// NC1HWC0 output with C0 = L (rows = pixels, columns = channels) is row_stride = C0,
+// vector_stride = H * W * C0.
+struct OutputLayout {
+  float* c = nullptr;
+  int64_t row_stride = 0;
+  int64_t vector_stride = 0;
+};
+
 // What is added to the product and applied after it, per element (i, j) of C:
-//   C = act(alpha * (A B)[i, j] + row_scale * row[j] + full_scale * full[i * full_ld + j]).
+//   C = act(alpha * (A B)[i, j] + row_scale * row[j] + full_scale * full(i, j)),
+// full laid out as C (same strides).
 struct Epilogue {
   float alpha = 1.0f;
   const float* row = nullptr;  // [N], added to every row (a bias), or null
   float row_scale = 1.0f;
-  const float* full = nullptr;  // [M, N] with row stride full_ld, or null
-  int64_t full_ld = 0;
+  const float* full = nullptr;  // laid out as C, or null
   float full_scale = 1.0f;
   ops::FusedActivation act;
 };
 
-// C (row stride ldc) = the epilogue of A (row-major, row stride lda) times B, in parallel
-// (parallel_for). C must not overlap A or `full` (partial sums pass through C).
+// Rows of A as the micro-kernel reads them, for sources that are not a plain matrix (a
+// convolution's input windows, gathered on the fly instead of an im2col copy).
+class ASource {
+ public:
+  virtual ~ASource() = default;
+  // Writes rows [i0, i0 + rows) (rows <= tile_rows()), columns [k0, k0 + kc) of A to `out`:
+  // kc steps of tile_rows() values, step k holding A[i0 + r][k0 + k] at r (rows past `rows`
+  // may hold anything).
+  virtual void pack(int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* out) const = 0;
+};
+
+// The micro-kernel's rows (the `out` stride of ASource::pack) and vector length in floats.
+int64_t tile_rows();
+int64_t vector_floats();
+
+// C = the epilogue of A (m rows, B.k() columns) times B, in parallel (parallel_for). C must
+// not overlap A or `full` (partial sums pass through C).
+void multiply(int64_t m, const ASource& a, const PackedB& b, const OutputLayout& c,
+              const Epilogue& epilogue);
+// Row-major A (row stride lda) and C (row stride ldc).
 void multiply(int64_t m, const float* a, int64_t lda, const PackedB& b, float* c, int64_t ldc,
               const Epilogue& epilogue);
 

@@ -440,8 +440,7 @@ Status MatMulKernel::run_packed_gemm(const ops::KernelContext& ctx, float* y) co
   const int64_t n = gemm_b_->n();
   if (gemm_row_addend_ >= 0) ep.row = ctx.input(plan_.addends[gemm_row_addend_].input)->data<float>();
   if (gemm_full_addend_ >= 0) {
-    ep.full = ctx.input(plan_.addends[gemm_full_addend_].input)->data<float>();
-    ep.full_ld = n;
+    ep.full = ctx.input(plan_.addends[gemm_full_addend_].input)->data<float>();  // [M, N], as Y
   }
   gemm::multiply(plan_.src_dims[0], ctx.input(0)->data<float>(), plan_.src_dims[1], *gemm_b_, y,
                  n, ep);
