@@ -181,6 +181,40 @@ HWY_INLINE void pack_a(const Job& job, int64_t i_begin, int64_t i_end, int64_t k
     job.a->pack(i0, std::min(kRows, i_end - i0), k0, kc, out);
 }
 
+// The activations convolutions end with, on a vector, with the reference's comparisons and
+// roundings (ops/fused_activation.cc: NaN behaves as there); false for the others, which
+// `activate` computes per element.
+HWY_INLINE bool activate_vector(const ops::FusedActivation& act, D d, V& x) {
+  const V zero = hn::Zero(d);
+  using K = ops::FusedActivationKind;
+  switch (act.kind) {
+    case K::kRelu:  // x > 0 ? x : 0
+      x = hn::IfThenElse(hn::Gt(x, zero), x, zero);
+      break;
+    case K::kClip: {  // min(max(x, lo), hi) as std::min / std::max
+      const V lo = hn::Set(d, act.p0), hi = hn::Set(d, act.p1);
+      x = hn::IfThenElse(hn::Lt(x, lo), lo, x);
+      x = hn::IfThenElse(hn::Lt(hi, x), hi, x);
+      break;
+    }
+    case K::kHardSwish: {
+      if (act.p0 != 1.0f / 6.0f || act.p1 != 0.5f) return false;
+      // x * max(0, min(1, x / 6 + 0.5)), ONNX HardSwish's own rounding.
+      const V one = hn::Set(d, 1.0f);
+      V t = hn::Add(hn::Div(x, hn::Set(d, 6.0f)), hn::Set(d, 0.5f));
+      t = hn::IfThenElse(hn::Lt(t, one), t, one);
+      t = hn::IfThenElse(hn::Lt(zero, t), t, zero);
+      x = hn::Mul(x, t);
+      break;
+    }
+    default:
+      return false;
+  }
+  if (act.has_post_affine())
+    x = hn::Add(hn::Mul(x, hn::Set(d, act.post_scale)), hn::Set(d, act.post_shift));
+  return true;
+}
+
 // Element (i, j0 + v * L) of C (j0 a multiple of L): its address's offset from C's start.
 HWY_INLINE int64_t c_offset(const gemm::OutputLayout& c, int64_t i, int64_t j0, int64_t v,
                             int64_t L) {
@@ -204,8 +238,9 @@ HWY_INLINE void finish_tile(const Job& job, int64_t i0, int64_t j0, int64_t rows
       V x = hn::Mul(alpha, hn::MaskedLoad(m, d, c));
       if (ep.row) x = hn::MulAdd(row_scale, hn::MaskedLoad(m, d, ep.row + j0 + v * L), x);
       if (ep.full) x = hn::MulAdd(full_scale, hn::MaskedLoad(m, d, ep.full + at), x);
+      const bool done = ep.act.is_none() || activate_vector(ep.act, d, x);
       hn::BlendedStore(x, m, d, c);
-      if (!ep.act.is_none()) activate(ep.act, c, n);
+      if (!done) activate(ep.act, c, n);
     }
   }
 }
