@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/dtype.h"
+#include "comm/check_values.h"
 #include "kiln/comm.h"
 #include "tools/api_session.h"
 #include "tools/subcommand.h"
@@ -172,81 +172,6 @@ Expected<Plan> make_plan(const CommBenchArgs& a) {
 
 // ---- Data: deterministic per-rank values whose reductions are exact in every type ----------
 
-void store(kilnCommDataType t, void* base, uint64_t i, double v) {
-  switch (t) {
-    case KILN_COMM_INT8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case KILN_COMM_UINT8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case KILN_COMM_INT16:
-      static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v);
-      break;
-    case KILN_COMM_UINT16:
-      static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(v);
-      break;
-    case KILN_COMM_INT32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case KILN_COMM_UINT32:
-      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
-      break;
-    case KILN_COMM_INT64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case KILN_COMM_UINT64:
-      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
-      break;
-    case KILN_COMM_FP16:
-      static_cast<uint16_t*>(base)[i] = float_to_fp16(static_cast<float>(v));
-      break;
-    case KILN_COMM_BF16:
-      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    case KILN_COMM_FP32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case KILN_COMM_FP64:
-      static_cast<double*>(base)[i] = v;
-      break;
-  }
-}
-
-double load(kilnCommDataType t, const void* base, uint64_t i) {
-  switch (t) {
-    case KILN_COMM_INT8:
-      return static_cast<const int8_t*>(base)[i];
-    case KILN_COMM_UINT8:
-      return static_cast<const uint8_t*>(base)[i];
-    case KILN_COMM_INT16:
-      return static_cast<const int16_t*>(base)[i];
-    case KILN_COMM_UINT16:
-      return static_cast<const uint16_t*>(base)[i];
-    case KILN_COMM_INT32:
-      return static_cast<const int32_t*>(base)[i];
-    case KILN_COMM_UINT32:
-      return static_cast<const uint32_t*>(base)[i];
-    case KILN_COMM_INT64:
-      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case KILN_COMM_UINT64:
-      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case KILN_COMM_FP16:
-      return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case KILN_COMM_BF16:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case KILN_COMM_FP32:
-      return static_cast<const float*>(base)[i];
-    case KILN_COMM_FP64:
-      return static_cast<const double*>(base)[i];
-  }
-  return 0;
-}
-
-bool is_signed(kilnCommDataType t) {
-  return t != KILN_COMM_UINT8 && t != KILN_COMM_UINT16 && t != KILN_COMM_UINT32 &&
-         t != KILN_COMM_UINT64;
-}
 
 // Element i of rank r's send buffer. Small integers, so that sums over all ranks stay
 // exact even in int8, fp16 and bf16 (at most 120 in magnitude); for prod only 1, 2 and -1,
@@ -256,30 +181,17 @@ double value(const Plan& p, int nranks, int rank, uint64_t i) {
       (i * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank + 1) * 0xBF58476D1CE4E5B9ull) >> 40;
   if (p.reduces && p.redop.op == KILN_REDUCE_PROD) {
     if (i % static_cast<uint64_t>(nranks) == static_cast<uint64_t>(rank) && h % 3 == 0) return 2;
-    if (is_signed(p.type.type) && h % 7 == 0) return -1;
+    if (comm::is_signed_type(p.type.type) && h % 7 == 0) return -1;
     return 1;
   }
   uint64_t top = std::max<uint64_t>(1, std::min<uint64_t>(12, 120 / static_cast<uint64_t>(nranks)));
   return static_cast<double>(h % (top + 1));
 }
 
-double reduce_values(kilnReduceOp op, double a, double b) {
-  switch (op) {
-    case KILN_REDUCE_SUM:
-      return a + b;
-    case KILN_REDUCE_PROD:
-      return a * b;
-    case KILN_REDUCE_MAX:
-      return std::max(a, b);
-    case KILN_REDUCE_MIN:
-      return std::min(a, b);
-  }
-  return a;
-}
 
 double reduced(const Plan& p, int nranks, uint64_t i) {
   double acc = value(p, nranks, 0, i);
-  for (int r = 1; r < nranks; ++r) acc = reduce_values(p.redop.op, acc, value(p, nranks, r, i));
+  for (int r = 1; r < nranks; ++r) acc = comm::combine_values(p.redop.op, acc, value(p, nranks, r, i));
   return acc;
 }
 
@@ -461,7 +373,7 @@ class RankBench {
                                             static_cast<char*>(recv_->data()) + at * elem, n * elem,
                                             KILN_MEMCPY_DEVICE_TO_HOST));
       for (uint64_t k = 0; k < n; ++k) {
-        double got = load(p_.type.type, host.data(), k);
+        double got = comm::load_value(p_.type.type, host.data(), k);
         if (!(got == expected(c, at + k))) ++wrong;
       }
     }
@@ -475,7 +387,7 @@ class RankBench {
     std::vector<char> host(std::min<uint64_t>(count, kChunk) * elem + 1);
     for (uint64_t at = 0; at < count; at += kChunk) {
       uint64_t n = std::min(kChunk, count - at);
-      for (uint64_t k = 0; k < n; ++k) store(p_.type.type, host.data(), k, f(at + k));
+      for (uint64_t k = 0; k < n; ++k) comm::store_value(p_.type.type, host.data(), k, f(at + k));
       KILN_API_RETURN_IF_ERROR(kilnrtMemcpy(static_cast<char*>(dst) + at * elem, n * elem,
                                             host.data(), n * elem, KILN_MEMCPY_HOST_TO_DEVICE));
     }

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/dtype.h"
+#include "comm/check_values.h"
 #include "kiln/comm.h"
 #include "kiln/kiln.h"
 
@@ -55,76 +55,6 @@ constexpr OpInfo kOps[] = {{KILN_REDUCE_SUM, "sum"},
                            {KILN_REDUCE_MAX, "max"},
                            {KILN_REDUCE_MIN, "min"}};
 
-void store(kilnCommDataType t, void* base, uint64_t i, double v) {
-  switch (t) {
-    case KILN_COMM_INT8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case KILN_COMM_UINT8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case KILN_COMM_INT16:
-      static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v);
-      break;
-    case KILN_COMM_UINT16:
-      static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(v);
-      break;
-    case KILN_COMM_INT32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case KILN_COMM_UINT32:
-      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
-      break;
-    case KILN_COMM_INT64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case KILN_COMM_UINT64:
-      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
-      break;
-    case KILN_COMM_FP16:
-      static_cast<uint16_t*>(base)[i] = kiln::float_to_fp16(static_cast<float>(v));
-      break;
-    case KILN_COMM_BF16:
-      static_cast<uint16_t*>(base)[i] = kiln::float_to_bf16(static_cast<float>(v));
-      break;
-    case KILN_COMM_FP32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case KILN_COMM_FP64:
-      static_cast<double*>(base)[i] = v;
-      break;
-  }
-}
-
-double load(kilnCommDataType t, const void* base, uint64_t i) {
-  switch (t) {
-    case KILN_COMM_INT8:
-      return static_cast<const int8_t*>(base)[i];
-    case KILN_COMM_UINT8:
-      return static_cast<const uint8_t*>(base)[i];
-    case KILN_COMM_INT16:
-      return static_cast<const int16_t*>(base)[i];
-    case KILN_COMM_UINT16:
-      return static_cast<const uint16_t*>(base)[i];
-    case KILN_COMM_INT32:
-      return static_cast<const int32_t*>(base)[i];
-    case KILN_COMM_UINT32:
-      return static_cast<const uint32_t*>(base)[i];
-    case KILN_COMM_INT64:
-      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case KILN_COMM_UINT64:
-      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case KILN_COMM_FP16:
-      return kiln::fp16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case KILN_COMM_BF16:
-      return kiln::bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case KILN_COMM_FP32:
-      return static_cast<const float*>(base)[i];
-    case KILN_COMM_FP64:
-      return static_cast<const double*>(base)[i];
-  }
-  return 0;
-}
 
 // Element i of rank r's data for a case. Values keep every reduction exact in every type:
 // sums of small integers (|sum| <= 120, also fp16/bf16-exact), for prod only 1, -1 and at
@@ -150,19 +80,6 @@ double value(const TypeInfo& t, kilnReduceOp op, int nranks, int rank, uint64_t 
   return v;
 }
 
-double combine(kilnReduceOp op, double a, double b) {
-  switch (op) {
-    case KILN_REDUCE_SUM:
-      return a + b;
-    case KILN_REDUCE_PROD:
-      return a * b;
-    case KILN_REDUCE_MAX:
-      return std::max(a, b);
-    case KILN_REDUCE_MIN:
-      return std::min(a, b);
-  }
-  return a;
-}
 
 // Device memory with a tail canary (guards against writes past the end).
 constexpr size_t kCanary = 64;
@@ -228,7 +145,7 @@ class Worker {
                               uint32_t salt) {
     std::vector<char> host(count * t.size);
     for (uint64_t i = 0; i < count; ++i)
-      store(t.type, host.data(), i, value(t, op, n_, rank, i, salt));
+      kiln::comm::store_value(t.type, host.data(), i, value(t, op, n_, rank, i, salt));
     return host;
   }
 
@@ -238,7 +155,7 @@ class Worker {
                uint64_t count, F expect) {
     uint64_t wrong = 0;
     for (uint64_t k = 0; k < count; ++k) {
-      double g = load(t.type, got, at + k);
+      double g = kiln::comm::load_value(t.type, got, at + k);
       double e = expect(k);
       if (!(g == e)) {
         if (wrong == 0)
@@ -296,7 +213,7 @@ class Worker {
       auto expect = [&](uint64_t k) {
         uint64_t i = scatter ? static_cast<uint64_t>(rank_) * count + k : k;
         double acc = value(t, op.op, n_, 0, i, salt);
-        for (int r = 1; r < n_; ++r) acc = combine(op.op, acc, value(t, op.op, n_, r, i, salt));
+        for (int r = 1; r < n_; ++r) acc = kiln::comm::combine_values(op.op, acc, value(t, op.op, n_, r, i, salt));
         return acc;
       };
       bool has_result = !reduce || rank_ == root;
