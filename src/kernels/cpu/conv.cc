@@ -167,16 +167,9 @@ class OnednnConvKernel final : public Kernel {
   ConvPlan plan;
   std::string impl_;
   dnnl::convolution_forward conv;
-  memory::desc user_md;      // plain layout of X; user_dst_md for Y and Z
-  memory::desc user_dst_md;
-  memory::desc src_md, dst_md;
-  memory weights;            // packed into the primitive's format at prepare
-  memory bias;               // empty when the node has none
-  bool reorder_src = false, reorder_dst = false;
-  dnnl::reorder src_reorder, dst_reorder, z_reorder;
-  // Layout of the thread workspace for a run: scratchpad (shared by the conv and the
-  // reorders, which run one after another), then the blocked source and destination.
-  size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
+  onednn::LayoutBridge layouts;  // X's and Y's (and Z's) layouts to the primitive's
+  memory weights;                // packed into the primitive's format at prepare
+  memory bias;                   // empty when the node has none
 };
 
 bool OnednnConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
@@ -198,25 +191,18 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   const Tensor* x = ctx.input(0);
   const Tensor* z = plan.has_z ? ctx.input(3) : nullptr;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
-  char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
-  if (!ws && workspace_bytes > 0)
+  const onednn::LayoutBridge& lb = layouts;
+  char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
+  if (!ws && lb.workspace_bytes > 0)
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
-                              workspace_bytes);
-  const dnnl::engine& eng = onednn::cpu_engine();
+                              lb.workspace_bytes);
   dnnl::stream& s = onednn::thread_stream();
   try {
-    // An empty scratchpad (zero bytes) is a valid argument for primitives that need none.
-    memory scratch(memory::desc({static_cast<memory::dim>(scratch_bytes)}, memory::data_type::u8,
-                                memory::format_tag::a),
-                   eng, scratch_bytes > 0 ? ws : nullptr);
-    memory x_user(user_md, eng, const_cast<void*>(x->raw_data()));
-    memory y_user(user_dst_md, eng, y->raw_data());
-    memory src = reorder_src ? memory(src_md, eng, ws + src_offset) : x_user;
-    memory dst = reorder_dst ? memory(dst_md, eng, ws + dst_offset) : y_user;
+    const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
     if (z) {
-      if (reorder_dst) {
-        memory z_user(user_dst_md, eng, const_cast<void*>(z->raw_data()));
-        z_reorder.execute(s, {{DNNL_ARG_FROM, z_user}, {DNNL_ARG_TO, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      if (lb.reorder_dst) {
+        memory z_user(lb.user_dst, onednn::cpu_engine(), const_cast<void*>(z->raw_data()));
+        lb.dst_in_reorder.execute(s, {{DNNL_ARG_FROM, z_user}, {DNNL_ARG_TO, m.dst}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
       } else {
         const float* zp = z->data<float>();
         float* yp = y->data<float>();
@@ -225,16 +211,16 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
         });
       }
     }
-    if (reorder_src)
-      src_reorder.execute(s, {{DNNL_ARG_FROM, x_user}, {DNNL_ARG_TO, src}, {DNNL_ARG_SCRATCHPAD, scratch}});
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+    if (lb.reorder_src)
+      lb.src_reorder.execute(s, {{DNNL_ARG_FROM, m.x_user}, {DNNL_ARG_TO, m.src}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m.src},
                                          {DNNL_ARG_WEIGHTS, weights},
-                                         {DNNL_ARG_DST, dst},
-                                         {DNNL_ARG_SCRATCHPAD, scratch}};
+                                         {DNNL_ARG_DST, m.dst},
+                                         {DNNL_ARG_SCRATCHPAD, m.scratch}};
     if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
     conv.execute(s, args);
-    if (reorder_dst)
-      dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, y_user}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (lb.reorder_dst)
+      lb.dst_reorder.execute(s, {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.y_user}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
     s.wait();
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN convolution failed: %s", node.label().c_str(), e.what());
@@ -278,8 +264,8 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       w_dims.insert(w_dims.begin(), p.group);
       ++w_rank;
     }
-    k->user_md = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
-    k->user_dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
+    k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
+    k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
     const memory::desc any_src(onednn::to_dims(p.x_dims), f32, memory::format_tag::any);
     const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);
@@ -300,27 +286,15 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        kPrimitiveChoosesLayout ? any_src : k->user_md, any_w, bias_md,
-        kPrimitiveChoosesLayout ? any_dst : k->user_dst_md, strides, dilations, pad_l, pad_r);
+        kPrimitiveChoosesLayout ? any_src : k->layouts.user_src, any_w, bias_md,
+        kPrimitiveChoosesLayout ? any_dst : k->layouts.user_dst, strides, dilations, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
     k->conv = dnnl::convolution_forward(pd);
     k->impl_ = onednn::implementation_name(pd);
     // oneDNN's reference convolution is far slower than Kiln's im2col + GEMM reference.
     if (k->impl_.rfind("onednn:ref", 0) == 0)
       return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl_.c_str());
-    k->src_md = pd.src_desc();
-    k->dst_md = pd.dst_desc();
-    k->scratch_bytes = pd.scratchpad_desc().get_size();
-    k->reorder_src = k->src_md != k->user_md;
-    k->reorder_dst = k->dst_md != k->user_dst_md;
-    if (k->reorder_src) k->src_reorder = onednn::make_reorder(k->user_md, k->src_md, k->scratch_bytes);
-    if (k->reorder_dst) {
-      k->dst_reorder = onednn::make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
-      if (p.has_z) k->z_reorder = onednn::make_reorder(k->user_dst_md, k->dst_md, k->scratch_bytes);
-    }
-    k->src_offset = onednn::align64(k->scratch_bytes);
-    k->dst_offset = k->src_offset + (k->reorder_src ? onednn::align64(k->src_md.get_size()) : 0);
-    k->workspace_bytes = k->dst_offset + (k->reorder_dst ? onednn::align64(k->dst_md.get_size()) : 0);
+    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.has_z);
 
     // Pack the weights once, into memory oneDNN owns.
     k->weights = onednn::pack(user_w_md, p.weights->raw_data(), pd.weights_desc());

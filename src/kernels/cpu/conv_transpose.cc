@@ -109,28 +109,22 @@ class OnednnDeconvKernel final : public Kernel {
                              (b_initializer.defined() ? b && b->raw_data() == b_initializer.raw_data() : !b);
     if (!as_prepared) return (*reference)(ctx);
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims, TensorInit::kUninitialized));
-    char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes));
-    if (!ws && workspace_bytes > 0)
+    const onednn::LayoutBridge& lb = layouts;
+    char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
+    if (!ws && lb.workspace_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
-                                workspace_bytes);
-    const dnnl::engine& eng = onednn::cpu_engine();
+                                lb.workspace_bytes);
     dnnl::stream& s = onednn::thread_stream();
     try {
-      memory scratch(memory::desc({static_cast<memory::dim>(scratch_bytes)}, memory::data_type::u8,
-                                  memory::format_tag::a),
-                     eng, scratch_bytes > 0 ? ws : nullptr);
-      memory x_user(user_src_md, eng, const_cast<void*>(x->raw_data()));
-      memory y_user(user_dst_md, eng, y->raw_data());
-      memory src = reorder_src ? memory(src_md, eng, ws + src_offset) : x_user;
-      memory dst = reorder_dst ? memory(dst_md, eng, ws + dst_offset) : y_user;
-      if (reorder_src)
-        src_reorder.execute(s, {{DNNL_ARG_FROM, x_user}, {DNNL_ARG_TO, src}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
+      if (lb.reorder_src)
+        lb.src_reorder.execute(s, {{DNNL_ARG_FROM, m.x_user}, {DNNL_ARG_TO, m.src}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
       std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
+          {DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, m.dst}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
       if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
       deconv.execute(s, args);
-      if (reorder_dst)
-        dst_reorder.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, y_user}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      if (lb.reorder_dst)
+        lb.dst_reorder.execute(s, {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.y_user}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
       s.wait();
     } catch (const dnnl::error& e) {
       return internal_error("node %s: oneDNN deconvolution failed: %s", node.label().c_str(), e.what());
@@ -144,11 +138,8 @@ class OnednnDeconvKernel final : public Kernel {
   DeconvPlan plan;
   std::string impl;
   dnnl::deconvolution_forward deconv;
-  memory::desc user_src_md, user_dst_md, src_md, dst_md;
+  onednn::LayoutBridge layouts;  // X's and Y's layouts to the primitive's
   memory weights, bias;
-  bool reorder_src = false, reorder_dst = false;
-  dnnl::reorder src_reorder, dst_reorder;
-  size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
 };
 
 
@@ -171,8 +162,8 @@ Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
     memory::dims w_dims = g > 1 ? memory::dims{g, m / g, c / g, p.w_dims[2], p.w_dims[3]}
                                 : memory::dims{m, c, p.w_dims[2], p.w_dims[3]};
     const memory::desc user_w_md(w_dims, f32, g > 1 ? memory::format_tag::giohw : memory::format_tag::iohw);
-    k->user_src_md = memory::desc(onednn::to_dims(p.x_dims), f32, memory::format_tag::nchw);
-    k->user_dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, memory::format_tag::nchw);
+    k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), f32, memory::format_tag::nchw);
+    k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), f32, memory::format_tag::nchw);
     const memory::desc any_src(onednn::to_dims(p.x_dims), f32, memory::format_tag::any);
     const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);
     const memory::desc any_w(w_dims, f32, memory::format_tag::any);
@@ -187,16 +178,7 @@ Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
     if (k->impl.rfind("onednn:ref", 0) == 0)
       return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl.c_str());
     k->deconv = dnnl::deconvolution_forward(pd);
-    k->src_md = pd.src_desc();
-    k->dst_md = pd.dst_desc();
-    k->scratch_bytes = pd.scratchpad_desc().get_size();
-    k->reorder_src = k->src_md != k->user_src_md;
-    k->reorder_dst = k->dst_md != k->user_dst_md;
-    if (k->reorder_src) k->src_reorder = onednn::make_reorder(k->user_src_md, k->src_md, k->scratch_bytes);
-    if (k->reorder_dst) k->dst_reorder = onednn::make_reorder(k->dst_md, k->user_dst_md, k->scratch_bytes);
-    k->src_offset = onednn::align64(k->scratch_bytes);
-    k->dst_offset = k->src_offset + (k->reorder_src ? onednn::align64(k->src_md.get_size()) : 0);
-    k->workspace_bytes = k->dst_offset + (k->reorder_dst ? onednn::align64(k->dst_md.get_size()) : 0);
+    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size());
     // Pack the weights once.
     k->weights = onednn::pack(user_w_md, p.weights->raw_data(), pd.weights_desc());
     if (p.bias) {

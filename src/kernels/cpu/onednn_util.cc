@@ -155,4 +155,35 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
   return to;
 }
 
+void LayoutBridge::plan(const dnnl::memory::desc& primitive_src, const dnnl::memory::desc& primitive_dst,
+                        size_t primitive_scratch_bytes, bool dst_in) {
+  src = primitive_src;
+  dst = primitive_dst;
+  scratch_bytes = primitive_scratch_bytes;
+  reorder_src = src != user_src;
+  reorder_dst = dst != user_dst;
+  if (reorder_src) src_reorder = make_reorder(user_src, src, scratch_bytes);
+  if (reorder_dst) {
+    dst_reorder = make_reorder(dst, user_dst, scratch_bytes);
+    if (dst_in) dst_in_reorder = make_reorder(user_dst, dst, scratch_bytes);
+  }
+  src_offset = align64(scratch_bytes);
+  dst_offset = src_offset + (reorder_src ? align64(src.get_size()) : 0);
+  workspace_bytes = dst_offset + (reorder_dst ? align64(dst.get_size()) : 0);
+}
+
+LayoutBridge::Bound LayoutBridge::bind(char* ws, const void* x, void* y) const {
+  const dnnl::engine& eng = cpu_engine();
+  Bound b;
+  // An empty scratchpad (zero bytes) is a valid argument for primitives that need none.
+  b.scratch = dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratch_bytes)},
+                                              dnnl::memory::data_type::u8, dnnl::memory::format_tag::a),
+                           eng, scratch_bytes > 0 ? ws : nullptr);
+  b.x_user = dnnl::memory(user_src, eng, const_cast<void*>(x));
+  b.y_user = dnnl::memory(user_dst, eng, y);
+  b.src = reorder_src ? dnnl::memory(src, eng, ws + src_offset) : b.x_user;
+  b.dst = reorder_dst ? dnnl::memory(dst, eng, ws + dst_offset) : b.y_user;
+  return b;
+}
+
 }  // namespace kiln::kernels::onednn

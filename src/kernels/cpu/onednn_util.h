@@ -99,6 +99,33 @@ dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::d
 // packed once, at prepare, on one thread (SingleThreadScope). Throws dnnl::error.
 dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
 
+// How a primitive that picks its own source and destination layouts (format "any") runs on
+// Kiln's tensors: the source reordered into the thread workspace before the primitive, the
+// destination out of it after, each only when the layouts differ. The workspace holds one
+// scratchpad (the primitive's and the reorders', which run one after another), then the
+// primitive's source, then its destination.
+struct LayoutBridge {
+  dnnl::memory::desc user_src, user_dst;  // the tensors' layouts: set these, then plan()
+  dnnl::memory::desc src, dst;            // the primitive's
+  bool reorder_src = false, reorder_dst = false;
+  dnnl::reorder src_reorder, dst_reorder;
+  dnnl::reorder dst_in_reorder;  // user_dst into dst (a residual the primitive adds to), if asked
+  size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
+
+  // Creates the reorders and lays out the workspace for a primitive with these source and
+  // destination layouts and scratchpad size; `dst_in`: also a reorder of a user_dst-laid-out
+  // tensor into dst. Throws dnnl::error.
+  void plan(const dnnl::memory::desc& primitive_src, const dnnl::memory::desc& primitive_dst,
+            size_t primitive_scratch_bytes, bool dst_in = false);
+
+  // The memories of one run on workspace `ws` (workspace_bytes long) with source x and
+  // destination y in the user layouts.
+  struct Bound {
+    dnnl::memory scratch, x_user, y_user, src, dst;
+  };
+  Bound bind(char* ws, const void* x, void* y) const;
+};
+
 // "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
 
