@@ -96,10 +96,10 @@ Built build(const std::string& op, const std::vector<Operand>& operands,
   return b;
 }
 
-const KernelFactory* onednn_factory(const ir::Node& node) {
+const KernelFactory* gemm_factory(const ir::Node& node) {
   for (const KernelFactory* f :
        KernelRegistry::instance().candidates(node.domain(), node.op_type(), DeviceKind::kCpu))
-    if (f->name == "onednn") return f;
+    if (f->name == "gemm") return f;
   return nullptr;
 }
 
@@ -161,7 +161,7 @@ void expect_close(const Tensor& got, const Tensor& ref, float tol, const std::st
 void expect_matches_reference(const Built& b, int64_t k, float alpha = 1.0f) {
   const ir::Node& node = *b.node;
   const std::string what = node.op_type() + " " + ir::to_text(*b.graph);
-  const KernelFactory* f = onednn_factory(node);
+  const KernelFactory* f = gemm_factory(node);
   ASSERT_NE(f, nullptr) << what;
   ASSERT_TRUE(f->applicable(node)) << what;
   auto kernel = f->prepare(node);
@@ -358,7 +358,7 @@ TEST(OnednnFusedMatMulKernel, EveryActivationElementwise) {
     w[0] = 1.0f;
     w[1] = -1.0f;
     w[2] = 0.5f;
-    const KernelFactory* f = onednn_factory(*b.node);
+    const KernelFactory* f = gemm_factory(*b.node);
     ASSERT_NE(f, nullptr);
     auto kernel = f->prepare(*b.node);
     ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
@@ -412,7 +412,7 @@ TEST(OnednnFusedGemmKernel, CShapes) {
 
 // Prepares b's node and checks that the packed GEMM took it.
 void expect_packed_gemm(const Built& b) {
-  const KernelFactory* f = onednn_factory(*b.node);
+  const KernelFactory* f = gemm_factory(*b.node);
   ASSERT_NE(f, nullptr);
   auto kernel = f->prepare(*b.node);
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
@@ -477,7 +477,7 @@ TEST(PackedGemmKernel, ActivationPostAffine) {
 // ---- Preparation and runs ----------------------------------------------------------------
 
 TEST(OnednnMatMulKernel, NotApplicable) {
-  const KernelFactory* f = onednn_factory(*build("MatMul", {fed({2, 3}), fed({3, 4})}).node);
+  const KernelFactory* f = gemm_factory(*build("MatMul", {fed({2, 3}), fed({3, 4})}).node);
   ASSERT_NE(f, nullptr);
   // float64
   {
@@ -506,7 +506,7 @@ TEST(OnednnMatMulKernel, NotApplicable) {
 TEST(OnednnMatMulKernel, InputsOtherThanPreparedRunTheReference) {
   Built b = build("FusedMatMul", {fed({2, 17, 65}), constant({65, 33}), constant({33})},
                   with_activation({}, "Relu"));
-  auto kernel = onednn_factory(*b.node)->prepare(*b.node);
+  auto kernel = gemm_factory(*b.node)->prepare(*b.node);
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
   std::mt19937 rng(29);
   std::vector<Tensor> other = b.inputs;
@@ -529,7 +529,7 @@ TEST(OnednnMatMulKernel, ConcurrentRuns) {
   Built b = build("FusedMatMul",
                   {fed({4, 33, 65}), constant({65, 129}), constant({129}), fed({4, 33, 129})},
                   with_activation({}, "Gelu"));
-  auto kernel = onednn_factory(*b.node)->prepare(*b.node);
+  auto kernel = gemm_factory(*b.node)->prepare(*b.node);
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
   const Kernel& k = **kernel;
   constexpr int kThreads = 4, kRuns = 25;

@@ -594,7 +594,7 @@ KernelFactory matmul_factory(const char* domain, const char* op_type) {
                        .op_type = op_type,
                        .device = DeviceKind::kCpu,
                        .priority = 100,
-                       .name = "onednn",
+                       .name = "gemm",  // Kiln's packed GEMM or a oneDNN matmul primitive
                        .applicable = matmul_applicable,
                        .prepare = prepare_matmul};
 }
