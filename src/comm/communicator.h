@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,9 +62,17 @@ class Communicator {
     }
     AlgoContext ctx{&group_, Deadline{Clock::now() + settings_.timeout, op}, &scratch_,
                     settings_.algo};
+    if (is_collective(op)) transport_->enter_collective();
     Status st = body(ctx);
     if (!st.ok()) note_failure(st);
     return st;
+  }
+
+  // Whether the operation `op` names is a collective (every rank of the communicator runs it),
+  // not a point-to-point Send, Recv or grouped SendRecv.
+  static bool is_collective(const char* op) {
+    return std::strcmp(op, "Send") != 0 && std::strcmp(op, "Recv") != 0 &&
+           std::strcmp(op, "SendRecv") != 0;
   }
 
   // The kilnError for a failed operation's Status: ABORTED after kilnCommAbort, TIMEOUT,

@@ -313,6 +313,14 @@ void RingLink::close(int culprit) {
   recv_.control->consumer_closed.store(1, std::memory_order_release);
 }
 
+void RingLink::publish_collectives(uint64_t started) {
+  send_.control->producer_collectives.store(started, std::memory_order_release);
+}
+
+int64_t RingLink::peer_collectives() const {
+  return static_cast<int64_t>(recv_.control->producer_collectives.load(std::memory_order_acquire));
+}
+
 int RingLink::reported_culprit() {
   if (recv_.control->producer_closed.load(std::memory_order_acquire) != 0) {
     return recv_.control->producer_culprit.load(std::memory_order_relaxed);
@@ -554,6 +562,26 @@ int LinkTransport::find_dead_or_stopped_peer(std::string* what) const {
   return -1;
 }
 
+void LinkTransport::enter_collective() {
+  ++collectives_started_;
+  for (auto& link : links_)
+    if (link) link->publish_collectives(collectives_started_);
+}
+
+int LinkTransport::find_peer_behind(int64_t* started) const {
+  int behind = -1;
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (static_cast<int>(p) == rank_ || !links_[p]) continue;
+    const int64_t n = links_[p]->peer_collectives();
+    if (n < 0 || n >= static_cast<int64_t>(collectives_started_)) continue;
+    if (behind < 0 || n < *started) {
+      behind = static_cast<int>(p);
+      *started = n;
+    }
+  }
+  return behind;
+}
+
 int LinkTransport::reported_culprit_of_any_peer() const {
   for (size_t p = 0; p < links_.size(); ++p) {
     if (!links_[p]) continue;
@@ -708,6 +736,21 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
                                       op, describe_peer(p).c_str(), comm_timeout_seconds(),
                                       what.c_str(), waited.c_str(), detail.c_str()),
                     stuck);
+      }
+      // A rank of this host that has not started this collective is busy or blocked
+      // elsewhere: the ranks between it and this one are only waiting.
+      int64_t behind_started = 0;
+      const int behind = find_peer_behind(&behind_started);
+      if (behind >= 0) {
+        const PeerInfo& p = peers_[static_cast<size_t>(behind)];
+        return fail(deadline_exceeded("%s: %s did not answer within %g s (KILN_COMM_TIMEOUT): it has "
+                                      "not started this operation (it started %lld collectives "
+                                      "of this communicator, this rank %llu); waiting on %s, %s",
+                                      op, describe_peer(p).c_str(), comm_timeout_seconds(),
+                                      static_cast<long long>(behind_started),
+                                      static_cast<unsigned long long>(collectives_started_),
+                                      waited.c_str(), detail.c_str()),
+                    behind);
       }
       // A peer that gave up first may have said whom it gave up on.
       const int reported = reported_culprit_of_any_peer();

@@ -66,6 +66,10 @@ class Link {
   // The exchange failed: take back any send buffer the peer may still read from, waiting
   // until it no longer does (the caller frees or reuses the buffers when it returns).
   virtual void cancel_sends() {}
+  // How many collectives this side has started (Transport::enter_collective), published for
+  // the peer; and the peer's count, or -1 where the link cannot see it (TCP).
+  virtual void publish_collectives(uint64_t started) {}
+  virtual int64_t peer_collectives() const { return -1; }
 };
 
 // A large send of a rank in this process, handed over by address: the receiver copies or
@@ -90,7 +94,8 @@ struct RingControl {
   std::atomic<uint32_t> consumer_closed{0};
   std::atomic<int32_t> producer_culprit{-1};  // see Link::close
   std::atomic<int32_t> consumer_culprit{-1};
-  char pad_[48];
+  std::atomic<uint64_t> producer_collectives{0};  // see Link::publish_collectives
+  char pad_[40];
 };
 static_assert(sizeof(RingControl) == 192);
 
@@ -116,6 +121,8 @@ class RingLink : public Link {
   void close(int culprit = -1) override;
   int reported_culprit() override;
   void cancel_sends() override;
+  void publish_collectives(uint64_t started) override;
+  int64_t peer_collectives() const override;
 
   static constexpr size_t kDirectMinBytes = 64 << 10;
 
@@ -161,6 +168,7 @@ class LinkTransport : public Transport {
   const std::vector<PeerInfo>& peers() const override { return peers_; }
   Status exchange(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                   const Deadline& deadline) override;
+  void enter_collective() override;
   void abort() override;
 
  private:
@@ -172,6 +180,9 @@ class LinkTransport : public Transport {
   int find_dead_or_stopped_peer(std::string* what) const;
   // The rank some peer said it gave up because of (Link::reported_culprit), or -1.
   int reported_culprit_of_any_peer() const;
+  // A peer that has started fewer collectives than this rank (the one furthest behind,
+  // lowest rank first), with its count; -1 when none is seen behind.
+  int find_peer_behind(int64_t* started) const;
   Status check_ops(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                    const Deadline& deadline) const;
 
@@ -185,6 +196,7 @@ class LinkTransport : public Transport {
   std::mutex mu_;  // guards error_ and closing links
   Status error_;   // the first failure; later exchanges return it
   int error_culprit_ = -1;  // the rank error_ blames
+  uint64_t collectives_started_ = 0;  // enter_collective() calls (the running thread's)
 };
 
 // A ring link whose rings live in this process's heap: the loopback link of every

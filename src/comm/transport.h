@@ -76,6 +76,11 @@ class Transport {
   virtual Status exchange(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                           const Deadline& deadline) = 0;
 
+  // Called by a rank as it starts running a collective (on the thread that runs it): a rank
+  // of the same host that times out waiting can then name a rank that never started the
+  // collective it waits in (one hung elsewhere) rather than the rank it waited on.
+  virtual void enter_collective() {}
+
   // Makes every exchange in progress, and every later one, fail with `cancelled` promptly.
   // Thread-safe; callable from any thread while an exchange runs.
   virtual void abort() = 0;

@@ -886,6 +886,39 @@ TEST_F(CollectivesTest, SilentRankTimesOutNamingTheOperationAndTheRank) {
   for (kilnComm c : comms) EXPECT_EQ(kilnCommDestroy(c), KILN_SUCCESS);
 }
 
+// Ring AllReduce with rank 3 never starting it (hung elsewhere): rank 0 waits on rank 3,
+// rank 1 on rank 0, rank 2 on rank 1, but each sees that rank 3 started fewer collectives
+// and names it, not the neighbour it waited on.
+TEST_F(CollectivesTest, RankThatNeverStartsTheCollectiveIsNamedByEveryRank) {
+  ::setenv("KILN_COMM_TIMEOUT", "0.5", 1);
+  std::vector<kilnComm> comms = make_comms(4, "ring");
+  const size_t count = 4096;
+  std::vector<std::vector<int32_t>> data(4, std::vector<int32_t>(count, 1));
+  for (int r = 0; r < 4; ++r) {  // one AllReduce everyone runs
+    ASSERT_EQ(kilnAllReduce(data[r].data(), data[r].data(), count, KILN_COMM_INT32,
+                            KILN_REDUCE_SUM, comms[r], stream(r)),
+              KILN_SUCCESS);
+  }
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(kilnrtSynchronizeStream(stream(r)), KILN_SUCCESS);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(kilnAllReduce(data[r].data(), data[r].data(), count, KILN_COMM_INT32,
+                            KILN_REDUCE_SUM, comms[r], stream(r)),
+              KILN_SUCCESS);
+  }
+  // The first rank to time out finds rank 3 behind; the others may hear it from that rank
+  // as it gives up ("rank 1 gave up on it"): every message names rank 3.
+  int saw_behind = 0;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(kilnrtSynchronizeStream(stream(r)), KILN_ERROR_RT_TASK_FAILED);
+    std::string message = last_error();
+    EXPECT_NE(message.find("AllReduce: rank 3"), std::string::npos) << message;
+    saw_behind += message.find("has not started this operation") != std::string::npos;
+  }
+  EXPECT_GE(saw_behind, 1);
+  ::setenv("KILN_COMM_TIMEOUT", "10", 1);
+  for (kilnComm c : comms) EXPECT_EQ(kilnCommDestroy(c), KILN_SUCCESS);
+}
+
 TEST_F(CollectivesTest, DestroyWaitsForQueuedOperations) {
   std::vector<kilnComm> comms = make_comms(4, "");
   const size_t count = 20000;

@@ -148,9 +148,11 @@ FAULT_LINE = re.compile(r"^FAULT rank=(\d+) code=(-?\d+) async=(-?\d+) seconds=(
 
 def fault_case(n, transport, kind, victim, must_name=True):
     """`must_name`: every survivor's error names the victim. Off for a hung rank (alive and
-    running, its stream blocked): Kiln cannot yet tell it from a rank that waits too, so each
+    running, its stream blocked) over TCP: its peers cannot see how far it got, so each
     survivor names a rank it waited on (docs/comm.md, "Faults"); what is checked then is that
-    every survivor fails within the timeout, naming the operation, and nothing hangs."""
+    every survivor fails within the timeout, naming the operation, and nothing hangs. Over
+    shared memory each rank publishes the collectives it started, and the survivors name
+    the rank that never started this one."""
     def run():
         env = {"KILN_COMM_TIMEOUT": str(FAULT_TIMEOUT)}
         if transport == "tcp":
@@ -202,7 +204,7 @@ CASES = [
     ("kill_tcp3", fault_case(3, "tcp", "kill", 1)),
     ("stall_tcp2", fault_case(2, "tcp", "stall", 0)),
     ("stall_tcp4", fault_case(4, "tcp", "stall", 2)),
-    ("hang_shm4", fault_case(4, "shm", "hang", 1, must_name=False)),
+    ("hang_shm4", fault_case(4, "shm", "hang", 1)),
     ("hang_tcp3", fault_case(3, "tcp", "hang", 2, must_name=False)),
 ]
 
