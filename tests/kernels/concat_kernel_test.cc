@@ -35,12 +35,7 @@ Built build_concat(DataType dtype, const std::vector<Dims>& dims, int64_t axis, 
     b.graph->inputs().push_back(v);
     ins.push_back(v);
     if (no_data) continue;
-    Tensor t = Tensor::make(dtype, dims[i]);
-    auto* bytes = static_cast<unsigned char*>(t.raw_data());
-    for (size_t k = 0; k < t.size_bytes(); ++k) bytes[k] = static_cast<unsigned char>(rng());
-    if (dtype == DataType::kBool)
-      for (size_t k = 0; k < t.size_bytes(); ++k) bytes[k] &= 1;
-    b.inputs.push_back(t);
+    b.inputs.push_back(testing::random_bytes(dtype, dims[i], rng));
   }
   ir::Value* y = b.graph->get_or_add_value("y");
   b.node = b.graph->add_node("c", "Concat", ops::kOnnxDomain, 13, ins, {y});
@@ -52,16 +47,7 @@ Built build_concat(DataType dtype, const std::vector<Dims>& dims, int64_t axis, 
 }
 
 void expect_same_as_reference(const Built& b, const std::string& what) {
-  const KernelFactory* f = concat_factory();
-  ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*b.node)) << what;
-  auto k = f->prepare(*b.node);
-  ASSERT_TRUE(k.ok()) << what << ": " << k.status().to_string();
-  auto want = testing::run_reference(*b.node, b.inputs);
-  auto got = testing::run_kernel(**k, *b.node, b.inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << what;
-  ASSERT_EQ(got->dims(), want->dims()) << what;
-  EXPECT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->size_bytes()), 0) << what;
+  testing::expect_bytes_match_reference(concat_factory(), b, what);
 }
 
 TEST(ConcatKernel, EveryAxisOf1DTo4D) {

@@ -1,15 +1,17 @@
-// Helpers the SIMD kernel tests share (attention, norm, softmax): a one-node graph with its
-// input tensors, seeded uniform inputs, and running a node on its reference kernel or on a
-// prepared fast kernel.
+// Helpers the kernel tests share (attention, norm, softmax, transpose, concat): a one-node
+// graph with its input tensors, seeded inputs, and running a node on its reference kernel or
+// on a prepared fast kernel.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
@@ -60,6 +62,33 @@ inline Expected<Tensor> run_reference(const ir::Node& node, const std::vector<Te
 
 inline Expected<Tensor> run_kernel(const Kernel& k, const ir::Node& node, const std::vector<Tensor>& inputs) {
   return run_with(node, inputs, [&](ops::KernelContext& ctx) { return k.run(ctx); });
+}
+
+// A tensor of `dims` with random bytes (0 / 1 for bool): for kernels that only move elements.
+inline Tensor random_bytes(DataType dtype, const Dims& dims, std::mt19937& rng) {
+  Tensor t = Tensor::make(dtype, dims);
+  auto* bytes = static_cast<unsigned char*>(t.raw_data());
+  for (size_t k = 0; k < t.size_bytes(); ++k) {
+    bytes[k] = static_cast<unsigned char>(rng());
+    if (dtype == DataType::kBool) bytes[k] &= 1;
+  }
+  return t;
+}
+
+// Prepares b's node on `factory` (which must take it) and checks that its output has the
+// reference kernel's dims and bytes.
+inline void expect_bytes_match_reference(const KernelFactory* factory, const Built& b,
+                                         const std::string& what) {
+  ASSERT_NE(factory, nullptr);
+  ASSERT_TRUE(factory->applicable(*b.node)) << what;
+  auto k = factory->prepare(*b.node);
+  ASSERT_TRUE(k.ok()) << what << ": " << k.status().to_string();
+  auto want = run_reference(*b.node, b.inputs);
+  auto got = run_kernel(**k, *b.node, b.inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << what;
+  ASSERT_EQ(got->dims(), want->dims()) << what;
+  ASSERT_EQ(got->dtype(), want->dtype()) << what;
+  EXPECT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->size_bytes()), 0) << what;
 }
 
 }  // namespace kiln::kernels::testing

@@ -46,28 +46,13 @@ Built transpose_node(DataType dtype, const Dims& dims, const std::vector<int64_t
 
 Built build_transpose(DataType dtype, const Dims& dims, const std::vector<int64_t>& perm) {
   Built b = transpose_node(dtype, dims, perm);
-  Tensor x = Tensor::make(dtype, dims);
   std::mt19937 rng(7);
-  auto* bytes = static_cast<unsigned char*>(x.raw_data());
-  for (size_t i = 0; i < x.size_bytes(); ++i) bytes[i] = static_cast<unsigned char>(rng());
-  if (dtype == DataType::kBool)
-    for (size_t i = 0; i < x.size_bytes(); ++i) bytes[i] &= 1;
-  b.inputs = {x};
+  b.inputs = {testing::random_bytes(dtype, dims, rng)};
   return b;
 }
 
 void expect_same_as_reference(const Built& b, const std::string& what) {
-  const KernelFactory* f = transpose_factory();
-  ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*b.node)) << what;
-  auto k = f->prepare(*b.node);
-  ASSERT_TRUE(k.ok()) << what << ": " << k.status().to_string();
-  auto want = testing::run_reference(*b.node, b.inputs);
-  auto got = testing::run_kernel(**k, *b.node, b.inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << what;
-  ASSERT_EQ(got->dims(), want->dims()) << what;
-  ASSERT_EQ(got->dtype(), want->dtype()) << what;
-  EXPECT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->size_bytes()), 0) << what;
+  testing::expect_bytes_match_reference(transpose_factory(), b, what);
 }
 
 std::string describe(const Dims& dims, const std::vector<int64_t>& perm) {
