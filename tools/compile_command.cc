@@ -22,6 +22,8 @@ struct CompileArgs {
   std::string dynamic_batch;  // shape buckets (compiler.h)
   std::string dynamic_dims;
   std::string pad_value;
+  std::string precision = "fp32";
+  std::string keep_dtype;
   int opt_level = 3;
   std::vector<std::string> disabled_passes;
   std::string fusion_switch_file;
@@ -84,6 +86,16 @@ int run_compile(const CompileArgs& args) {
     if (!off.ok()) return report_error("compile", off.status().to_string());
     options.passes.disabled.insert(off->begin(), off->end());
   }
+  if (auto p = compiler::precision_from_name(args.precision)) {
+    options.passes.precision = *p;
+  } else {
+    return report_error("compile", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
+  }
+  if (!args.keep_dtype.empty()) {
+    auto keep = compiler::parse_keep_dtype(args.keep_dtype);
+    if (!keep.ok()) return report_error("compile", keep.status().to_string());
+    options.passes.keep_dtype = *keep;
+  }
   Status valid = compiler::validate_pass_options(options.passes);
   if (!valid.ok()) return report_error("compile", valid.to_string());
   if (args.list_passes) return list_passes(options.passes);
@@ -141,6 +153,13 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--fusion-switch-file", args->fusion_switch_file,
                  "ATC-style switch file: lines 'PassName:off', or JSON "
                  "{\"Switch\":{\"GraphFusion\":{\"NAME\":\"off\",\"ALL\":\"off\"}}}");
+  app.add_option("--precision", args->precision,
+                 "Compute precision of convolutions and matrix products, as ATC's --precision_mode: "
+                 "fp32 (default), bf16 (all of them in bfloat16), mixed (bfloat16 but for the final "
+                 "layer); other ops stay fp32 (docs/precision.md)");
+  app.add_option("--keep-dtype", args->keep_dtype,
+                 "Nodes kept fp32 under bf16/mixed: names or op types, \"fc,Gemm\", or a file with one "
+                 "per line (ATC's OpName:/OpType: lines too)");
   app.add_option("--report", args->report, "Write the compile report (JSON) to this file");
   app.add_flag("--list-passes", args->list_passes, "List the passes, their levels and whether they run");
   app.add_flag("--check", args->check,

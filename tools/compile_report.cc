@@ -83,6 +83,20 @@ nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, doub
   j["kernels"] = kernels;
   j["reference_fallbacks"] = std::move(fallbacks);
 
+  // Which convolutions and products compute in which precision (--precision; the nodes'
+  // `precision` attribute, float32 when absent), with the pass's reasons for those kept fp32.
+  std::map<std::string, int> bf16_ops, fp32_ops;
+  for_each_node(graph, [&](const ir::Node& n) {
+    static const char* const kProducts[] = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul", "FusedGemm"};
+    if (std::find(std::begin(kProducts), std::end(kProducts), n.op_type()) == std::end(kProducts)) return;
+    const std::string op = n.domain().empty() ? n.op_type() : n.domain() + "." + n.op_type();
+    ++(n.attr_string("precision", "fp32") == "bf16" ? bf16_ops : fp32_ops)[op];
+  });
+  nlohmann::json precision = {{"mode", compiler::precision_name(compiled.precision)}, {"bf16", bf16_ops}, {"fp32", fp32_ops}};
+  for (const compiler::PassRecord& r : compiled.passes)
+    if (r.name == "precision_assignment" && !r.notes.empty()) precision["notes"] = r.notes;
+  j["precision"] = std::move(precision);
+
   // The runtime plans its own memory; this plan is the compiler's account of it, so a graph
   // it cannot plan only loses the memory section.
   Expected<compiler::MemoryPlan> plan = compiler::plan_memory(graph);

@@ -262,6 +262,7 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   CompiledModel out;
   KILN_LOG(kInfo, "%s: imported %zu nodes", name.c_str(), g.nodes().size());
   out.nodes_before = g.nodes().size();
+  out.precision = options.passes.precision;
   PassContext ctx(options.passes);
   Status passes = run_passes(g, ctx);
   out.passes = ctx.records();
@@ -389,6 +390,7 @@ Expected<CompiledModel> compile_buckets(frontend::ImportResult first, const Impo
   });
 
   CompiledModel out;
+  out.precision = options.passes.precision;
   std::optional<frontend::ImportResult> pending(std::move(first));
   auto next_import = [&]() -> Expected<frontend::ImportResult> {
     if (pending) {

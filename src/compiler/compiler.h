@@ -70,6 +70,7 @@ struct CompiledModel {
   std::vector<std::string> notes;  // what the compiler did, for the report
   std::vector<PassRecord> passes;  // one per pass run, in order
   size_t nodes_before = 0;         // nodes as imported
+  Precision precision = Precision::kFp32;  // --precision (the nodes carry what it decided)
 };
 
 // Imports an ONNX file and compiles it. Errors name the file and the node at fault.

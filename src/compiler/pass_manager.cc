@@ -199,4 +199,34 @@ Expected<std::set<std::string>> parse_fusion_switch_file(const std::string& path
   return parse_fusion_switch_text(ss.str(), path);
 }
 
+Expected<std::vector<std::string>> parse_keep_dtype(const std::string& spec) {
+  std::vector<std::string> entries;
+  std::ifstream f(spec, std::ios::binary);
+  if (f) {
+    std::string line;
+    int line_no = 0;
+    while (std::getline(f, line)) {
+      ++line_no;
+      if (size_t hash = line.find('#'); hash != std::string::npos) line = line.substr(0, hash);
+      line = trim(line);
+      if (line.empty()) continue;
+      for (const char* prefix : {"OpName:", "OpType:"})
+        if (line.rfind(prefix, 0) == 0) line = trim(line.substr(std::string(prefix).size()));
+      if (line.empty()) return invalid_argument("%s:%d: an empty keep-dtype entry", spec.c_str(), line_no);
+      entries.push_back(line);
+    }
+    return entries;
+  }
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item = trim(item);
+    if (item.empty())
+      return invalid_argument("--keep-dtype '%s': an empty entry (give names or op types separated by commas, "
+                              "or the path of a file listing them)", spec.c_str());
+    entries.push_back(item);
+  }
+  return entries;
+}
+
 }  // namespace kiln::compiler

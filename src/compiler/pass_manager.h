@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,12 +24,21 @@ struct PassRecord {
   std::map<std::string, int> fusions;
 };
 
+// The compute precision of convolutions and matrix products (kiln compile --precision;
+// precision_assignment.cc has the rules).
+enum class Precision { kFp32, kBf16, kMixed };
+const char* precision_name(Precision p);  // "fp32", "bf16", "mixed"
+std::optional<Precision> precision_from_name(const std::string& name);
+
 struct PassOptions {
   int opt_level = 3;                 // 0..3, as -O0..-O3
   std::set<std::string> disabled;    // pass names; required passes cannot be disabled
   // Channels per block of the NC1HWC0 layout layout_assignment uses: 0 picks the compiling
   // CPU's (16 with AVX-512, else 8).
   int channel_block = 0;
+  Precision precision = Precision::kFp32;
+  // Node names, output names or op types whose convolutions / products stay float32.
+  std::vector<std::string> keep_dtype;
   // Run ir::verify after every pass. On in debug builds and with KILN_VERIFY_PASSES=1.
   bool verify_each_pass = default_verify_each_pass();
   static bool default_verify_each_pass();
@@ -107,5 +117,11 @@ Status run_passes(ir::Graph& graph, PassContext& ctx, const PassRegistry& regist
 Expected<std::set<std::string>> parse_fusion_switch_file(const std::string& path);
 Expected<std::set<std::string>> parse_fusion_switch_text(const std::string& text,
                                                          const std::string& source_name);
+
+// `kiln compile --keep-dtype SPEC`: the nodes / op types that stay float32 (PassOptions::
+// keep_dtype). SPEC is a comma-separated list ("fc,Gemm"), or the path of a file with one
+// entry per line ('#' starts a comment), each optionally written as ATC's keep_dtype file
+// writes it: "OpName:name" or "OpType:type". Empty entries are errors.
+Expected<std::vector<std::string>> parse_keep_dtype(const std::string& spec);
 
 }  // namespace kiln::compiler

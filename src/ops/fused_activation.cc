@@ -164,12 +164,14 @@ Status apply_fused_activation(const ir::Node& node, const FusedActivation& act, 
   return ok_status();
 }
 
-Expected<Tensor> run_onnx_reference(KernelContext& ctx, const char* op, int num_inputs) {
+Expected<Tensor> run_onnx_reference(KernelContext& ctx, const char* op, int num_inputs,
+                                    const std::vector<const RuntimeValue*>& first_inputs) {
   const OpSchema* schema = OpRegistry::instance().find(kOnnxDomain, op, kMaxOpset);
   if (!schema || !schema->kernel_fn())
     return internal_error("node %s: no reference kernel for ONNX %s", ctx.node().label().c_str(), op);
   std::vector<const RuntimeValue*> inputs;
-  for (int i = 0; i < num_inputs; ++i) inputs.push_back(ctx.value(i));
+  for (int i = 0; i < num_inputs; ++i)
+    inputs.push_back(static_cast<size_t>(i) < first_inputs.size() ? first_inputs[static_cast<size_t>(i)] : ctx.value(i));
   std::vector<RuntimeValue> outputs(1);
   KernelContext inner(ctx.node(), std::move(inputs), &outputs, ctx.subgraphs());
   KILN_RETURN_IF_ERROR(schema->kernel_fn()(inner));

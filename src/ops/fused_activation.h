@@ -67,7 +67,10 @@ extern template double fused_activation_value<double>(const FusedActivation&, do
 // fused node itself with its first `num_inputs` inputs, and returns output 0. The fused
 // ops keep the ONNX op's attribute names (Conv's pads, Gemm's transA, LayerNormalization's
 // axis), so the ONNX kernel reads them from the fused node; errors name the fused node.
-Expected<Tensor> run_onnx_reference(KernelContext& ctx, const char* op, int num_inputs);
+// `first_inputs`, when given, replaces the node's first inputs (the fused ops' bf16 precision
+// runs the product on rounded copies of X and W).
+Expected<Tensor> run_onnx_reference(KernelContext& ctx, const char* op, int num_inputs,
+                                    const std::vector<const RuntimeValue*>& first_inputs = {});
 // Runs the ONNX op's shape and type inference on the fused node's context.
 Status run_onnx_inference(InferContext& ctx, const char* op);
 

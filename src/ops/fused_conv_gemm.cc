@@ -20,9 +20,12 @@ bool is_float_type(DataType t) {
 
 // Inference-time checks common to the three ops: required inputs, float dtypes that
 // agree, and a valid activation.
+Status check_precision(InferContext& ctx);
+
 Status check_fused_inputs(InferContext& ctx, int required) {
   const ir::Node& node = ctx.node();
   KILN_RETURN_IF_ERROR(parse_fused_activation(node).status());
+  KILN_RETURN_IF_ERROR(check_precision(ctx));
   for (int i = 0; i < required; ++i)
     if (!ctx.has_input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
   const DataType dt = ctx.input_type(0).dtype;
@@ -113,6 +116,33 @@ struct Addend {
   bool exact;
 };
 
+// The `precision` attribute (compiler/passes/precision_assignment.cc): "fp32" (the default)
+// or "bf16", where X (A) and W (B) are rounded to bfloat16 before the product, which is
+// summed in float32; the addends and the activation stay float32.
+Expected<bool> computes_in_bf16(const ir::Node& node) {
+  const std::string p = node.attr_string("precision", "fp32");
+  if (p != "fp32" && p != "bf16")
+    return invalid_argument("node %s: precision '%s': expected fp32 or bf16", node.label().c_str(), p.c_str());
+  return p == "bf16";
+}
+
+Status check_precision(InferContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(bool bf16, computes_in_bf16(ctx.node()));
+  if (bf16 && ctx.input_type(0).dtype != DataType::kFloat32 && ctx.input_type(0).dtype != DataType::kUndefined)
+    return invalid_argument("node %s: precision bf16 takes float32 inputs, not %s", ctx.node().label().c_str(),
+                            dtype_name(ctx.input_type(0).dtype));
+  return ok_status();
+}
+
+// A float32 copy of `t` with every element rounded to the nearest bfloat16.
+Tensor rounded_to_bf16(const Tensor& t) {
+  Tensor r = Tensor::make(DataType::kFloat32, t.dims());
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  for (int64_t i = 0; i < t.num_elements(); ++i) dst[i] = bf16_to_float(float_to_bf16(src[i]));
+  return r;
+}
+
 Status fused_kernel(KernelContext& ctx, const char* onnx_op, int onnx_inputs, std::vector<Addend> addends) {
   const ir::Node& node = ctx.node();
   KILN_ASSIGN_OR_RETURN(FusedActivation act, parse_fused_activation(node));
@@ -120,7 +150,19 @@ Status fused_kernel(KernelContext& ctx, const char* onnx_op, int onnx_inputs, st
     if (!ctx.input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
   const DataType dt = ctx.input(0)->dtype();
   if (dt != DataType::kFloat32 && dt != DataType::kFloat64) return unsupported_dtype(node, dt);
-  KILN_ASSIGN_OR_RETURN(Tensor y, run_onnx_reference(ctx, onnx_op, onnx_inputs));
+  KILN_ASSIGN_OR_RETURN(const bool bf16, computes_in_bf16(node));
+  std::vector<RuntimeValue> rounded;
+  std::vector<const RuntimeValue*> first_inputs;
+  if (bf16) {
+    for (int i = 0; i < 2; ++i) {
+      if (ctx.input(i)->dtype() != DataType::kFloat32)
+        return invalid_argument("node %s: precision bf16 takes float32 inputs, input %d is %s", node.label().c_str(),
+                                i, dtype_name(ctx.input(i)->dtype()));
+      rounded.emplace_back(rounded_to_bf16(*ctx.input(i)));
+    }
+    for (const RuntimeValue& v : rounded) first_inputs.push_back(&v);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_onnx_reference(ctx, onnx_op, onnx_inputs, first_inputs));
   for (const Addend& a : addends) KILN_RETURN_IF_ERROR(add_into(node, y, ctx.input(a.input), a.what, a.exact));
   KILN_RETURN_IF_ERROR(apply_fused_activation(node, act, y));
   ctx.set_output(0, std::move(y));
@@ -210,7 +252,8 @@ OpSchema fused_schema(const char* name, int max_inputs) {
       .attr("activation", AttrKind::kString)
       .attr("activation_params", AttrKind::kFloats)
       .attr("activation_post_scale", AttrKind::kFloat)
-      .attr("activation_post_shift", AttrKind::kFloat);
+      .attr("activation_post_shift", AttrKind::kFloat)
+      .attr("precision", AttrKind::kString);
 }
 
 }  // namespace

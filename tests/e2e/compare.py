@@ -2,6 +2,7 @@
 """Compares Kiln's outputs with reference outputs.
 
 Usage: compare.py EXPECTED_DIR KILN_OUTPUT_DIR [--rel 1e-4] [--atol 0] [--kiln-reference]
+                  [--min-cosine C [--same-argmax]]
 
 EXPECTED_DIR holds expected_<name>.npy files (name sanitised: every char outside [A-Za-z0-9._-]
 becomes '_'). KILN_OUTPUT_DIR is what `kiln run --output-dir` wrote: one .npy per output and
@@ -13,6 +14,11 @@ Every expected output must be present with the same dtype and shape, and satisfy
 max|kiln - ref| <= atol + rel * max|ref| (floating point) or be equal (integer and bool
 outputs). Prints one line per output, then the worst max|kiln - ref| / max|ref| over the
 floating-point outputs; exits 1 on any FAIL or missing output, 2 on bad usage or files.
+
+With --min-cosine (reduced-precision runs, `kiln compile --precision bf16|mixed`), a
+floating-point output passes when the cosine similarity of the flattened outputs is >= C
+instead, and with --same-argmax also when the argmax along the last axis (a classifier's
+top-1 class) is the same everywhere; the max relative error is printed beside them.
 """
 
 import argparse
@@ -64,7 +70,13 @@ def main():
                         help="absolute slack added to the bound, for outputs near 0 (default 0)")
     parser.add_argument("--kiln-reference", action="store_true",
                         help="EXPECTED_DIR is a `kiln run --output-dir` folder (e.g. the -O0 run)")
+    parser.add_argument("--min-cosine", type=float, default=None,
+                        help="pass floating outputs on cosine similarity >= this instead of --rel")
+    parser.add_argument("--same-argmax", action="store_true",
+                        help="with --min-cosine: the argmax along the last axis must match too")
     args = parser.parse_args()
+    if args.same_argmax and args.min_cosine is None:
+        parser.error("--same-argmax needs --min-cosine")
     if not (args.rel >= 0):
         parser.error("--rel must be >= 0")
     if not (args.atol >= 0):
@@ -150,6 +162,19 @@ def main():
             bound = args.atol + args.rel * scale
             if scale > 0:
                 worst = max(worst, diff / scale)
+            if args.min_cosine is not None:
+                norms = float(np.linalg.norm(o) * np.linalg.norm(r))
+                cos = float(np.dot(o.ravel(), r.ravel()) / norms) if norms > 0 else float(diff == 0)
+                ok = cos >= args.min_cosine
+                note = f"cosine {cos:.6f} (min {args.min_cosine:g}), max rel {diff / scale if scale else 0:.3g}"
+                if args.same_argmax and r.ndim >= 1:
+                    same = np.array_equal(np.argmax(o, axis=-1), np.argmax(r, axis=-1))
+                    ok = ok and same
+                    note += f", argmax {'same' if same else 'DIFFERS'} ({np.argmax(o, axis=-1).ravel()[:4].tolist()} vs {np.argmax(r, axis=-1).ravel()[:4].tolist()})"
+                if not ok:
+                    failures += 1
+                print(f"{name:<28} {fmt_shape(ref.shape):<16} {note} {'PASS' if ok else 'FAIL'}")
+                continue
         else:
             # Integer and bool outputs (indices, masks) must match exactly.
             diff = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64))))

@@ -147,6 +147,21 @@ if ! "$python" "$here/compare.py" "$out_dir/outputs_O0" "$out_dir/outputs" --kil
   die "$model: the outputs at -O3 differ from those at -O0 (see kiln compare above)"
 fi
 step "-O0 compile, run and compare"
+# 6. --precision mixed (convolutions and products in bfloat16 but the final layer): the outputs
+# must stay close to the reference in direction (cosine similarity) and keep a classifier's
+# top-1 class (docs/precision.md).
+mixed_args=(compile "$onnx_path" -o "$out_dir/model_mixed.kiln" --precision mixed -q)
+[[ -n $input_shape ]] && mixed_args+=(--input-shape "$input_shape")
+echo "[e2e $model] $kiln ${mixed_args[*]}"
+"$kiln" "${mixed_args[@]}" || die "kiln compile --precision mixed failed for $model"
+"$kiln" run "$out_dir/model_mixed.kiln" --output-dir "$out_dir/outputs_mixed" "${run_args[@]:4}" >/dev/null ||
+  die "kiln run of the mixed-precision model failed for $model"
+mixed_check=(--min-cosine 0.999)
+case $model in resnet50 | mobilenet_v2 | ocr_cls) mixed_check+=(--same-argmax) ;; esac
+echo "[e2e $model] --precision mixed vs reference:"
+"$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs_mixed" "${mixed_check[@]}" ||
+  die "$model: the --precision mixed outputs are too far from the reference (see above)"
+step "--precision mixed compile, run and compare"
 worst() { sed -n 's/^worst relative diff[^:]*: \([^ ]*\).*/\1/p' "$1"; }
 echo "[e2e $model] worst relative diff: -O3 vs reference $(worst "$out_dir/compare_reference.txt")," \
   "-O3 vs -O0 $(worst "$out_dir/compare_levels.txt") (bound $rel)"

@@ -22,6 +22,7 @@ PassInfo elementwise_fusion_pass();     // elementwise op trees -> kiln FusedEle
 PassInfo cse_pass();                    // common-subexpression elimination (-O1)
 PassInfo dead_node_removal_pass();      // nodes reaching no output (-O0, optional)
 PassInfo layout_assignment_pass();      // blocked NC1HWC0 activations between convs (-O3)
+PassInfo precision_assignment_pass();    // bf16 convs / products (--precision; required)
 PassInfo memory_scheduling_pass();      // execution order lowering the arena (-O3)
 
 void register_builtin_passes(PassRegistry& registry);

@@ -51,6 +51,10 @@ struct ConvPlan {
   const Tensor* bias = nullptr;     // null: no bias
   bool has_z = false;
   ops::FusedActivation act;
+  // precision "bf16" (compiler/passes/precision_assignment.cc): the primitive reads X and W
+  // as bfloat16 (X converted by the source reorder, W packed so at prepare) and accumulates,
+  // adds B and Z, and writes Y in float32.
+  bool bf16 = false;
 };
 
 bool is_static_f32(const ir::Value* v) {
@@ -144,6 +148,10 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
     p.has_z = true;
   }
   if (fused) {
+    const std::string precision = node.attr_string("precision", "fp32");
+    if (precision != "fp32" && precision != "bf16")
+      return unsupported("node %s: precision '%s'", label.c_str(), precision.c_str());
+    p.bf16 = precision == "bf16";
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
     if (!onednn::activation_supported(p.act))
       return unsupported("node %s: activation has no oneDNN post-op", label.c_str());
@@ -267,9 +275,10 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
     k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
-    const memory::desc any_src(onednn::to_dims(p.x_dims), f32, memory::format_tag::any);
+    const auto compute = p.bf16 ? memory::data_type::bf16 : f32;  // X's and W's in the primitive
+    const memory::desc any_src(onednn::to_dims(p.x_dims), compute, memory::format_tag::any);
     const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);
-    const memory::desc any_w(w_dims, f32, memory::format_tag::any);
+    const memory::desc any_w(w_dims, compute, memory::format_tag::any);
     const memory::desc bias_md = p.bias ? memory::desc({p.w_dims[0]}, f32, memory::format_tag::a) : memory::desc();
     memory::dims strides, dilations, pad_l, pad_r;
     for (int d = 0; d < n; ++d) {
@@ -286,7 +295,7 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        kPrimitiveChoosesLayout ? any_src : k->layouts.user_src, any_w, bias_md,
+        kPrimitiveChoosesLayout || p.bf16 ? any_src : k->layouts.user_src, any_w, bias_md,
         kPrimitiveChoosesLayout ? any_dst : k->layouts.user_dst, strides, dilations, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
     k->conv = dnnl::convolution_forward(pd);

@@ -71,6 +71,10 @@ struct MatMulPlan {
   std::vector<Addend> addends;
   ops::FusedActivation act;
   const Tensor* constant_b = nullptr;  // B's initializer, when B is constant
+  // precision "bf16" (compiler/passes/precision_assignment.cc): A converted to bfloat16 by a
+  // reorder before each run, constant B packed as bfloat16 at prepare, the product summed and
+  // the addends and activation applied in float32 (oneDNN's bf16 matmul, AMX where present).
+  bool bf16 = false;
 };
 
 bool is_static_f32(const ir::Value* v) {
@@ -244,6 +248,10 @@ Expected<MatMulPlan> plan_node(const ir::Node& node) {
     return unsupported("node %s: A, B and Y must be float32 with static shapes", p.label.c_str());
   if (fused) {
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
+    const std::string precision = node.attr_string("precision", "fp32");
+    if (precision != "fp32" && precision != "bf16")
+      return unsupported("node %s: precision '%s'", p.label.c_str(), precision.c_str());
+    p.bf16 = precision == "bf16";
   } else if (node.has_attr("activation") || node.has_attr("activation_params")) {
     return unsupported("node %s: an ONNX op with an activation attribute", p.label.c_str());
   }
@@ -267,6 +275,8 @@ Expected<MatMulPlan> plan_node(const ir::Node& node) {
   if (b->has_initializer() && b->initializer()->dtype() == DataType::kFloat32 &&
       b->initializer()->dims() == p.b_dims)
     p.constant_b = b->initializer();
+  if (p.bf16 && !p.constant_b)
+    return unsupported("node %s: precision bf16 needs a constant B", p.label.c_str());
   return p;
 }
 
@@ -318,6 +328,11 @@ class MatMulKernel final : public Kernel {
   int gemm_row_addend_ = -1, gemm_full_addend_ = -1;
   dnnl::matmul primitive_;
   memory::desc src_md_, wei_md_, bias_md_, dst_md_, scratchpad_md_;
+  // bf16: A's float32 layout (src_md_) reordered into the workspace as src_bf16_md_, after
+  // the scratchpad (which the reorder and the primitive share, one after the other).
+  memory::desc src_bf16_md_;
+  dnnl::reorder src_reorder_;
+  size_t src_bf16_offset_ = 0;
   std::vector<memory::desc> binary_md_;  // per addend routed through a binary post-op
   std::vector<int> binary_arg_;          // per addend: the DNNL_ARG_ of its post-op source, or 0
   int bias_addend_ = -1;
@@ -336,8 +351,8 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
   const MatMulPlan& p = plan_;
   src_md_ = strided_md(p.src_dims, p.src_strides);
   const memory::desc wei_plain = strided_md(p.wei_dims, p.wei_strides);
-  const memory::desc wei_any(onednn::to_dims(p.wei_dims), memory::data_type::f32,
-                             memory::format_tag::any);
+  const auto compute = p.bf16 ? memory::data_type::bf16 : memory::data_type::f32;  // A's and B's
+  const memory::desc wei_any(onednn::to_dims(p.wei_dims), compute, memory::format_tag::any);
   dst_md_ = plain_md(p.dst_dims);
   bias_md_ = memory::desc();
   bias_addend_ = -1;
@@ -373,7 +388,8 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
   try {
     onednn::CreationThreadsScope threads;
     const dnnl::engine& engine = onednn::cpu_engine();
-    dnnl::matmul::desc desc(src_md_, p.constant_b ? wei_any : wei_plain, bias_md_, dst_md_);
+    if (p.bf16) src_bf16_md_ = memory::desc(onednn::to_dims(p.src_dims), compute, onednn::plain_tag(static_cast<int>(p.src_dims.size())));
+    dnnl::matmul::desc desc(p.bf16 ? src_bf16_md_ : src_md_, p.constant_b ? wei_any : wei_plain, bias_md_, dst_md_);
     dnnl::matmul::primitive_desc pd(desc, attr, engine);
     const std::string impl = onednn::implementation_name(pd);
     // oneDNN's reference implementation is a scalar loop nest: the other routings exist to
@@ -399,6 +415,14 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
     primitive_ = dnnl::matmul(pd);
     scratchpad_md_ = pd.scratchpad_desc();
     scratchpad_bytes_ = scratchpad_md_.get_size();
+    if (p.bf16) {
+      size_t reorder_scratch = 0;
+      src_reorder_ = onednn::make_reorder(src_md_, src_bf16_md_, reorder_scratch);
+      scratchpad_bytes_ = std::max(scratchpad_bytes_, reorder_scratch);
+      scratchpad_md_ = memory::desc({static_cast<memory::dim>(scratchpad_bytes_)}, memory::data_type::u8,
+                                    memory::format_tag::a);
+      src_bf16_offset_ = onednn::align64(scratchpad_bytes_);
+    }
     implementation_ = impl;
   } catch (const dnnl::error& e) {
     return unsupported("oneDNN: %s", e.what());
@@ -414,7 +438,7 @@ constexpr int64_t kPackedGemmMinRows = 6;
 
 bool MatMulKernel::use_packed_gemm() {
   const MatMulPlan& p = plan_;
-  if (!p.constant_b || p.src_dims.size() != 2 || p.wei_dims.size() != 2) return false;
+  if (p.bf16 || !p.constant_b || p.src_dims.size() != 2 || p.wei_dims.size() != 2) return false;
   const int64_t m = p.src_dims[0], k = p.src_dims[1], n = p.wei_dims[1];
   if (m < kPackedGemmMinRows || p.src_strides != Dims{k, 1}) return false;
   for (size_t i = 0; i < p.addends.size(); ++i) {
@@ -536,18 +560,27 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
   if (gemm_b_) return run_packed_gemm(ctx, py);
   if (prefill_) prefill(ctx, py);
   void* scratchpad = nullptr;
-  if (scratchpad_bytes_ > 0) {
-    scratchpad = onednn::thread_workspace(scratchpad_bytes_);
+  const size_t workspace_bytes =
+      plan_.bf16 ? src_bf16_offset_ + onednn::align64(src_bf16_md_.get_size()) : scratchpad_bytes_;
+  if (workspace_bytes > 0) {
+    scratchpad = onednn::thread_workspace(workspace_bytes);
     if (!scratchpad)
-      return resource_exhausted("node %s: no memory for a %zu-byte scratchpad", plan_.label.c_str(),
-                                scratchpad_bytes_);
+      return resource_exhausted("node %s: no memory for a %zu-byte workspace", plan_.label.c_str(), workspace_bytes);
   }
   try {
     const dnnl::engine& engine = onednn::cpu_engine();
+    dnnl::stream& stream = onednn::thread_stream();
     const void* b = packed_b_ ? packed_b_.get() : ctx.input(1)->raw_data();
     std::unordered_map<int, memory> args;
-    args.emplace(DNNL_ARG_SRC,
-                 memory(src_md_, engine, const_cast<void*>(ctx.input(0)->raw_data())));
+    memory a_user(src_md_, engine, const_cast<void*>(ctx.input(0)->raw_data()));
+    if (plan_.bf16) {
+      memory a_bf16(src_bf16_md_, engine, static_cast<char*>(scratchpad) + src_bf16_offset_);
+      memory scratch(scratchpad_md_, engine, scratchpad);
+      src_reorder_.execute(stream, {{DNNL_ARG_FROM, a_user}, {DNNL_ARG_TO, a_bf16}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      args.emplace(DNNL_ARG_SRC, a_bf16);
+    } else {
+      args.emplace(DNNL_ARG_SRC, a_user);
+    }
     args.emplace(DNNL_ARG_WEIGHTS, memory(wei_md_, engine, const_cast<void*>(b)));
     args.emplace(DNNL_ARG_DST, memory(dst_md_, engine, py));
     if (bias_addend_ >= 0)
@@ -562,7 +595,6 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
                                           const_cast<void*>(ctx.input(a.input)->raw_data())));
     }
     if (scratchpad) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_md_, engine, scratchpad));
-    dnnl::stream& stream = onednn::thread_stream();
     primitive_.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {

@@ -49,7 +49,7 @@ inline bool cpu_has_avx2() {
 #define KILN_SIMD_IF_AVX2_NAME()
 #endif
 
-#if HWY_STATIC_TARGET == HWY_AVX3
+#if HWY_STATIC_TARGET == HWY_AVX3 || HWY_STATIC_TARGET == HWY_AVX3_DL
 #define KILN_SIMD_STATIC_NAME "avx512"
 #elif HWY_STATIC_TARGET == HWY_AVX2
 #define KILN_SIMD_STATIC_NAME "avx2"

@@ -1,0 +1,215 @@
+// precision_assignment: the compute precision of each convolution and matrix product
+// (`kiln compile --precision fp32|bf16|mixed`, ATC's --precision_mode; `--keep-dtype`).
+//
+// A node the pass puts in bfloat16 gets the attribute precision = "bf16" (a kiln FusedConv,
+// FusedMatMul or FusedGemm; an ONNX Conv / MatMul / Gemm becomes its fused form, with no
+// addend and no activation, to carry it): its X (A) and W (B) are rounded to bfloat16 (round
+// to nearest even), the products are exact and summed in float32, and the bias, the residual,
+// the activation and the output stay float32 (docs/fused-ops.md). Tensors between nodes stay
+// float32, so every other op (Softmax, LayerNorm, reductions, exp / log, elementwise chains)
+// computes in float32 in every mode.
+//
+// Candidates: Conv, MatMul, Gemm and their fused forms on float32 with a constant weight W / B
+// (a layer's parameters, packed into bfloat16 once when the model loads).
+//   fp32  (default): nothing changes; the pass does nothing.
+//   bf16:  every candidate runs in bfloat16, except the --keep-dtype ones.
+//   mixed: as bf16, and the model's final layer stays float32: for each graph output, the
+//          last candidate (in execution order) it depends on (ResNet's classifier, BERT's
+//          last feed-forward output and pooler; what the accuracy of the result hangs on).
+// --keep-dtype entries name nodes (a node's name, a part of a fused node's "a+b+c" name, or
+// its output's name) or op types (ONNX's, which also match the fused forms: "Conv" keeps
+// FusedConv nodes); an entry that matches nothing is reported in a note.
+//
+// The pass is required (it runs at every -O level, after the fusions and layout assignment,
+// so the fused nodes are the ones marked) and records one note per mode decision: the counts
+// per op type and each node kept in float32 with the reason.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/passes/fusion_util.h"
+#include "compiler/passes/passes.h"
+#include "core/logging.h"
+#include "ops/registry.h"
+
+namespace kiln::compiler {
+namespace {
+
+// The fused form of each candidate op, and the ONNX op type of each.
+struct CandidateOp {
+  const char* onnx;
+  const char* fused;
+};
+constexpr CandidateOp kCandidateOps[] = {{"Conv", "FusedConv"}, {"MatMul", "FusedMatMul"}, {"Gemm", "FusedGemm"}};
+
+// The ONNX op type of a candidate op (Conv for Conv and FusedConv), or null.
+const char* candidate_base_op(const ir::Node& n) {
+  for (const CandidateOp& c : kCandidateOps) {
+    if (n.domain() == ops::kOnnxDomain && n.op_type() == c.onnx) return c.onnx;
+    if (n.domain() == ops::kKilnDomain && n.op_type() == c.fused) return c.onnx;
+  }
+  return nullptr;
+}
+
+const char* fused_op_for(const char* base) {
+  for (const CandidateOp& c : kCandidateOps)
+    if (std::string(base) == c.onnx) return c.fused;
+  return nullptr;
+}
+
+bool float32_tensor(const ir::Value* v) { return v && v->dtype() == DataType::kFloat32; }
+
+// A layer: float32 in and out, constant float32 weights in input 1.
+bool is_candidate(const ir::Graph& g, const ir::Node& n) {
+  if (!candidate_base_op(n) || n.num_outputs() != 1 || n.num_inputs() < 2) return false;
+  const ir::Value* w = n.input(1);
+  return float32_tensor(n.input(0)) && float32_tensor(n.output(0)) && float32_tensor(w) &&
+         fusion::constant(g, w);
+}
+
+std::vector<std::string> split_name(const std::string& name) {
+  std::vector<std::string> parts;
+  std::stringstream ss(name);
+  std::string part;
+  while (std::getline(ss, part, '+'))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+// The --keep-dtype entry that matches `n`, or null.
+const std::string* keep_entry_for(const ir::Node& n, const std::vector<std::string>& keep) {
+  const std::vector<std::string> parts = split_name(n.name());
+  for (const std::string& k : keep) {
+    if (k == n.name() || k == n.op_type() || k == candidate_base_op(n) || (n.output(0) && k == n.output(0)->name()) ||
+        std::find(parts.begin(), parts.end(), k) != parts.end())
+      return &k;
+  }
+  return nullptr;
+}
+
+// For each graph output, the last candidate in execution order that it depends on.
+std::unordered_set<const ir::Node*> final_layers(const ir::Graph& g, const std::unordered_set<const ir::Node*>& cands) {
+  std::unordered_map<const ir::Node*, size_t> order;
+  for (size_t i = 0; i < g.nodes().size(); ++i) order[g.nodes()[i].get()] = i;
+  std::unordered_set<const ir::Node*> finals;
+  for (const ir::Value* out : g.outputs()) {
+    std::vector<const ir::Node*> stack;
+    std::unordered_set<const ir::Node*> seen;
+    if (out->producer()) stack.push_back(out->producer());
+    const ir::Node* last = nullptr;
+    while (!stack.empty()) {
+      const ir::Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      if (cands.count(n) && (!last || order[n] > order[last])) last = n;
+      for (const ir::Value* in : n->inputs())
+        if (in && in->producer()) stack.push_back(in->producer());
+    }
+    if (last) finals.insert(last);
+  }
+  return finals;
+}
+
+// The same node as its fused form (same inputs, output, name and attributes).
+ir::Node* to_fused_form(ir::Graph& g, GraphUses& uses, ir::Node* node, std::unordered_set<const ir::Node*>& removed) {
+  const char* fused = fused_op_for(candidate_base_op(*node));
+  std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().end());
+  ir::AttributeMap attrs = node->attrs();
+  ir::Node* n = fusion::add_fused_node(g, uses, fused, {node}, inputs, node->output(0), removed);
+  n->set_name(node->name());
+  n->attrs() = std::move(attrs);
+  return n;
+}
+
+std::string counts_text(const std::map<std::string, int>& counts) {
+  std::string s;
+  for (const auto& [op, n] : counts) s += str_format("%s%s x%d", s.empty() ? "" : ", ", op.c_str(), n);
+  return s;
+}
+
+Status assign_precision(ir::Graph& g, PassContext& ctx) {
+  const Precision mode = ctx.options().precision;
+  if (mode == Precision::kFp32) return ok_status();
+  for (const char* op : {"FusedConv", "FusedMatMul", "FusedGemm"})
+    if (!fusion::kiln_op_available(op))
+      return internal_error("precision_assignment: kiln %s is not registered", op);
+  const std::vector<std::string>& keep = ctx.options().keep_dtype;
+
+  std::unordered_set<const ir::Node*> cands;
+  for (const auto& n : g.nodes())
+    if (is_candidate(g, *n)) cands.insert(n.get());
+  const std::unordered_set<const ir::Node*> finals =
+      mode == Precision::kMixed ? final_layers(g, cands) : std::unordered_set<const ir::Node*>{};
+
+  GraphUses uses(g);
+  std::unordered_set<const ir::Node*> removed;
+  std::set<std::string> keep_used;
+  std::map<std::string, int> bf16_counts;
+  std::vector<std::string> kept;
+  std::vector<ir::Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* node : nodes) {
+    if (!cands.count(node)) continue;
+    if (const std::string* k = keep_entry_for(*node, keep)) {
+      keep_used.insert(*k);
+      kept.push_back(str_format("%s (--keep-dtype %s)", node->name().c_str(), k->c_str()));
+      continue;
+    }
+    if (finals.count(node)) {
+      kept.push_back(str_format("%s (final layer)", node->name().c_str()));
+      continue;
+    }
+    if (node->domain() == ops::kOnnxDomain) node = to_fused_form(g, uses, node, removed);
+    node->attrs()["precision"] = ir::Attribute::from_string("bf16");
+    ++bf16_counts["kiln." + node->op_type()];
+    ctx.add_changed(1);
+  }
+  KILN_RETURN_IF_ERROR(fusion::finish(g, removed));
+
+  int total = 0;
+  for (const auto& [op, n] : bf16_counts) total += n;
+  ctx.note(str_format("precision %s: %d nodes in bf16%s%s", precision_name(mode), total,
+                      bf16_counts.empty() ? "" : " (", bf16_counts.empty() ? "" : (counts_text(bf16_counts) + ")").c_str()));
+  if (!kept.empty()) {
+    std::string list;
+    for (const std::string& k : kept) list += (list.empty() ? "" : ", ") + k;
+    ctx.note(str_format("kept in fp32: %zu: %s", kept.size(), list.c_str()));
+  }
+  for (const std::string& k : keep)
+    if (!keep_used.count(k)) ctx.note(str_format("--keep-dtype %s matches no convolution or matrix product", k.c_str()));
+  if (total > 0 && !__builtin_cpu_supports("avx512bf16"))
+    ctx.note("this CPU has no AVX512-BF16: here the bf16 nodes run on emulated or reference kernels, slower than fp32");
+  return ok_status();
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+std::optional<Precision> precision_from_name(const std::string& name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kMixed})
+    if (name == precision_name(p)) return p;
+  return std::nullopt;
+}
+
+PassInfo precision_assignment_pass() {
+  PassInfo p;
+  p.name = "precision_assignment";
+  p.min_level = 0;
+  p.required = true;
+  p.description = "bf16 compute for convolutions and matrix products (--precision bf16|mixed, --keep-dtype)";
+  p.run = assign_precision;
+  return p;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,214 @@
+// precision_assignment (kiln compile --precision bf16|mixed, --keep-dtype): which
+// convolutions and products get precision "bf16", and what such a node computes on the
+// reference kernels: the ONNX op on X and W rounded to bfloat16 (rounded here by the test, on
+// its own), exactly.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "core/dtype.h"
+#include "fusion_test_util.h"
+
+namespace kiln::compiler {
+namespace {
+
+using testing::finit;
+using testing::fmodel;
+using testing::make_inputs;
+using testing::run_graph;
+
+Expected<CompiledModel> compile_with(const std::string& text, int level, Precision precision,
+                                     std::vector<std::string> keep = {}) {
+  onnx::ModelProto m;
+  auto st = onnx::OnnxParser::Parse(m, text.c_str());
+  if (!st.IsOK()) return invalid_argument("ONNX text does not parse: %s", st.ErrorMessage().c_str());
+  std::string bytes = m.SerializeAsString();
+  CompileOptions options;
+  options.passes.opt_level = level;
+  options.passes.precision = precision;
+  options.passes.keep_dtype = std::move(keep);
+  options.passes.verify_each_pass = true;
+  return compile_onnx_bytes(bytes.data(), bytes.size(), "test.onnx", options);
+}
+
+// Node name -> its precision attribute ("fp32" when absent), for the convs and products.
+std::map<std::string, std::string> precisions(const ir::Graph& g) {
+  std::map<std::string, std::string> out;
+  for (const auto& n : g.nodes()) {
+    const std::string& op = n->op_type();
+    if (op == "Conv" || op == "FusedConv" || op == "MatMul" || op == "FusedMatMul" || op == "Gemm" ||
+        op == "FusedGemm")
+      out[n->name()] = n->attr_string("precision", "fp32");
+  }
+  return out;
+}
+
+std::vector<std::string> notes(const CompiledModel& c) {
+  for (const PassRecord& r : c.passes)
+    if (r.name == "precision_assignment") return r.notes;
+  return {};
+}
+
+// conv1 (+Relu) -> conv2 -> pool -> fc: a small classifier.
+std::string classifier() {
+  return fmodel("g (float[1,3,8,8] x) => (float[1,5] y)",
+                finit("w1", {4, 3, 3, 3}, 1) + finit("b1", {4}, 2) + finit("w2", {6, 4, 1, 1}, 3) +
+                    finit("wf", {5, 6}, 4) + finit("bf", {5}, 5),
+                R"(
+    c1 = Conv(x, w1, b1) <pads = [1, 1, 1, 1]>
+    r1 = Relu(c1)
+    c2 = Conv(r1, w2)
+    p = GlobalAveragePool(c2)
+    f = Flatten(p)
+    y = Gemm(f, wf, bf) <transB = 1>)");
+}
+
+TEST(PrecisionAssignmentTest, Fp32ChangesNothing) {
+  auto c = compile_with(classifier(), 3, Precision::kFp32);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  for (const auto& [name, p] : precisions(*c->graph)) EXPECT_EQ(p, "fp32") << name;
+  EXPECT_TRUE(notes(*c).empty());
+}
+
+TEST(PrecisionAssignmentTest, MixedKeepsTheFinalLayerFp32AtEveryLevel) {
+  for (int level : {0, 1, 2, 3}) {
+    auto c = compile_with(classifier(), level, Precision::kMixed);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    std::map<std::string, std::string> p = precisions(*c->graph);
+    ASSERT_EQ(p.size(), 3u) << "level " << level;
+    int bf16 = 0;
+    for (const auto& [name, prec] : p) {
+      const bool is_fc = c->graph->outputs()[0]->producer()->name() == name;
+      EXPECT_EQ(prec, is_fc ? "fp32" : "bf16") << name << " at -O" << level;
+      bf16 += prec == "bf16";
+    }
+    EXPECT_EQ(bf16, 2);
+    ASSERT_FALSE(notes(*c).empty());
+    EXPECT_NE(notes(*c)[0].find("precision mixed: 2 nodes in bf16"), std::string::npos) << notes(*c)[0];
+    EXPECT_NE(notes(*c)[1].find("(final layer)"), std::string::npos) << notes(*c)[1];
+  }
+}
+
+TEST(PrecisionAssignmentTest, Bf16TakesTheFinalLayerToo) {
+  auto c = compile_with(classifier(), 3, Precision::kBf16);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  for (const auto& [name, p] : precisions(*c->graph)) EXPECT_EQ(p, "bf16") << name;
+  EXPECT_EQ(c->graph->outputs()[0]->producer()->op_type(), "FusedGemm");  // carries the attribute
+}
+
+TEST(PrecisionAssignmentTest, KeepDtypeByNameAndByOpType) {
+  // The fused conv is named after its parts ("c1+r1"): a part's name matches.
+  auto by_name = compile_with(classifier(), 3, Precision::kBf16, {"c1"});
+  ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
+  int fp32 = 0;
+  for (const auto& [name, p] : precisions(*by_name->graph)) {
+    const bool is_c1 = name.find("c1") != std::string::npos;
+    EXPECT_EQ(p, is_c1 ? "fp32" : "bf16") << name;
+    fp32 += p == "fp32";
+  }
+  EXPECT_EQ(fp32, 1);
+
+  // ONNX op types match the fused forms; an entry matching nothing is reported.
+  auto by_type = compile_with(classifier(), 3, Precision::kBf16, {"Conv", "NoSuchNode"});
+  ASSERT_TRUE(by_type.ok()) << by_type.status().to_string();
+  for (const auto& [name, p] : precisions(*by_type->graph)) {
+    const bool conv = by_type->graph->outputs()[0]->producer()->name() != name;
+    EXPECT_EQ(p, conv ? "fp32" : "bf16") << name;
+  }
+  bool reported = false;
+  for (const std::string& n : notes(*by_type))
+    reported |= n.find("NoSuchNode matches no convolution") != std::string::npos;
+  EXPECT_TRUE(reported);
+}
+
+TEST(PrecisionAssignmentTest, ProductsOfTwoActivationsStayFp32) {
+  std::string text = fmodel("g (float[4,8] a, float[8,3] b) => (float[4,3] y)", finit("w", {3, 3}, 6), R"(
+    m = MatMul(a, b)
+    y = MatMul(m, w))");
+  auto c = compile_with(text, 3, Precision::kBf16);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::map<std::string, std::string> p = precisions(*c->graph);
+  EXPECT_EQ(p["m"], "fp32");  // B is an input, not a layer's weights
+  EXPECT_EQ(p["y"], "bf16");
+}
+
+// The oracle: the fp32 graph on X and W rounded to bfloat16 by this test.
+float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
+
+void expect_bf16_product_semantics(const std::string& signature, const std::string& w_name, std::vector<int> w_dims,
+                                   const std::string& body) {
+  const std::string w = finit(w_name, w_dims, 11);
+  const std::string text = fmodel(signature, w, body);
+  auto bf16 = compile_with(text, 0, Precision::kBf16);
+  auto fp32 = compile_with(text, 0, Precision::kFp32);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().to_string();
+  ASSERT_TRUE(fp32.ok()) << fp32.status().to_string();
+  ASSERT_EQ(precisions(*bf16->graph).begin()->second, "bf16");
+  auto inputs = make_inputs(*fp32->graph);
+  const std::vector<RuntimeValue> got = run_graph(bf16->graph, inputs);
+  const std::vector<RuntimeValue> unrounded = run_graph(fp32->graph, inputs);
+
+  // Round X and W (the initializer of the fp32 graph) in place.
+  for (rt::NamedValue& in : inputs) {
+    Tensor& t = in.value.tensor();
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = round_bf16(t.data<float>()[i]);
+  }
+  for (ir::Value* v : fp32->graph->inputs()) {
+    if (!v->has_initializer() || v->name() != w_name) continue;
+    Tensor r = Tensor::make(DataType::kFloat32, v->initializer()->dims());
+    for (int64_t i = 0; i < r.num_elements(); ++i) r.data<float>()[i] = round_bf16(v->initializer()->data<float>()[i]);
+    v->set_initializer(std::move(r));
+  }
+  const std::vector<RuntimeValue> want = run_graph(fp32->graph, inputs);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  const Tensor& g = got[0].tensor();
+  const Tensor& e = want[0].tensor();
+  ASSERT_EQ(g.dims(), e.dims());
+  bool differs_from_fp32 = false;
+  for (int64_t i = 0; i < g.num_elements(); ++i) {
+    ASSERT_EQ(g.data<float>()[i], e.data<float>()[i]) << "element " << i;
+    differs_from_fp32 |= g.data<float>()[i] != unrounded[0].tensor().data<float>()[i];
+  }
+  EXPECT_TRUE(differs_from_fp32) << "the rounding changed nothing: the test would not notice its absence";
+}
+
+TEST(PrecisionAssignmentTest, Bf16ConvComputesOnRoundedInputs) {
+  expect_bf16_product_semantics("g (float[1,3,6,6] x) => (float[1,4,6,6] y)", "w", {4, 3, 3, 3},
+                                "y = Conv(x, w) <pads = [1, 1, 1, 1]>");
+}
+
+TEST(PrecisionAssignmentTest, Bf16MatMulAndGemmComputeOnRoundedInputs) {
+  expect_bf16_product_semantics("g (float[5,7] a) => (float[5,3] y)", "w", {7, 3}, "y = MatMul(a, w)");
+  expect_bf16_product_semantics("g (float[5,7] a) => (float[5,3] y)", "w", {3, 7},
+                                "y = Gemm(a, w) <transB = 1, alpha = 0.5>");
+}
+
+TEST(ParseKeepDtypeTest, ListsFilesAndErrors) {
+  auto list = parse_keep_dtype("fc, Gemm,conv1");
+  ASSERT_TRUE(list.ok()) << list.status().to_string();
+  EXPECT_EQ(*list, (std::vector<std::string>{"fc", "Gemm", "conv1"}));
+  EXPECT_FALSE(parse_keep_dtype("fc,,Gemm").ok());
+
+  const std::string path = ::testing::TempDir() + "keep_dtype.cfg";
+  {
+    std::ofstream f(path);
+    f << "# ATC's keep_dtype file\nOpName:fc\n\nOpType: Softmax  # a comment\nconv1\n";
+  }
+  auto file = parse_keep_dtype(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(*file, (std::vector<std::string>{"fc", "Softmax", "conv1"}));
+  {
+    std::ofstream f(path);
+    f << "OpName:\n";
+  }
+  auto bad = parse_keep_dtype(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find(":1"), std::string::npos) << bad.status().to_string();
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace kiln::compiler
