@@ -85,14 +85,14 @@ nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, doub
 
   // Which convolutions and products compute in which precision (--precision; the nodes'
   // `precision` attribute, float32 when absent), with the pass's reasons for those kept fp32.
-  std::map<std::string, int> bf16_ops, fp32_ops;
+  std::map<std::string, std::map<std::string, int>> by_precision;  // precision -> op -> nodes
   for_each_node(graph, [&](const ir::Node& n) {
     static const char* const kProducts[] = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul", "FusedGemm"};
     if (std::find(std::begin(kProducts), std::end(kProducts), n.op_type()) == std::end(kProducts)) return;
     const std::string op = n.domain().empty() ? n.op_type() : n.domain() + "." + n.op_type();
-    ++(n.attr_string("precision", "fp32") == "bf16" ? bf16_ops : fp32_ops)[op];
+    ++by_precision[n.attr_string("precision", "fp32")][op];
   });
-  nlohmann::json precision = {{"mode", compiler::precision_name(compiled.precision)}, {"bf16", bf16_ops}, {"fp32", fp32_ops}};
+  nlohmann::json precision = {{"mode", compiler::precision_name(compiled.precision)}, {"nodes", by_precision}};
   for (const compiler::PassRecord& r : compiled.passes)
     if (r.name == "precision_assignment" && !r.notes.empty()) precision["notes"] = r.notes;
   j["precision"] = std::move(precision);

@@ -454,11 +454,13 @@ def bench_model(args, model, peaks, mixed_ok):
                 kiln_save(args, mixed_model, model, threads, mixed_dir)
                 m_rel, m_cos, m_top1, m_details = agreement(mixed_dir, ort_dir)
                 log(f"{model.label} @{threads}t mixed vs ORT fp32: " + "; ".join(m_details))
-                if not (m_cos >= MIXED_COS and (m_top1 or model.name not in CLASSIFIERS)):
-                    raise BenchError(f"{model.name} at {threads} thread(s): Kiln --precision "
-                                     f"mixed disagrees with ONNX Runtime fp32 (cos {m_cos:.6f}, "
-                                     f"bound {MIXED_COS}; top-1 same: {m_top1}); see {out}")
-                mixed = {"rel": m_rel, "cos": m_cos, "top1_same": m_top1}
+                # Reduced precision is a trade the table reports (marked when it misses the
+                # bound), not a failure of the benchmark.
+                m_ok = m_cos >= MIXED_COS and (m_top1 or model.name not in CLASSIFIERS)
+                if not m_ok:
+                    log(f"{model.label} @{threads}t: Kiln --precision mixed misses the bound "
+                        f"(cos {m_cos:.6f} < {MIXED_COS} or top-1 changed); see {out}")
+                mixed = {"rel": m_rel, "cos": m_cos, "top1_same": m_top1, "ok": m_ok}
 
             engines = "Kiln, Kiln mixed, ORT" if mixed_model else "Kiln, ORT"
             log(f"{model.label} @{threads}t: timing, {math.ceil(args.runs / args.block)} rounds of "
@@ -558,7 +560,9 @@ def print_table(rows, isa, peaks, mixed_ok, ort_version, block):
             continue
         top1 = ("same" if m["top1_same"] else "CHANGED") if r["model"] in CLASSIFIERS else "-"
         lines.append((r["label"], str(r["threads"]), fmt_ms(m["kiln_ms"]), fmt_ms(m["ort_ms"]),
-                      f"{m['kiln_ms'] / m['ort_ms']:.2f}", f"{m['cos']:.6f}", f"{m['rel']:.1e}",
+                      f"{m['kiln_ms'] / m['ort_ms']:.2f}",
+                      f"{m['cos']:.6f}" + ("" if m["cos"] >= MIXED_COS else f" (< {MIXED_COS})"),
+                      f"{m['rel']:.1e}",
                       top1))
     widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)]
     print(fmt(head))

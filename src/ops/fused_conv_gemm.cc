@@ -116,30 +116,63 @@ struct Addend {
   bool exact;
 };
 
-// The `precision` attribute (compiler/passes/precision_assignment.cc): "fp32" (the default)
-// or "bf16", where X (A) and W (B) are rounded to bfloat16 before the product, which is
-// summed in float32; the addends and the activation stay float32.
-Expected<bool> computes_in_bf16(const ir::Node& node) {
+// The `precision` attribute (compiler/passes/precision_assignment.cc, docs/fused-ops.md):
+//   "fp32" (the default);
+//   "bf16": X (A) and W (B) rounded to bfloat16 before the product, summed in float32;
+//   "bf16x3" (FusedConv): X and W each split into bfloat16 hi + lo, and the product
+//     hi_x*hi_w + hi_x*lo_w + lo_x*hi_w summed in float32: one convolution over three times
+//     the input channels, [hi_x | hi_x | lo_x] per group against [hi_w | lo_w | hi_w].
+// The addends and the activation stay float32. Returns the bfloat16 parts: 0, 1 or 3.
+Expected<int> bf16_parts(const ir::Node& node) {
   const std::string p = node.attr_string("precision", "fp32");
-  if (p != "fp32" && p != "bf16")
-    return invalid_argument("node %s: precision '%s': expected fp32 or bf16", node.label().c_str(), p.c_str());
-  return p == "bf16";
+  if (p == "fp32") return 0;
+  if (p == "bf16") return 1;
+  if (p == "bf16x3" && node.op_type() == "FusedConv") return 3;
+  return invalid_argument("node %s: precision '%s': expected fp32, bf16%s", node.label().c_str(), p.c_str(),
+                          node.op_type() == "FusedConv" ? " or bf16x3" : "");
 }
 
 Status check_precision(InferContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(bool bf16, computes_in_bf16(ctx.node()));
-  if (bf16 && ctx.input_type(0).dtype != DataType::kFloat32 && ctx.input_type(0).dtype != DataType::kUndefined)
-    return invalid_argument("node %s: precision bf16 takes float32 inputs, not %s", ctx.node().label().c_str(),
-                            dtype_name(ctx.input_type(0).dtype));
+  KILN_ASSIGN_OR_RETURN(int parts, bf16_parts(ctx.node()));
+  if (parts && ctx.input_type(0).dtype != DataType::kFloat32 && ctx.input_type(0).dtype != DataType::kUndefined)
+    return invalid_argument("node %s: precision %s takes float32 inputs, not %s", ctx.node().label().c_str(),
+                            ctx.node().attr_string("precision", "").c_str(), dtype_name(ctx.input_type(0).dtype));
   return ok_status();
 }
+
+inline float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
 
 // A float32 copy of `t` with every element rounded to the nearest bfloat16.
 Tensor rounded_to_bf16(const Tensor& t) {
   Tensor r = Tensor::make(DataType::kFloat32, t.dims());
   const float* src = t.data<float>();
   float* dst = r.data<float>();
-  for (int64_t i = 0; i < t.num_elements(); ++i) dst[i] = bf16_to_float(float_to_bf16(src[i]));
+  for (int64_t i = 0; i < t.num_elements(); ++i) dst[i] = round_bf16(src[i]);
+  return r;
+}
+
+// bf16x3 operands: `t` (N x C x ..., or W: O x C/g x ...) with axis 1 tripled per group of
+// `groups`: the parts `order` (true: hi, false: lo) in turn.
+Tensor split_bf16x3(const Tensor& t, int64_t groups, const bool (&order)[3]) {
+  std::vector<int64_t> dims = t.dims();
+  const int64_t outer = dims[0], c = dims[1], cg = c / groups;
+  const int64_t inner = t.num_elements() / (outer * c);
+  dims[1] = 3 * c;
+  Tensor r = Tensor::make(DataType::kFloat32, dims);
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const int64_t g = ch / cg, cl = ch % cg;
+      for (int part = 0; part < 3; ++part) {
+        float* d = dst + ((o * 3 * c) + g * 3 * cg + part * cg + cl) * inner;
+        const float* s = src + (o * c + ch) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const float hi = round_bf16(s[i]);
+          d[i] = order[part] ? hi : round_bf16(s[i] - hi);
+        }
+      }
+    }
   return r;
 }
 
@@ -150,15 +183,26 @@ Status fused_kernel(KernelContext& ctx, const char* onnx_op, int onnx_inputs, st
     if (!ctx.input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
   const DataType dt = ctx.input(0)->dtype();
   if (dt != DataType::kFloat32 && dt != DataType::kFloat64) return unsupported_dtype(node, dt);
-  KILN_ASSIGN_OR_RETURN(const bool bf16, computes_in_bf16(node));
+  KILN_ASSIGN_OR_RETURN(const int parts, bf16_parts(node));
   std::vector<RuntimeValue> rounded;
   std::vector<const RuntimeValue*> first_inputs;
-  if (bf16) {
-    for (int i = 0; i < 2; ++i) {
+  if (parts) {
+    for (int i = 0; i < 2; ++i)
       if (ctx.input(i)->dtype() != DataType::kFloat32)
-        return invalid_argument("node %s: precision bf16 takes float32 inputs, input %d is %s", node.label().c_str(),
-                                i, dtype_name(ctx.input(i)->dtype()));
-      rounded.emplace_back(rounded_to_bf16(*ctx.input(i)));
+        return invalid_argument("node %s: precision %s takes float32 inputs, input %d is %s", node.label().c_str(),
+                                node.attr_string("precision", "").c_str(), i, dtype_name(ctx.input(i)->dtype()));
+    if (parts == 1) {
+      for (int i = 0; i < 2; ++i) rounded.emplace_back(rounded_to_bf16(*ctx.input(i)));
+    } else {
+      const Tensor& x = *ctx.input(0);
+      const Tensor& w = *ctx.input(1);
+      const int64_t group = node.attr_int("group", 1);
+      if (x.dims().size() < 3 || w.dims().size() != x.dims().size() || group < 1 || x.dims()[1] % group != 0 ||
+          w.dims()[1] * group != x.dims()[1])
+        return invalid_argument("node %s: X %s and W %s do not fit group %lld", node.label().c_str(),
+                                dims_to_string(x.dims()).c_str(), dims_to_string(w.dims()).c_str(), (long long)group);
+      rounded.emplace_back(split_bf16x3(x, group, {true, true, false}));
+      rounded.emplace_back(split_bf16x3(w, 1, {true, false, true}));
     }
     for (const RuntimeValue& v : rounded) first_inputs.push_back(&v);
   }

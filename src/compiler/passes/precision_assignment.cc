@@ -1,21 +1,33 @@
 // precision_assignment: the compute precision of each convolution and matrix product
 // (`kiln compile --precision fp32|bf16|mixed`, ATC's --precision_mode; `--keep-dtype`).
 //
-// A node the pass puts in bfloat16 gets the attribute precision = "bf16" (a kiln FusedConv,
+// A node the pass puts in bfloat16 gets the attribute `precision` (a kiln FusedConv,
 // FusedMatMul or FusedGemm; an ONNX Conv / MatMul / Gemm becomes its fused form, with no
-// addend and no activation, to carry it): its X (A) and W (B) are rounded to bfloat16 (round
-// to nearest even), the products are exact and summed in float32, and the bias, the residual,
-// the activation and the output stay float32 (docs/fused-ops.md). Tensors between nodes stay
-// float32, so every other op (Softmax, LayerNorm, reductions, exp / log, elementwise chains)
-// computes in float32 in every mode.
+// addend and no activation, to carry it; docs/fused-ops.md):
+//   "bf16":   X (A) and W (B) rounded to bfloat16 (round to nearest even), the products exact
+//             and summed in float32;
+//   "bf16x3": X and W each split into two bfloat16 (hi + lo), three bf16 products summed in
+//             float32 (kernels/cpu/bf16_layout.h): about 16 significant bits instead of 8,
+//             for three times the bf16 work (still 2-4x less time than float32 on AMX).
+// The bias, the residual, the activation and the output stay float32. Tensors between nodes
+// stay float32, so every other op (Softmax, LayerNorm, reductions, exp / log, elementwise
+// chains) computes in float32 in every mode.
 //
 // Candidates: Conv, MatMul, Gemm and their fused forms on float32 with a constant weight W / B
 // (a layer's parameters, packed into bfloat16 once when the model loads).
 //   fp32  (default): nothing changes; the pass does nothing.
-//   bf16:  every candidate runs in bfloat16, except the --keep-dtype ones.
-//   mixed: as bf16, and the model's final layer stays float32: for each graph output, the
-//          last candidate (in execution order) it depends on (ResNet's classifier, BERT's
-//          last feed-forward output and pooler; what the accuracy of the result hangs on).
+//   bf16:  every candidate in "bf16", except the --keep-dtype ones: fastest.
+//   mixed: products (MatMul, Gemm) in "bf16", 2-D convolutions in "bf16x3" (1-D / 3-D ones in
+//          "bf16"), and the model's final layer in float32: for each graph output, the last
+//          candidate (in execution order) it depends on (ResNet's classifier, BERT's last
+//          feed-forward output and pooler). Why the convolutions get the split: a stack of
+//          convolutions carries every layer's rounding into the next (BatchNorm is folded,
+//          nothing renormalises), and one bf16 rounding per layer left ResNet-50's logits at
+//          cosine 0.99813 to float32's (bench/ort_compare); a transformer renormalises after
+//          every sub-layer (LayerNorm), and BERT-base with bf16 products stays at 0.99999.
+// Depthwise convolutions (one input channel per group) stay float32 in both modes: they are
+// memory-bound, and oneDNN's bfloat16 kernels for them ran slower than its float32 ones
+// (MobileNetV2's 17 took 37 ms per run in bf16x3 against ~3 ms in float32).
 // --keep-dtype entries name nodes (a node's name, a part of a fused node's "a+b+c" name, or
 // its output's name) or op types (ONNX's, which also match the fused forms: "Conv" keeps
 // FusedConv nodes); an entry that matches nothing is reported in a note.
@@ -68,6 +80,13 @@ bool is_candidate(const ir::Graph& g, const ir::Node& n) {
   const ir::Value* w = n.input(1);
   return float32_tensor(n.input(0)) && float32_tensor(n.output(0)) && float32_tensor(w) &&
          fusion::constant(g, w);
+}
+
+bool is_depthwise(const ir::Node& n) {
+  if (std::string(candidate_base_op(n)) != "Conv") return false;
+  const ir::Value* w = n.input(1);
+  return n.attr_int("group", 1) > 1 && w->shape().has_rank() && w->shape().rank() >= 2 && w->shape()[1].is_static() &&
+         w->shape()[1].value == 1;
 }
 
 std::vector<std::string> split_name(const std::string& name) {
@@ -124,6 +143,22 @@ ir::Node* to_fused_form(ir::Graph& g, GraphUses& uses, ir::Node* node, std::unor
   return n;
 }
 
+// Whether mixed gives a convolution the split bf16x3: a 2-D convolution (W O x C/g x kh x kw)
+// whose input holds at least as many elements as its weights. The split triples the bf16 work
+// and the weight bytes read per run (hi, lo and hi again): cheap where the activations
+// dominate (the early, high-resolution layers, which are also where a rounding travels
+// through the most layers), and no gain over float32 where the weights do (the deep layers
+// read three times ResNet-50's bf16 weights from memory: 35 ms at one thread against fp32's
+// 50 ms, bench/ort_compare); there single bf16 halves the weight bytes instead.
+bool split_pays(const ir::Node& n) {
+  if (std::string(candidate_base_op(n)) != "Conv") return false;
+  const ir::Value* x = n.input(0);
+  const ir::Value* w = n.input(1);
+  if (!w->shape().has_rank() || w->shape().rank() != 4 || !w->shape().is_static()) return false;
+  if (!x->shape().has_rank() || !x->shape().is_static()) return false;
+  return x->shape().num_elements() >= w->shape().num_elements();
+}
+
 std::string counts_text(const std::map<std::string, int>& counts) {
   std::string s;
   for (const auto& [op, n] : counts) s += str_format("%s%s x%d", s.empty() ? "" : ", ", op.c_str(), n);
@@ -149,6 +184,7 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
   std::set<std::string> keep_used;
   std::map<std::string, int> bf16_counts;
   std::vector<std::string> kept;
+  int depthwise = 0;
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* node : nodes) {
@@ -158,13 +194,18 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
       kept.push_back(str_format("%s (--keep-dtype %s)", node->name().c_str(), k->c_str()));
       continue;
     }
+    if (is_depthwise(*node)) {
+      ++depthwise;
+      continue;
+    }
     if (finals.count(node)) {
       kept.push_back(str_format("%s (final layer)", node->name().c_str()));
       continue;
     }
+    const bool split = mode == Precision::kMixed && split_pays(*node);
     if (node->domain() == ops::kOnnxDomain) node = to_fused_form(g, uses, node, removed);
-    node->attrs()["precision"] = ir::Attribute::from_string("bf16");
-    ++bf16_counts["kiln." + node->op_type()];
+    node->attrs()["precision"] = ir::Attribute::from_string(split ? "bf16x3" : "bf16");
+    ++bf16_counts["kiln." + node->op_type() + (split ? " bf16x3" : " bf16")];
     ctx.add_changed(1);
   }
   KILN_RETURN_IF_ERROR(fusion::finish(g, removed));
@@ -173,10 +214,11 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
   for (const auto& [op, n] : bf16_counts) total += n;
   ctx.note(str_format("precision %s: %d nodes in bf16%s%s", precision_name(mode), total,
                       bf16_counts.empty() ? "" : " (", bf16_counts.empty() ? "" : (counts_text(bf16_counts) + ")").c_str()));
+  if (depthwise) kept.insert(kept.begin(), str_format("%d depthwise convolutions", depthwise));
   if (!kept.empty()) {
     std::string list;
     for (const std::string& k : kept) list += (list.empty() ? "" : ", ") + k;
-    ctx.note(str_format("kept in fp32: %zu: %s", kept.size(), list.c_str()));
+    ctx.note(str_format("kept in fp32: %s", list.c_str()));
   }
   for (const std::string& k : keep)
     if (!keep_used.count(k)) ctx.note(str_format("--keep-dtype %s matches no convolution or matrix product", k.c_str()));

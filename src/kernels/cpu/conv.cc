@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/bf16_layout.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -51,10 +52,10 @@ struct ConvPlan {
   const Tensor* bias = nullptr;     // null: no bias
   bool has_z = false;
   ops::FusedActivation act;
-  // precision "bf16" (compiler/passes/precision_assignment.cc): the primitive reads X and W
-  // as bfloat16 (X converted by the source reorder, W packed so at prepare) and accumulates,
-  // adds B and Z, and writes Y in float32.
-  bool bf16 = false;
+  // precision (compiler/passes/precision_assignment.cc): 0 float32; 1 "bf16", the primitive
+  // reads X and W as bfloat16 (W packed so at prepare) and accumulates, adds B and Z and
+  // writes Y in float32; 3 "bf16x3", X and W split into bfloat16 pairs (bf16_layout.h).
+  int bf16_parts = 0;
 };
 
 bool is_static_f32(const ir::Value* v) {
@@ -141,6 +142,8 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   if (expect != p.y_dims)
     return unsupported("node %s: output %s, the geometry gives %s", label.c_str(), dims_to_string(p.y_dims).c_str(),
                        dims_to_string(expect).c_str());
+  if (p.bf16_parts == 3 && rank != 4)
+    return unsupported("node %s: bf16x3 for 2-D convolutions only", label.c_str());
   if (z) {
     if (!is_static_f32(z) || z->shape().static_dims() != p.y_tensor_dims)
       return unsupported("node %s: residual Z must be float32 with Y's static shape %s", label.c_str(),
@@ -149,9 +152,9 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   }
   if (fused) {
     const std::string precision = node.attr_string("precision", "fp32");
-    if (precision != "fp32" && precision != "bf16")
+    if (precision != "fp32" && precision != "bf16" && precision != "bf16x3")
       return unsupported("node %s: precision '%s'", label.c_str(), precision.c_str());
-    p.bf16 = precision == "bf16";
+    p.bf16_parts = precision == "bf16x3" ? 3 : precision == "bf16" ? 1 : 0;
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
     if (!onednn::activation_supported(p.act))
       return unsupported("node %s: activation has no oneDNN post-op", label.c_str());
@@ -178,6 +181,17 @@ class OnednnConvKernel final : public Kernel {
   onednn::LayoutBridge layouts;  // X's and Y's (and Z's) layouts to the primitive's
   memory weights;                // packed into the primitive's format at prepare
   memory bias;                   // empty when the node has none
+
+  // 2-D bf16 / bf16x3 convolutions compute in NHWC (the layout of oneDNN's AMX and
+  // AVX512-BF16 kernels): X converted (and split) into the workspace after the scratchpad,
+  // Y written there as NHWC float32 and converted to its layout (bf16_layout.h).
+  struct Nhwc {
+    bool on = false;
+    bf16::ActivationLayout x, y;
+    memory::desc src, dst;
+    size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
+  } nhwc;
+  Status run_nhwc(ops::KernelContext& ctx, const Tensor* x, const Tensor* z, Tensor* y) const;
 };
 
 bool OnednnConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
@@ -199,6 +213,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   const Tensor* x = ctx.input(0);
   const Tensor* z = plan.has_z ? ctx.input(3) : nullptr;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
+  if (nhwc.on) return run_nhwc(ctx, x, z, y);
   const onednn::LayoutBridge& lb = layouts;
   char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
   if (!ws && lb.workspace_bytes > 0)
@@ -236,6 +251,35 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   return ok_status();
 }
 
+Status OnednnConvKernel::run_nhwc(ops::KernelContext& ctx, const Tensor* x, const Tensor* z, Tensor* y) const {
+  const ir::Node& node = ctx.node();
+  char* ws = static_cast<char*>(onednn::thread_workspace(nhwc.workspace_bytes));
+  if (!ws)
+    return resource_exhausted("node %s: cannot allocate a %zu-byte workspace", node.label().c_str(),
+                              nhwc.workspace_bytes);
+  float* dst = reinterpret_cast<float*>(ws + nhwc.dst_offset);
+  bf16::to_nhwc_bf16(x->data<float>(), nhwc.x, plan.bf16_parts, plan.group,
+                     reinterpret_cast<uint16_t*>(ws + nhwc.src_offset));
+  if (z) bf16::layout_to_nhwc(z->data<float>(), nhwc.y, dst);  // the sum post-op adds to it
+  const dnnl::engine& eng = onednn::cpu_engine();
+  dnnl::stream& s = onednn::thread_stream();
+  try {
+    memory scratch(memory::desc({static_cast<memory::dim>(nhwc.scratch_bytes)}, memory::data_type::u8,
+                                memory::format_tag::a),
+                   eng, nhwc.scratch_bytes > 0 ? ws : nullptr);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(nhwc.src, eng, ws + nhwc.src_offset)},
+                                         {DNNL_ARG_WEIGHTS, weights},
+                                         {DNNL_ARG_DST, memory(nhwc.dst, eng, dst)},
+                                         {DNNL_ARG_SCRATCHPAD, scratch}};
+    if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
+    conv.execute(s, args);
+    s.wait();
+  } catch (const dnnl::error& e) {
+    return internal_error("node %s: oneDNN convolution failed: %s", node.label().c_str(), e.what());
+  }
+  bf16::nhwc_to_layout(dst, nhwc.y, y->data<float>());
+  return ok_status();
+}
 
 // oneDNN's tag for a tensor of `rank` dims: plain, or channel-blocked by `block` (8 or 16).
 memory::format_tag tensor_tag(int rank, int64_t block) {
@@ -275,7 +319,7 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
     k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
-    const auto compute = p.bf16 ? memory::data_type::bf16 : f32;  // X's and W's in the primitive
+    const auto compute = p.bf16_parts ? memory::data_type::bf16 : f32;  // X's and W's in the primitive
     const memory::desc any_src(onednn::to_dims(p.x_dims), compute, memory::format_tag::any);
     const memory::desc any_dst(onednn::to_dims(p.y_dims), f32, memory::format_tag::any);
     const memory::desc any_w(w_dims, compute, memory::format_tag::any);
@@ -287,26 +331,58 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       pad_l.push_back(p.geo.pad_begin(d));
       pad_r.push_back(p.geo.pad_end(d));
     }
+    // bf16 / bf16x3 2-D convolutions: NHWC source with parts x C channels, NHWC destination.
+    const int parts = p.bf16_parts;
+    k->nhwc.on = parts > 0 && rank == 4;
+    std::vector<float> split_w;  // bf16x3: the weights over 3 x C/g input channels
+    memory::desc src_md = kPrimitiveChoosesLayout || p.bf16_parts ? any_src : k->layouts.user_src;
+    memory::desc dst_md = kPrimitiveChoosesLayout ? any_dst : k->layouts.user_dst;
+    memory::desc w_md = any_w;
+    memory::desc user_w = user_w_md;
+    if (k->nhwc.on) {
+      k->nhwc.x = bf16::ActivationLayout{p.x_dims[0], p.x_dims[1], p.x_dims[2], p.x_dims[3], p.x_block};
+      k->nhwc.y = bf16::ActivationLayout{p.y_dims[0], p.y_dims[1], p.y_dims[2], p.y_dims[3], p.y_block};
+      src_md = memory::desc({p.x_dims[0], p.x_dims[1] * parts, p.x_dims[2], p.x_dims[3]}, compute,
+                            memory::format_tag::nhwc);
+      dst_md = memory::desc(onednn::to_dims(p.y_dims), f32, memory::format_tag::nhwc);
+      if (parts == 3) {
+        memory::dims split_dims = w_dims;
+        split_dims[p.group > 1 ? 2 : 1] *= 3;
+        const int64_t kernel_elems = p.w_dims[2] * p.w_dims[3];
+        split_w.resize(static_cast<size_t>(p.w_dims[0] * p.w_dims[1] * 3 * kernel_elems));
+        bf16::split_weights_bf16x3(p.weights->data<float>(), p.w_dims[0], p.w_dims[1], kernel_elems, split_w.data());
+        w_md = memory::desc(split_dims, compute, memory::format_tag::any);
+        user_w = memory::desc(split_dims, f32, onednn::plain_tag(w_rank));
+      }
+    }
     dnnl::post_ops po;
     if (p.has_z) po.append_sum(1.0f);  // before the activation: act(conv + B + Z)
     KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, po));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        kPrimitiveChoosesLayout || p.bf16 ? any_src : k->layouts.user_src, any_w, bias_md,
-        kPrimitiveChoosesLayout ? any_dst : k->layouts.user_dst, strides, dilations, pad_l, pad_r);
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md, w_md, bias_md, dst_md, strides, dilations, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
     k->conv = dnnl::convolution_forward(pd);
     k->impl_ = onednn::implementation_name(pd);
     // oneDNN's reference convolution is far slower than Kiln's im2col + GEMM reference.
     if (k->impl_.rfind("onednn:ref", 0) == 0)
       return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl_.c_str());
-    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.has_z);
+    if (k->nhwc.on) {
+      OnednnConvKernel::Nhwc& b = k->nhwc;
+      b.src = pd.src_desc();
+      b.dst = pd.dst_desc();
+      b.scratch_bytes = pd.scratchpad_desc().get_size();
+      b.src_offset = onednn::align64(b.scratch_bytes);
+      b.dst_offset = b.src_offset + onednn::align64(b.src.get_size());
+      b.workspace_bytes = b.dst_offset + onednn::align64(b.dst.get_size());
+    } else {
+      k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.has_z);
+    }
 
     // Pack the weights once, into memory oneDNN owns.
-    k->weights = onednn::pack(user_w_md, p.weights->raw_data(), pd.weights_desc());
+    k->weights = onednn::pack(user_w, split_w.empty() ? p.weights->raw_data() : split_w.data(), pd.weights_desc());
     if (p.bias) {
       k->bias = memory(bias_md, eng);
       std::memcpy(k->bias.get_data_handle(), p.bias->raw_data(), p.bias->size_bytes());
