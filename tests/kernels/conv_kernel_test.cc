@@ -61,7 +61,8 @@ struct ConvCase {
   bool residual = false;      // FusedConv's Z
   std::string activation;     // FusedConv's activation ("" none)
   std::vector<float> params;  // activation_params
-  bool fused() const { return residual || !activation.empty(); }
+  std::string precision;      // FusedConv's precision ("" none: float32)
+  bool fused() const { return residual || !activation.empty() || !precision.empty(); }
 };
 
 // A one-node graph for a case: X (and Z) typed graph inputs, W and B initializers, Y inferred.
@@ -107,6 +108,7 @@ Expected<ConvGraph> make_graph(const ConvCase& c, uint32_t seed) {
   g.node->attrs() = c.attrs;
   if (!c.activation.empty()) g.node->attrs()["activation"] = Attribute::from_string(c.activation);
   if (!c.params.empty()) g.node->attrs()["activation_params"] = Attribute::from_floats(c.params);
+  if (!c.precision.empty()) g.node->attrs()["precision"] = Attribute::from_string(c.precision);
   if (z) {
     // Z has Y's shape: infer Y's shape from a plain Conv first.
     ir::Graph probe_graph;
@@ -560,6 +562,78 @@ TEST(OnednnConvTest, BlockedLayouts) {
     auto got = run_kernel(**k, g, input_values(g));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, want, c);
+  }
+}
+
+// precision bf16 / bf16x3 (the NHWC route through bf16_layout.h) against the reference, which
+// rounds (splits) X and W the same way and sums in float32: the comparison is as tight as for
+// float32. Plain and blocked X / Y, residuals, groups, odd channel counts, strides, batches,
+// a 1-D bf16 conv (the generic route); skipped where oneDNN has no bf16 convolution.
+TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
+  struct Case {
+    ConvCase conv;
+    bool x_blocked = false, y_blocked = false;
+    int64_t c0 = 16;
+  };
+  std::vector<Case> cases;
+  for (const char* precision : {"bf16", "bf16x3"}) {
+    const std::string p = precision;
+    auto conv = [&](std::string name, std::vector<int64_t> x, std::vector<int64_t> w, ir::AttributeMap a, bool b,
+                    bool z, std::string act) {
+      ConvCase c(p + " " + name, std::move(x), std::move(w), std::move(a), b, z, std::move(act));
+      c.precision = p;
+      return c;
+    };
+    cases.push_back({conv("3x3 c3->5 odd", {1, 3, 7, 9}, {5, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, false, "")});
+    cases.push_back({conv("1x1 c17->33 batch3 relu", {3, 17, 5, 5}, {33, 17, 1, 1}, {}, true, false, "Relu")});
+    cases.push_back({conv("stride2 residual", {1, 32, 9, 9}, {16, 32, 3, 3},
+                          attrs({{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}), true, true, "Relu")});
+    cases.push_back({conv("group2 c34->18", {1, 34, 9, 9}, {18, 17, 3, 3}, attrs({{"group", {2}}, {"pads", {1, 1, 1, 1}}}),
+                          true, false, "")});
+    cases.push_back({conv("depthwise c32", {1, 32, 8, 8}, {32, 1, 3, 3}, attrs({{"group", {32}}, {"pads", {1, 1, 1, 1}}}),
+                          false, false, "")});
+    cases.push_back({conv("blocked in and out residual", {2, 32, 6, 6}, {48, 32, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}),
+                          true, true, "Clip"),
+                     true, true, 16});
+    cases.push_back({conv("blocked in plain out", {1, 16, 5, 7}, {5, 16, 1, 1}, {}, false, false, "Sigmoid"), true, false, 8});
+    cases.push_back({conv("plain in blocked out", {1, 3, 11, 11}, {16, 3, 3, 3}, attrs({{"strides", {2, 2}}}), true,
+                          false, ""),
+                     false, true, 16});
+  }
+  ConvCase one_d("bf16 1-D", {3, 5, 17}, {17, 5, 3}, attrs({{"pads", {1, 2}}, {"strides", {2}}}), true);
+  one_d.precision = "bf16";
+  cases.push_back({one_d});
+  for (Case& bc : cases) {
+    ConvCase& c = bc.conv;
+    if (c.activation == "Clip") c.params = {-0.5f, 0.5f};
+    SCOPED_TRACE(c.name);
+    auto made = make_graph(c, 31);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    ConvGraph g = std::move(*made);
+    ir::Node* n = g.node;
+    if (bc.x_blocked || bc.y_blocked) {
+      n->attrs()["x_format"] = Attribute::from_string(bc.x_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+      n->attrs()["y_format"] = Attribute::from_string(bc.y_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+      n->attrs()["c0"] = Attribute::from_int(bc.c0);
+      if (bc.x_blocked) {
+        g.x = block_by_definition(g.x, bc.c0);
+        n->input(0)->type().shape = g.x.shape();
+      }
+      if (c.residual && bc.y_blocked) {
+        g.z = block_by_definition(g.z, bc.c0);
+        n->input(3)->type().shape = g.z.shape();
+      }
+      ASSERT_TRUE(ops::infer_node(*n).ok());
+    }
+    auto want = run_reference(g);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");
+    ASSERT_TRUE(f->applicable(*n));
+    auto k = f->prepare(*n);
+    if (!k.ok()) GTEST_SKIP() << "no oneDNN bf16 convolution on this CPU: " << k.status().to_string();
+    auto got = run_kernel(**k, g, input_values(g));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    expect_close(*got, *want, c);
   }
 }
 

@@ -476,6 +476,40 @@ TEST(PackedGemmKernel, ActivationPostAffine) {
 
 // ---- Preparation and runs ----------------------------------------------------------------
 
+// precision "bf16": oneDNN's bf16 matmul (A converted per run, B packed as bf16 at prepare)
+// against the reference, which rounds A and B the same way and sums in float32: the same
+// tolerance as float32. Batched and folded A, transposed A and B, alpha / beta, every addend
+// route, activations; skipped where oneDNN has no bf16 matmul. A fed B is not taken.
+TEST(OnednnMatMulKernel, Bf16MatchesTheReference) {
+  auto bf16 = [](ir::AttributeMap a) {
+    a["precision"] = ir::Attribute::from_string("bf16");
+    return a;
+  };
+  const std::vector<std::pair<Built, int64_t>> cases = {
+      {build("FusedMatMul", {fed({7, 33}), constant({33, 17})}, bf16({}), 41), 33},
+      {build("FusedMatMul", {fed({2, 3, 65}), constant({65, 40}), constant({40}), fed({2, 3, 40})},
+             bf16(with_activation({}, "Gelu")), 43),
+       65},
+      {build("FusedMatMul", {fed({128, 96}), constant({96, 300}), constant({300})}, bf16(with_activation({}, "Relu")), 45),
+       96},
+      {build("FusedGemm", {fed({40, 23}), constant({19, 40}), fed({23, 19})},
+             bf16(with_activation(gemm_attrs(1, 1, 0.5f, 2.0f), "Sigmoid")), 47),
+       40},
+      {build("FusedGemm", {fed({1, 64}), constant({64, 10}), constant({10})}, bf16(gemm_attrs(0, 0)), 49), 64},
+  };
+  for (const auto& [b, k] : cases) {
+    const KernelFactory* f = gemm_factory(*b.node);
+    ASSERT_NE(f, nullptr);
+    ASSERT_TRUE(f->applicable(*b.node));
+    auto kernel = f->prepare(*b.node);
+    if (!kernel.ok()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU: " << kernel.status().to_string();
+    EXPECT_EQ((*kernel)->implementation().find("kiln:gemm"), std::string::npos) << "the packed GEMM is float32";
+    expect_matches_reference(b, k, b.node->attr_float("alpha", 1.0f));
+  }
+  Built fed_b = build("FusedMatMul", {fed({7, 33}), fed({33, 17})}, bf16({}), 51);
+  EXPECT_FALSE(gemm_factory(*fed_b.node)->applicable(*fed_b.node));
+}
+
 TEST(OnednnMatMulKernel, NotApplicable) {
   const KernelFactory* f = gemm_factory(*build("MatMul", {fed({2, 3}), fed({3, 4})}).node);
   ASSERT_NE(f, nullptr);
