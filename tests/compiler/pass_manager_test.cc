@@ -28,7 +28,8 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
   auto o0 = testing::compile_text(kModel, 0);
   ASSERT_TRUE(o0.ok()) << o0.status().to_string();
   EXPECT_EQ(names_run(*o0), (std::vector<std::string>{"constant_node_folding", "shape_inference",
-                                                      "gradient_lowering", "dead_node_removal"}));
+                                                      "gradient_lowering", "dead_node_removal",
+                                                      "precision_assignment"}));
   EXPECT_EQ(o0->nodes_before, 5u);
   EXPECT_EQ(o0->graph->nodes().size(), 3u);  // Identity, Mul, Relu
   auto o3 = testing::compile_text(kModel, 3);
@@ -42,7 +43,7 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
   EXPECT_EQ(names_run(*o3), all);
   std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference", "gradient_lowering",
                                            "constant_folding",      "algebraic_simplify", "batchnorm_folding",
-                                           "cse",                   "dead_node_removal"};
+                                           "cse",                   "dead_node_removal",  "precision_assignment"};
   EXPECT_EQ(level1, expected_level1);
   auto o1 = testing::compile_text(kModel, 1);
   ASSERT_TRUE(o1.ok());
