@@ -565,6 +565,46 @@ TEST(OnednnConvTest, BlockedLayouts) {
   }
 }
 
+// 3x3 stride-1 float32 convolutions on maps of at least 28x28 outputs take oneDNN's Winograd
+// kernel where it has one (AVX-512, blocked layouts): within the same bound of the reference,
+// with residual and activation post-ops, and odd sizes (the last tile is partial).
+TEST(OnednnConvTest, WinogradOnLargeMaps) {
+  const std::vector<ConvCase> cases = {
+      {"relu", {1, 32, 30, 30}, {48, 32, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, false, "Relu"},
+      {"residual odd", {1, 16, 33, 29}, {16, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, true, "Relu"},
+      {"no pad", {2, 64, 30, 30}, {32, 64, 3, 3}, {}, false, false, ""},
+  };
+  for (ConvCase c : cases) {
+    c.precision = "fp32";  // a FusedConv, which takes blocked layouts
+    SCOPED_TRACE(c.name);
+    auto made = make_graph(c, 41);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    auto plain_want = run_reference(*made);
+    ASSERT_TRUE(plain_want.ok());
+    ConvGraph g = std::move(*made);
+    ir::Node* n = g.node;
+    n->attrs()["x_format"] = Attribute::from_string(ops::kFormatBlocked);
+    n->attrs()["y_format"] = Attribute::from_string(ops::kFormatBlocked);
+    n->attrs()["c0"] = Attribute::from_int(16);
+    g.x = block_by_definition(g.x, 16);
+    n->input(0)->type().shape = g.x.shape();
+    if (c.residual) {
+      g.z = block_by_definition(g.z, 16);
+      n->input(3)->type().shape = g.z.shape();
+    }
+    ASSERT_TRUE(ops::infer_node(*n).ok());
+    const Tensor want = block_by_definition(*plain_want, 16);
+    const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");
+    auto k = f->prepare(*n);
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    if (__builtin_cpu_supports("avx512f"))
+      EXPECT_NE((*k)->implementation().find("wino"), std::string::npos) << (*k)->implementation();
+    auto got = run_kernel(**k, g, input_values(g));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    expect_close(*got, want, c);
+  }
+}
+
 // precision bf16 / bf16x3 (the NHWC route through bf16_layout.h) against the reference, which
 // rounds (splits) X and W the same way and sums in float32: the comparison is as tight as for
 // float32. Plain and blocked X / Y, residuals, groups, odd channel counts, strides, batches,
