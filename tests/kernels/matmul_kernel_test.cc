@@ -411,6 +411,14 @@ TEST(OnednnFusedGemmKernel, CShapes) {
 // ---- Kiln's packed GEMM (constant B, at least 6 rows) ------------------------------------
 
 // Prepares b's node and checks that the packed GEMM took it.
+// Forces the packed-GEMM route (matmul.cc: AVX-512 CPUs otherwise take oneDNN's brgemm
+// matmul) while alive, so the route is tested on every CPU.
+class ForcePackedGemm {
+ public:
+  ForcePackedGemm() { setenv("KILN_PACKED_GEMM", "1", 1); }
+  ~ForcePackedGemm() { unsetenv("KILN_PACKED_GEMM"); }
+};
+
 void expect_packed_gemm(const Built& b) {
   const KernelFactory* f = gemm_factory(*b.node);
   ASSERT_NE(f, nullptr);
@@ -424,6 +432,7 @@ void expect_packed_gemm(const Built& b) {
 // (or 128 on AVX-512) with a short last one (K = 257, 769), panels of 16 (or 32) columns with a
 // short last one (N = 1, 17, 33), and the epilogue: bias, residual, activation.
 TEST(PackedGemmKernel, BlockEdgesWithBiasResidualAndGelu) {
+  ForcePackedGemm packed;
   const int64_t sizes[][3] = {{6, 1, 1},     {7, 17, 16},   {197, 257, 33},
                               {13, 769, 17}, {64, 129, 65}, {6, 3, 769}};
   for (const auto& s : sizes) {
@@ -446,6 +455,7 @@ TEST(PackedGemmKernel, BlockEdgesWithBiasResidualAndGelu) {
 // Gemm's transB (packing through strides), alpha, and beta * C as a row or a full term; batch
 // dims of A folded into M.
 TEST(PackedGemmKernel, GemmTransposedBAlphaBetaAndFoldedBatch) {
+  ForcePackedGemm packed;
   const int64_t m = 23, k = 300, n = 37;
   for (const Operand& c : {constant({n}), fed({1, n}), fed({m, n})}) {
     Built b = build("FusedGemm", {fed({m, k}), constant({n, k}), c},
@@ -462,6 +472,7 @@ TEST(PackedGemmKernel, GemmTransposedBAlphaBetaAndFoldedBatch) {
 // B) and oneDNN (fed B), after an activation oneDNN runs as a post-op and after Gelu (run
 // after the product).
 TEST(PackedGemmKernel, ActivationPostAffine) {
+  ForcePackedGemm packed;
   for (const char* act : {"HardSwish", "Gelu"})
     for (bool cb : {true, false}) {
       ir::AttributeMap attrs = with_activation({}, act);

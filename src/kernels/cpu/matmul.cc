@@ -16,6 +16,9 @@
 // GeluTanh: see post_op_accurate) runs after the primitive: Gelu on the SIMD Gelu kernel's code
 // (gelu.h), the others with the reference formula.
 //
+// Products with a constant B take Kiln's packed GEMM (gemm.h) instead where oneDNN has no
+// brgemm matmul (CPUs without AVX-512; see prefer_packed_gemm).
+//
 // Constant B (an initializer) is put at prepare into the layout the primitive asks for
 // (weights format "any"). Without AVX-512 oneDNN 2.6 runs f32 matmul on its gemm:jit, which
 // asks for B as stored: the kernel then reads the initializer itself (no copy), and only a
@@ -436,9 +439,30 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
 // stays on oneDNN. Fewer rows are matrix-vector products, where packing buys nothing.
 constexpr int64_t kPackedGemmMinRows = 6;
 
+// Whether oneDNN's float32 matmul primitive is its brgemm kernel (AVX-512), which packs a
+// constant B once at prepare as the packed GEMM does and was faster than it: BERT-base 140-148
+// vs 173-178 ms at one thread, 74-78 vs 95-97 at two. Without AVX-512 oneDNN 2.6 has only its
+// gemm:jit, which packs B on every call, and the packed GEMM wins. KILN_PACKED_GEMM=1 / =0
+// forces the choice (tests, comparisons), read at prepare.
+bool prefer_packed_gemm() {
+  if (const char* e = std::getenv("KILN_PACKED_GEMM"); e && *e) return std::string(e) != "0";
+  static const bool brgemm = [] {
+    try {
+      const memory::desc a({64, 64}, memory::data_type::f32, memory::format_tag::ab);
+      const memory::desc b({64, 64}, memory::data_type::f32, memory::format_tag::any);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, a), onednn::cpu_engine());
+      return onednn::implementation_name(pd).find("brg") != std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return !brgemm;
+}
+
 bool MatMulKernel::use_packed_gemm() {
   const MatMulPlan& p = plan_;
-  if (p.bf16 || !p.constant_b || p.src_dims.size() != 2 || p.wei_dims.size() != 2) return false;
+  if (p.bf16 || !prefer_packed_gemm() || !p.constant_b || p.src_dims.size() != 2 || p.wei_dims.size() != 2)
+    return false;
   const int64_t m = p.src_dims[0], k = p.src_dims[1], n = p.wei_dims[1];
   if (m < kPackedGemmMinRows || p.src_strides != Dims{k, 1}) return false;
   for (size_t i = 0; i < p.addends.size(); ++i) {
