@@ -39,6 +39,9 @@ struct PassOptions {
   Precision precision = Precision::kFp32;
   // Node names, output names or op types whose convolutions / products stay float32.
   std::vector<std::string> keep_dtype;
+  // mixed: keep convolutions fp32 where the CPU's bf16 route is estimated slower
+  // (precision_assignment.cc, bf16_pays). Off in tests that check the rules alone.
+  bool precision_cost_model = true;
   // Run ir::verify after every pass. On in debug builds and with KILN_VERIFY_PASSES=1.
   bool verify_each_pass = default_verify_each_pass();
   static bool default_verify_each_pass();

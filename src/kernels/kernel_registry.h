@@ -94,6 +94,14 @@ std::string planned_implementation(const ir::Node& node, DeviceKind device = Dev
 // depend on a debugging switch.
 bool has_fast_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 
+// What the CPU's fast kernels can do with bfloat16, for compile-time precision decisions
+// (compiler/passes/precision_assignment.cc): AMX-BF16 tiles, AVX512-BF16 dot products.
+struct Bf16Support {
+  bool amx = false;
+  bool avx512 = false;
+};
+Bf16Support cpu_bf16_support();
+
 }  // namespace kiln::kernels
 
 // Variadic: the factory's braced initializer holds commas.

@@ -19,8 +19,9 @@ using testing::fmodel;
 using testing::make_inputs;
 using testing::run_graph;
 
+// The cost model (bf16_pays) is off unless asked for: its decisions depend on the CPU.
 Expected<CompiledModel> compile_with(const std::string& text, int level, Precision precision,
-                                     std::vector<std::string> keep = {}) {
+                                     std::vector<std::string> keep = {}, bool cost_model = false) {
   onnx::ModelProto m;
   auto st = onnx::OnnxParser::Parse(m, text.c_str());
   if (!st.IsOK()) return invalid_argument("ONNX text does not parse: %s", st.ErrorMessage().c_str());
@@ -29,6 +30,7 @@ Expected<CompiledModel> compile_with(const std::string& text, int level, Precisi
   options.passes.opt_level = level;
   options.passes.precision = precision;
   options.passes.keep_dtype = std::move(keep);
+  options.passes.precision_cost_model = cost_model;
   options.passes.verify_each_pass = true;
   return compile_onnx_bytes(bytes.data(), bytes.size(), "test.onnx", options);
 }
@@ -131,6 +133,27 @@ TEST(PrecisionAssignmentTest, MixedProductsTakeSingleBf16) {
   std::map<std::string, std::string> p = precisions(*c->graph);
   ASSERT_EQ(p.size(), 2u);
   for (const auto& [name, prec] : p) EXPECT_EQ(prec, name == "y" ? "fp32" : "bf16") << name;
+}
+
+// With the cost model on a bf16-capable CPU, a convolution with few FLOPs per element (3 -> 4
+// channels, 1x1, on a 64x64 map) stays fp32 and one with many (64 -> 64, 3x3) takes bf16.
+TEST(PrecisionAssignmentTest, CostModelKeepsCheapConvolutionsFp32) {
+  if (!kernels::cpu_bf16_support().avx512) GTEST_SKIP() << "no bf16 kernels on this CPU: the model does not apply";
+  std::string text = fmodel("g (float[1,3,64,64] x) => (float[1,8] y)",
+                            finit("w1", {64, 3, 1, 1}, 1) + finit("w2", {64, 64, 3, 3}, 2) + finit("wf", {8, 64}, 3), R"(
+    a = Conv(x, w1)
+    b = Conv(a, w2) <pads = [1, 1, 1, 1]>
+    p = GlobalAveragePool(b)
+    f = Flatten(p)
+    y = Gemm(f, wf) <transB = 1>)");
+  auto c = compile_with(text, 3, Precision::kMixed, {}, true);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::map<std::string, std::string> p = precisions(*c->graph);
+  EXPECT_EQ(p["a"], "fp32");
+  EXPECT_EQ(p["b"], "bf16x3");
+  bool noted = false;
+  for (const std::string& n : notes(*c)) noted |= n.find("1 convolutions faster in fp32 here") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 TEST(PrecisionAssignmentTest, ProductsOfTwoActivationsStayFp32) {

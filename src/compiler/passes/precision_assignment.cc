@@ -17,8 +17,11 @@
 // (a layer's parameters, packed into bfloat16 once when the model loads).
 //   fp32  (default): nothing changes; the pass does nothing.
 //   bf16:  every candidate in "bf16", except the --keep-dtype ones: fastest.
-//   mixed: products (MatMul, Gemm) in "bf16", 2-D convolutions in "bf16x3" (1-D / 3-D ones in
-//          "bf16"), and the model's final layer in float32: for each graph output, the last
+//   mixed: products (MatMul, Gemm) in "bf16", 2-D convolutions in "bf16x3" where their input
+//          outweighs their weights (split_pays), other convolutions in "bf16", convolutions
+//          that a cost model of this CPU's kernels finds faster in float32 in float32
+//          (bf16_pays: the conversions of the bf16 route cost more than bf16 saves on
+//          convolutions with few FLOPs per element), and the model's final layer in float32: for each graph output, the last
 //          candidate (in execution order) it depends on (ResNet's classifier, BERT's last
 //          feed-forward output and pooler). Why the convolutions get the split: a stack of
 //          convolutions carries every layer's rounding into the next (BatchNorm is folded,
@@ -45,6 +48,7 @@
 #include "compiler/passes/fusion_util.h"
 #include "compiler/passes/passes.h"
 #include "core/logging.h"
+#include "kernels/kernel_registry.h"
 #include "ops/registry.h"
 
 namespace kiln::compiler {
@@ -159,6 +163,34 @@ bool split_pays(const ir::Node& n) {
   return x->shape().num_elements() >= w->shape().num_elements();
 }
 
+// Whether bf16 (`parts` 1) or bf16x3 (3) runs a float32 convolution faster than float32 on
+// this CPU, by a cost model of the kernels: float32 at kFp32Rate, each bf16 pass at the AMX or
+// AVX512-BF16 rate, plus the conversions of the bf16 route (conv.cc: X into NHWC bfloat16,
+// parts halves per element, and Y back from NHWC float32) at kConvertSeconds per element.
+// Rates measured with oneDNN 2.6 on ResNet-50's and MobileNetV2's convolutions, one core:
+// float32 ~160 GFLOP/s, AMX ~1000 per pass, AVX512-BF16 ~250, conversions ~0.5 ns per
+// element. MobileNetV2's first convolutions (3 -> 32 and 1x1 32 -> 16 at 112x112, 20-40 FLOPs
+// per converted element) ran 3-6x slower in bf16x3 than in float32.
+bool bf16_pays(const ir::Node& n, int parts) {
+  constexpr double kFp32Rate = 160e9, kAmxRate = 1000e9, kAvx512Bf16Rate = 250e9, kConvertSeconds = 0.5e-9;
+  if (std::string(candidate_base_op(n)) != "Conv") return true;  // products: A is small beside B
+  const ir::Value* x = n.input(0);
+  const ir::Value* w = n.input(1);
+  const ir::Value* y = n.output(0);
+  for (const ir::Value* v : {x, w, y})
+    if (!v->shape().has_rank() || !v->shape().is_static()) return true;
+  const kernels::Bf16Support hw = kernels::cpu_bf16_support();
+  if (!hw.avx512) return true;  // no rates to compare: what the mode asks for
+  const double w_elems = static_cast<double>(w->shape().num_elements());
+  const double y_elems = static_cast<double>(y->shape().num_elements());
+  const double flops = 2.0 * y_elems * w_elems / static_cast<double>(w->shape()[0].value);
+  const double x_elems = static_cast<double>(x->shape().num_elements());
+  const double fp32 = flops / kFp32Rate;
+  const double bf16 = parts * flops / (hw.amx ? kAmxRate : kAvx512Bf16Rate) +
+                      (x_elems * (1 + parts) / 2.0 + y_elems) * kConvertSeconds;
+  return bf16 < fp32;
+}
+
 std::string counts_text(const std::map<std::string, int>& counts) {
   std::string s;
   for (const auto& [op, n] : counts) s += str_format("%s%s x%d", s.empty() ? "" : ", ", op.c_str(), n);
@@ -184,7 +216,7 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
   std::set<std::string> keep_used;
   std::map<std::string, int> bf16_counts;
   std::vector<std::string> kept;
-  int depthwise = 0;
+  int depthwise = 0, slower = 0;
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* node : nodes) {
@@ -203,6 +235,10 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
       continue;
     }
     const bool split = mode == Precision::kMixed && split_pays(*node);
+    if (mode == Precision::kMixed && ctx.options().precision_cost_model && !bf16_pays(*node, split ? 3 : 1)) {
+      ++slower;
+      continue;
+    }
     if (node->domain() == ops::kOnnxDomain) node = to_fused_form(g, uses, node, removed);
     node->attrs()["precision"] = ir::Attribute::from_string(split ? "bf16x3" : "bf16");
     ++bf16_counts["kiln." + node->op_type() + (split ? " bf16x3" : " bf16")];
@@ -214,6 +250,7 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
   for (const auto& [op, n] : bf16_counts) total += n;
   ctx.note(str_format("precision %s: %d nodes in bf16%s%s", precision_name(mode), total,
                       bf16_counts.empty() ? "" : " (", bf16_counts.empty() ? "" : (counts_text(bf16_counts) + ")").c_str()));
+  if (slower) kept.insert(kept.begin(), str_format("%d convolutions faster in fp32 here", slower));
   if (depthwise) kept.insert(kept.begin(), str_format("%d depthwise convolutions", depthwise));
   if (!kept.empty()) {
     std::string list;

@@ -1,15 +1,16 @@
 // oneDNN helpers shared by the CPU kernels: engine, per-thread stream and workspace,
 // activation post-ops.
-#include <algorithm>
-#include <vector>
 #include "kernels/cpu/onednn_util.h"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "core/parallel.h"
+#include "kernels/kernel_registry.h"
 
 namespace kiln::kernels::onednn {
 namespace {
@@ -187,3 +188,17 @@ LayoutBridge::Bound LayoutBridge::bind(char* ws, const void* x, void* y) const {
 }
 
 }  // namespace kiln::kernels::onednn
+
+namespace kiln::kernels {
+
+Bf16Support cpu_bf16_support() {
+  // oneDNN's view: it enables AMX itself (the kernel's permission request) and honours
+  // ONEDNN_MAX_CPU_ISA.
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  Bf16Support s;
+  s.amx = isa == dnnl::cpu_isa::avx512_core_amx;
+  s.avx512 = s.amx || isa == dnnl::cpu_isa::avx512_core_bf16;
+  return s;
+}
+
+}  // namespace kiln::kernels
