@@ -9,11 +9,11 @@ both engines see the same machine noise. Medians
 over all timed runs are compared against this CPU's fp32 FMA peak, measured by bench/fma_peak
 in the same run.
 
-Kiln is timed by `kiln run MODEL.kiln --loops B --warmup 1 --threads N --json` (wall clock of
-each execute + synchronize, as ORT's session.run is timed in node): with B <= 3 loops its min,
-median and max are the timed runs themselves, so every run is a sample. ONNX Runtime
-(onnxruntime-node, graph optimisation 'all', intra-op threads N, inter-op 1) runs in one
-long-lived node process per model and thread count (bench/ort_compare/run_ort.js).
+Both engines run warm, each in one long-lived process per model and thread count driven over
+a pipe: Kiln in bench/ort_compare/kiln_session (the C API: execute + synchronize on one stream,
+as `kiln run` times it; built from BUILD_DIR if missing), ONNX Runtime in run_ort.js
+(onnxruntime-node, graph optimisation 'all', intra-op threads N, inter-op 1; wall clock of each
+session.run). Outputs for the agreement check come from `kiln run --output-dir`.
 """
 
 import argparse
@@ -228,7 +228,7 @@ def ort_shapes(model, names, args):
     os.makedirs(tmp, exist_ok=True)
     path = os.path.join(tmp, "model_with_outputs.onnx")
     onnx.save(m, path)
-    with OrtSession(args, path, 1, model.inputs) as ort:
+    with ort_session(args, path, 1, model.inputs) as ort:
         ort.save(os.path.join(tmp, "outputs"))
     with open(os.path.join(tmp, "outputs", "outputs.json")) as f:
         index = json.load(f)
@@ -259,12 +259,12 @@ def count_flops(model, args):
 # Engines.
 
 
-class OrtSession:
-    """One run_ort.js process: an ORT session at a fixed thread count, driven over a pipe."""
+class Session:
+    """One engine process holding a loaded model at a fixed thread count, driven over a pipe
+    with one JSON line per command (run_ort.js, kiln_session)."""
 
-    def __init__(self, args, onnx_path, threads, inputs):
-        cmd = [args.node, os.path.join(HERE, "run_ort.js"), onnx_path, str(threads)]
-        cmd += [f"{k}={v}" for k, v in inputs.items()]
+    def __init__(self, cmd, engine):
+        self.engine = engine
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      cwd=SRC)
         self.info = self._reply("session create")
@@ -273,11 +273,11 @@ class OrtSession:
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait()
-            raise BenchError(f"ONNX Runtime ({what}) exited with status {self.proc.returncode} "
+            raise BenchError(f"{self.engine} ({what}) exited with status {self.proc.returncode} "
                              f"and no answer")
         msg = json.loads(line)
         if "error" in msg:
-            raise BenchError(f"ONNX Runtime ({what}): {msg['error']}")
+            raise BenchError(f"{self.engine} ({what}): {msg['error']}")
         return msg
 
     def _send(self, command):
@@ -308,6 +308,20 @@ class OrtSession:
             self.proc.wait()
 
 
+def ort_session(args, onnx_path, threads, inputs):
+    cmd = [args.node, os.path.join(HERE, "run_ort.js"), onnx_path, str(threads)]
+    return Session(cmd + [f"{k}={v}" for k, v in inputs.items()], "ONNX Runtime")
+
+
+def kiln_session(args, kiln_model, model, threads):
+    exe = os.path.join(args.build_dir, "bench", "kiln_session")
+    if not os.access(exe, os.X_OK):
+        log(f"building kiln_session in {args.build_dir}")
+        run(["cmake", "--build", args.build_dir, "--target", "kiln_session"], "building kiln_session")
+    cmd = [exe, kiln_model, str(threads)] + [f"{k}={v}" for k, v in model.inputs.items()]
+    return Session(cmd, "Kiln")
+
+
 def kiln_compile(args, model, out, precision=None):
     cmd = [args.kiln, "compile", model.onnx, "-o", out, "-q", "--report", out + ".report.json"]
     if model.shapes:
@@ -324,16 +338,6 @@ def kiln_input_args(model):
     for k, v in model.inputs.items():
         args += ["--input", f"{k}={v}"]
     return args
-
-
-def kiln_time(args, kiln_model, model, threads):
-    out = run([args.kiln, "run", kiln_model, "--loops", str(args.block), "--warmup", "1",
-               "--threads", str(threads), "--json", *kiln_input_args(model)],
-              f"kiln run of {model.name}")
-    lat = json.loads(out)["latency_ms"]
-    # `kiln run` reports min, median and max: for up to 3 loops, those are the runs.
-    return {1: [lat["median"]], 2: [lat["min"], lat["max"]],
-            3: [lat["min"], lat["median"], lat["max"]]}[args.block]
 
 
 def kiln_save(args, kiln_model, model, threads, folder):
@@ -396,13 +400,13 @@ def agreement(kiln_dir, ort_dir):
 # The benchmark.
 
 
-def measure(args, model, kiln_models, threads, ort):
-    """Alternating blocks of each Kiln model (fp32, then mixed if given) and ORT, rotating the
+def measure(args, kiln_sessions, ort):
+    """Alternating blocks of each Kiln session (fp32, then mixed if given) and ORT, rotating the
     order every block so that no engine always runs right after the same other one. Returns
     ([times of each Kiln model], ORT times) in ms, at least args.runs of each."""
     blocks = math.ceil(args.runs / args.block)
-    engines = list(range(len(kiln_models))) + ["ort"]
-    kiln_ms, ort_ms = [[] for _ in kiln_models], []
+    engines = list(range(len(kiln_sessions))) + ["ort"]
+    kiln_ms, ort_ms = [[] for _ in kiln_sessions], []
     for b in range(blocks):
         shift = b % len(engines)
         for engine in engines[shift:] + engines[:shift]:
@@ -412,7 +416,7 @@ def measure(args, model, kiln_models, threads, ort):
             if engine == "ort":
                 ort_ms += ort.time(args.block, 1)
             else:
-                kiln_ms[engine] += kiln_time(args, kiln_models[engine], model, threads)
+                kiln_ms[engine] += kiln_sessions[engine].time(args.block, 1)
     return kiln_ms, ort_ms
 
 
@@ -436,7 +440,7 @@ def bench_model(args, model, peaks, mixed_ok):
 
     rows = []
     for threads in args.threads:
-        with OrtSession(args, model.onnx, threads, model.inputs) as ort:
+        with ort_session(args, model.onnx, threads, model.inputs) as ort:
             # Agreement on one run of each with the same input, before any timing.
             ort_dir = os.path.join(out, f"ort_t{threads}")
             kiln_dir = os.path.join(out, f"kiln_t{threads}")
@@ -467,7 +471,12 @@ def bench_model(args, model, peaks, mixed_ok):
                 f"alternating blocks of 1 untimed + {args.block} timed runs ({engines})")
             t0 = time.monotonic()
             kiln_models = [kiln_model] + ([mixed_model] if mixed_model else [])
-            (kiln_ms, *mixed_ms), ort_ms = measure(args, model, kiln_models, threads, ort)
+            sessions = [kiln_session(args, m, model, threads) for m in kiln_models]
+            try:
+                (kiln_ms, *mixed_ms), ort_ms = measure(args, sessions, ort)
+            finally:
+                for session in sessions:
+                    session.__exit__(None, None, None)
             if mixed_model:
                 mixed.update(kiln_ms=statistics.median(mixed_ms[0]),
                              ort_ms=statistics.median(ort_ms), runs=mixed_ms[0])
