@@ -298,11 +298,11 @@ memory::format_tag tensor_tag(int rank, int64_t block) {
 constexpr bool kPrimitiveChoosesLayout = true;
 
 // Float32 3x3 stride-1 convolutions with at least this many output pixels run oneDNN's
-// Winograd F(2x2, 3x3) kernel where it has one (AVX-512, blocked layouts): 1.8-2.0x faster than
-// the direct kernel at 56x56 and 28x28 (64 and 128 channels), within 1e-6 of max|y| of it.
-// Smaller maps are weight-bound in a model (their weights come from memory each run) and the
-// transformed weights are 16/9 as large, so they stay direct.
-constexpr int64_t kWinogradMinPixels = 28 * 28;
+// Winograd F(2x2, 3x3) kernel where it has one (AVX-512, blocked layouts), within 1e-6 of
+// max|y| of the direct kernel. In ResNet-50 at one thread (kiln profile, per node) it took
+// 1.8-2x less time at 56x56 and 28x28, 1.15x at 14x14 and 1.02x at 7x7, where the weights
+// (16/9 as large once transformed) come from memory each run; smaller maps stay direct.
+constexpr int64_t kWinogradMinPixels = 7 * 7;
 
 bool winograd_candidate(const ConvPlan& p) {
   if (p.bf16_parts || p.x_dims.size() != 4 || p.group != 1 || p.w_dims[2] != 3 || p.w_dims[3] != 3) return false;
