@@ -369,12 +369,13 @@ TEST(OnednnConvTest, NanInput) {
   for (const char* act : {"", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip"}) {
     for (bool z : {false, true}) {
       if (!*act && !z) continue;  // not a FusedConv
-      ConvCase c{std::string("NaN ") + act + (z ? " +Z" : ""), {1, 17, 7, 7}, {8, 17, 3, 3},
+      // 6x6 outputs: below the Winograd threshold (WinogradSpreadsNonFiniteWithinItsTile).
+      ConvCase c{std::string("NaN ") + act + (z ? " +Z" : ""), {1, 17, 6, 6}, {8, 17, 3, 3},
                  attrs({{"pads", {1, 1, 1, 1}}}), true, z, act};
       const bool clip = std::string(act) == "Clip";
       if (clip) c.params = {-0.5f, 6.0f};
       const float bounds[2] = {-0.5f, 6.0f};
-      check_case(c, 4, 3 * 49 + 24, clip ? bounds : nullptr);
+      check_case(c, 4, 3 * 36 + 20, clip ? bounds : nullptr);
     }
   }
 }
@@ -603,6 +604,35 @@ TEST(OnednnConvTest, WinogradOnLargeMaps) {
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, want, c);
   }
+}
+
+// Winograd's documented deviation (conv.cc): a NaN in X reaches the outputs of the tiles whose
+// transformed input holds it, a superset of those whose window holds it. Every output the
+// reference makes NaN is NaN, and outputs more than 3 pixels away from the NaN agree.
+TEST(OnednnConvTest, WinogradSpreadsNonFiniteWithinItsTile) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no Winograd kernel without AVX-512";
+  ConvCase c{"nan", {1, 16, 12, 12}, {16, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true};
+  auto g = make_graph(c, 5);
+  ASSERT_TRUE(g.ok());
+  const int64_t nan_h = 5, nan_w = 6;
+  g->x.data<float>()[2 * 144 + nan_h * 12 + nan_w] = NAN;
+  auto k = onednn_factory("", "Conv")->prepare(*g->node);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  ASSERT_NE((*k)->implementation().find("wino"), std::string::npos) << (*k)->implementation();
+  auto want = run_reference(*g);
+  auto got = run_kernel(**k, *g, input_values(*g));
+  ASSERT_TRUE(want.ok() && got.ok());
+  for (int64_t o = 0; o < 16; ++o)
+    for (int64_t h = 0; h < 12; ++h)
+      for (int64_t w = 0; w < 12; ++w) {
+        const int64_t i = (o * 12 + h) * 12 + w;
+        const float wv = want->data<float>()[i], gv = got->data<float>()[i];
+        if (std::isnan(wv)) {
+          EXPECT_TRUE(std::isnan(gv)) << "output " << o << "," << h << "," << w;
+        } else if (std::abs(h - nan_h) > 3 || std::abs(w - nan_w) > 3) {
+          EXPECT_NEAR(gv, wv, 1e-4f) << "output " << o << "," << h << "," << w;
+        }
+      }
 }
 
 // precision bf16 / bf16x3 (the NHWC route through bf16_layout.h) against the reference, which

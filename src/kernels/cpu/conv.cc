@@ -302,6 +302,9 @@ constexpr bool kPrimitiveChoosesLayout = true;
 // max|y| of the direct kernel. In ResNet-50 at one thread (kiln profile, per node) it took
 // 1.8-2x less time at 56x56 and 28x28, 1.15x at 14x14 and 1.02x at 7x7, where the weights
 // (16/9 as large once transformed) come from memory each run; smaller maps stay direct.
+// One deviation from the direct kernel: a NaN or Inf in X reaches every output of the tiles
+// whose transformed input holds it (a few pixels around it), not only those whose window holds
+// it (tests/kernels/conv_kernel_test.cc, WinogradSpreadsNonFiniteWithinItsTile).
 constexpr int64_t kWinogradMinPixels = 7 * 7;
 
 bool winograd_candidate(const ConvPlan& p) {
