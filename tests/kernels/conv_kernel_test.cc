@@ -521,6 +521,11 @@ TEST(OnednnConvTest, BlockedLayouts) {
   const std::vector<Case> cases{
       {{"x8y8", {1, 16, 9, 7}, {24, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true, true, "Relu"}, true, true, 8},
       {{"x16y16", {2, 32, 6, 6}, {16, 32, 1, 1}, {}, true, true, "Clip", {0.f, 6.f}}, true, true, 16},
+      // A residual on a map of >= 14x14 is read by a binary post-op (conv.cc), not copied.
+      {{"x16y16 residual 16x15", {1, 32, 16, 15}, {48, 32, 1, 1}, {}, true, true, "Relu"}, true, true, 16},
+      {{"x8y8 residual 3x3 stride2", {1, 16, 31, 29}, {16, 16, 3, 3}, attrs({{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}),
+        false, true, "Relu"},
+       true, true, 8},
       {{"plain_in", {1, 3, 11, 11}, {16, 3, 3, 3}, attrs({{"strides", {2, 2}}}), true, false, "Relu"}, false, true, 8},
       {{"plain_out", {1, 16, 5, 5}, {5, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), false, false, "Sigmoid"}, true,
        false, 8},
