@@ -183,6 +183,43 @@ class CliTest(unittest.TestCase):
         r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--input-shape", "x:1,5", check=False)
         self.assertEqual(r.returncode, 1)
 
+    def test_precision_modes_and_keep_dtype(self):
+        # bf16 products: the run stays within bfloat16's rounding of NumPy (8 significant bits
+        # per operand, K = 4 products), the report says which nodes took bf16, and --keep-dtype
+        # by op type keeps them float32 (then NumPy's result to float32 rounding).
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        np.save(os.path.join(WORK, "x_prec.npy"), x)
+        want, label = numpy_linear(x)
+        for mode, keep, bf16_nodes in (("bf16", None, 1), ("mixed", None, 0), ("bf16", "MatMul", 0)):
+            out = os.path.join(WORK, f"linear_{mode}_{keep}.kiln")
+            report = out + ".json"
+            args = ["compile", self.onnx_path, "-o", out, "--input-shape", "x:3,4", "--precision", mode,
+                    "--report", report]
+            if keep:
+                args += ["--keep-dtype", keep]
+            r = kiln(*args)
+            self.assertIn(f"precision {mode}", r.stdout)
+            with open(report) as f:
+                prec = json.load(f)["precision"]
+            self.assertEqual(prec["mode"], mode)
+            self.assertEqual(sum(prec["nodes"].get("bf16", {}).values()), bf16_nodes, prec)
+            run_dir = os.path.join(WORK, f"out_{mode}_{keep}")
+            kiln("run", out, "--input", f"x={os.path.join(WORK, 'x_prec.npy')}", "--output-dir", run_dir)
+            got = np.load(os.path.join(run_dir, "scores_relu_0.npy"))
+            tol = (4 * 2 ** -8 * np.abs(x).max() * np.abs(W).max()) if bf16_nodes else 1e-5 * np.abs(want).max()
+            np.testing.assert_allclose(got, want, atol=tol, rtol=0)
+        # mixed keeps the only (final) layer fp32: exact to float32 rounding, as checked above.
+        r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "fp16", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("expected fp32, bf16 or mixed", r.stderr)
+        r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "bf16",
+                 "--keep-dtype", "matmul,,add", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("empty entry", r.stderr)
+        r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "bf16",
+                 "--keep-dtype", "no_such_node")
+        self.assertIn("no_such_node matches no convolution or matrix product", r.stdout)
+
     def test_missing_file_and_bad_usage(self):
         r = kiln("run", os.path.join(WORK, "missing.kiln"), check=False)
         self.assertEqual(r.returncode, 1)
