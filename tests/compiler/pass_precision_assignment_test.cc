@@ -22,17 +22,12 @@ using testing::run_graph;
 // The cost model (bf16_pays) is off unless asked for: its decisions depend on the CPU.
 Expected<CompiledModel> compile_with(const std::string& text, int level, Precision precision,
                                      std::vector<std::string> keep = {}, bool cost_model = false) {
-  onnx::ModelProto m;
-  auto st = onnx::OnnxParser::Parse(m, text.c_str());
-  if (!st.IsOK()) return invalid_argument("ONNX text does not parse: %s", st.ErrorMessage().c_str());
-  std::string bytes = m.SerializeAsString();
   CompileOptions options;
   options.passes.opt_level = level;
   options.passes.precision = precision;
   options.passes.keep_dtype = std::move(keep);
   options.passes.precision_cost_model = cost_model;
-  options.passes.verify_each_pass = true;
-  return compile_onnx_bytes(bytes.data(), bytes.size(), "test.onnx", options);
+  return testing::compile_text_with(text, std::move(options));
 }
 
 // Output name -> the precision attribute of its producer ("fp32" when absent), for the convs

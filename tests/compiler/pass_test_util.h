@@ -16,17 +16,22 @@
 
 namespace kiln::compiler::testing {
 
-inline Expected<CompiledModel> compile_text(const std::string& text, int level,
-                                            std::set<std::string> disabled = {}) {
+// Compiles a model in ONNX text syntax with `options` (the IR verified after every pass).
+inline Expected<CompiledModel> compile_text_with(const std::string& text, CompileOptions options) {
   onnx::ModelProto m;
   auto st = onnx::OnnxParser::Parse(m, text.c_str());
   if (!st.IsOK()) return invalid_argument("ONNX text does not parse: %s", st.ErrorMessage().c_str());
   std::string bytes = m.SerializeAsString();
+  options.passes.verify_each_pass = true;
+  return compile_onnx_bytes(bytes.data(), bytes.size(), "test.onnx", options);
+}
+
+inline Expected<CompiledModel> compile_text(const std::string& text, int level,
+                                            std::set<std::string> disabled = {}) {
   CompileOptions options;
   options.passes.opt_level = level;
   options.passes.disabled = std::move(disabled);
-  options.passes.verify_each_pass = true;
-  return compile_onnx_bytes(bytes.data(), bytes.size(), "test.onnx", options);
+  return compile_text_with(text, std::move(options));
 }
 
 inline int count_op(const ir::Graph& g, const std::string& op) {

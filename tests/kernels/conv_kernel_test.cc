@@ -512,6 +512,24 @@ TEST(OnednnConvTest, PreparingStartsNoThread) {
 
 // FusedConv with blocked X and/or Y (and Z) on the oneDNN kernel and on the reference kernel
 // equals the plain FusedConv's reference result, blocked by definition.
+// Gives g's node the formats (NC1HWC0 with c0 channels per block where asked) and blocks X
+// (and Z, with Y) by definition to match.
+void set_formats(ConvGraph& g, bool x_blocked, bool y_blocked, int64_t c0) {
+  ir::Node* n = g.node;
+  n->attrs()["x_format"] = Attribute::from_string(x_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+  n->attrs()["y_format"] = Attribute::from_string(y_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
+  n->attrs()["c0"] = Attribute::from_int(c0);
+  if (x_blocked) {
+    g.x = block_by_definition(g.x, c0);
+    n->input(0)->type().shape = g.x.shape();
+  }
+  if (g.z.defined() && y_blocked) {
+    g.z = block_by_definition(g.z, c0);
+    n->input(3)->type().shape = g.z.shape();
+  }
+  ASSERT_TRUE(ops::infer_node(*n).ok());
+}
+
 TEST(OnednnConvTest, BlockedLayouts) {
   struct Case {
     ConvCase conv;
@@ -545,18 +563,7 @@ TEST(OnednnConvTest, BlockedLayouts) {
     // The same node with formats, X (and Z) blocked by definition.
     ConvGraph g = std::move(*plain);
     ir::Node* n = g.node;
-    n->attrs()["x_format"] = Attribute::from_string(bc.x_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
-    n->attrs()["y_format"] = Attribute::from_string(bc.y_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
-    n->attrs()["c0"] = Attribute::from_int(bc.c0);
-    if (bc.x_blocked) {
-      g.x = block_by_definition(g.x, bc.c0);
-      n->input(0)->type().shape = g.x.shape();
-    }
-    if (c.residual && bc.y_blocked) {
-      g.z = block_by_definition(g.z, bc.c0);
-      n->input(3)->type().shape = g.z.shape();
-    }
-    ASSERT_TRUE(ops::infer_node(*n).ok());
+    set_formats(g, bc.x_blocked, bc.y_blocked, bc.c0);
     EXPECT_EQ(n->output(0)->shape().static_dims(), want.dims());
     auto ref = run_reference(g);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
@@ -589,22 +596,14 @@ TEST(OnednnConvTest, WinogradOnLargeMaps) {
     ASSERT_TRUE(plain_want.ok());
     ConvGraph g = std::move(*made);
     ir::Node* n = g.node;
-    n->attrs()["x_format"] = Attribute::from_string(ops::kFormatBlocked);
-    n->attrs()["y_format"] = Attribute::from_string(ops::kFormatBlocked);
-    n->attrs()["c0"] = Attribute::from_int(16);
-    g.x = block_by_definition(g.x, 16);
-    n->input(0)->type().shape = g.x.shape();
-    if (c.residual) {
-      g.z = block_by_definition(g.z, 16);
-      n->input(3)->type().shape = g.z.shape();
-    }
-    ASSERT_TRUE(ops::infer_node(*n).ok());
+    set_formats(g, true, true, 16);
     const Tensor want = block_by_definition(*plain_want, 16);
     const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");
     auto k = f->prepare(*n);
     ASSERT_TRUE(k.ok()) << k.status().to_string();
-    if (__builtin_cpu_supports("avx512f"))
+    if (__builtin_cpu_supports("avx512f")) {
       EXPECT_NE((*k)->implementation().find("wino"), std::string::npos) << (*k)->implementation();
+    }
     auto got = run_kernel(**k, g, input_values(g));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, want, c);
@@ -686,20 +685,7 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     ConvGraph g = std::move(*made);
     ir::Node* n = g.node;
-    if (bc.x_blocked || bc.y_blocked) {
-      n->attrs()["x_format"] = Attribute::from_string(bc.x_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
-      n->attrs()["y_format"] = Attribute::from_string(bc.y_blocked ? ops::kFormatBlocked : ops::kFormatPlain);
-      n->attrs()["c0"] = Attribute::from_int(bc.c0);
-      if (bc.x_blocked) {
-        g.x = block_by_definition(g.x, bc.c0);
-        n->input(0)->type().shape = g.x.shape();
-      }
-      if (c.residual && bc.y_blocked) {
-        g.z = block_by_definition(g.z, bc.c0);
-        n->input(3)->type().shape = g.z.shape();
-      }
-      ASSERT_TRUE(ops::infer_node(*n).ok());
-    }
+    if (bc.x_blocked || bc.y_blocked) set_formats(g, bc.x_blocked, bc.y_blocked, bc.c0);
     auto want = run_reference(g);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");

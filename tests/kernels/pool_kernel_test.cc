@@ -115,9 +115,13 @@ void check(const PoolCase& c, const std::string& name) {
   ASSERT_TRUE(want.ok()) << want.status().to_string();
   const bool global = c.op.rfind("Global", 0) == 0;
   auto k = select_kernel(*plain->node);
-  if (global) EXPECT_TRUE(k);
+  if (global) {
+    EXPECT_TRUE(k);
+  }
   if (k) {
-    if (!global) EXPECT_EQ(k->implementation().find("simple"), std::string::npos) << k->implementation();
+    if (!global) {
+      EXPECT_EQ(k->implementation().find("simple"), std::string::npos) << k->implementation();
+    }
     auto got = run_with(k.get(), *plain);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, *want);

@@ -259,21 +259,17 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
   }
   for (const std::string& k : keep)
     if (!keep_used.count(k)) ctx.note(str_format("--keep-dtype %s matches no convolution or matrix product", k.c_str()));
-  if (total > 0 && !__builtin_cpu_supports("avx512bf16"))
+  if (total > 0 && !kernels::cpu_bf16_support().avx512)
     ctx.note("this CPU has no AVX512-BF16: here the bf16 nodes run on emulated or reference kernels, slower than fp32");
   return ok_status();
 }
 
 }  // namespace
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kMixed: return "mixed";
-  }
-  return "?";
-}
+// Indexed by Precision.
+constexpr const char* kPrecisionNames[] = {"fp32", "bf16", "mixed"};
+
+const char* precision_name(Precision p) { return kPrecisionNames[static_cast<int>(p)]; }
 
 std::optional<Precision> precision_from_name(const std::string& name) {
   for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kMixed})

@@ -5,8 +5,11 @@
 // oneDNN's nChw8c / nChw16c directly, the layout the primitive computes in: no reorder.
 //
 // Y = act(conv(X, W) + B + Z) runs as one primitive: the bias is the convolution's own bias,
-// Z is a sum post-op on a destination initialised with Z (so it comes before the eltwise
-// post-ops of the activation, onednn_util.h's mapping). Source and destination stay plain
+// Z a binary-add post-op reading Z on large blocked maps, else a sum post-op on a destination
+// initialised with Z (either way before the eltwise post-ops of the activation, onednn_util.h's
+// mapping). 3x3 stride-1 convolutions take oneDNN's Winograd kernel where it has one
+// (kWinogradMinPixels). precision bf16 / bf16x3 2-D convolutions compute in NHWC through
+// Kiln's own conversions (bf16_layout.h, run_nhwc). A plain source and destination stay plain
 // N C D... for the graph; the primitive picks its own layout (format "any") and the run
 // reorders X into it and Y back, through the thread's workspace (a Z into the destination's
 // layout). Measured on ResNet-50 (-O3, batch 1; this machine's oneDNN runs its AVX2 kernels),
