@@ -51,6 +51,8 @@ struct CompareArgs {
   int rows = 20;
   std::string json;
   bool kernels = false;  // fast vs reference kernels at opt_level, instead of -O0 vs opt_level
+  std::string precision = "fp32";  // of the optimised side (kiln compile --precision)
+  std::string keep_dtype;
 };
 
 // One value compared: produced by `node` in the optimised graph, present in both graphs.
@@ -199,11 +201,22 @@ int run_compare(const CompareArgs& args) {
   ref_options.passes.opt_level = args.kernels ? args.opt_level : 0;
   opt_options.passes.opt_level = args.opt_level;
   opt_options.passes.disabled.insert(args.disabled_passes.begin(), args.disabled_passes.end());
-  // Comparing kernels, both sides are the same graph: the same level and the same passes.
-  if (args.kernels) ref_options.passes.disabled = opt_options.passes.disabled;
+  // The optimised side's precision (the reference stays float32 at -O0): which node's output
+  // a reduced precision moves most, value by value.
+  auto precision = compiler::precision_from_name(args.precision);
+  if (!precision) return report_error("compare", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
+  opt_options.passes.precision = *precision;
+  if (!args.keep_dtype.empty()) {
+    auto keep = compiler::parse_keep_dtype(args.keep_dtype);
+    if (!keep.ok()) return report_error("compare", keep.status().to_string());
+    opt_options.passes.keep_dtype = *keep;
+  }
+  // Comparing kernels, both sides are the same graph: the same level, passes and precision.
+  if (args.kernels) ref_options.passes = opt_options.passes;
   // How the two runs are named in the output.
   const std::string ref_name = args.kernels ? "reference kernels" : "-O0";
-  const std::string opt_name = args.kernels ? "fast kernels" : str_format("-O%d", args.opt_level);
+  std::string opt_name = args.kernels ? "fast kernels" : str_format("-O%d", args.opt_level);
+  if (*precision != compiler::Precision::kFp32) opt_name += std::string(" ") + compiler::precision_name(*precision);
   Status valid = compiler::validate_pass_options(opt_options.passes);
   if (!valid.ok()) return report_error("compare", valid.to_string());
 
@@ -362,6 +375,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("-O,--opt-level", args->opt_level, "Level compared with -O0 (default 3)")->check(CLI::Range(0, 3));
   app.add_option("--disable-pass", args->disabled_passes,
                  "Switch a pass off in the optimised compile (repeatable), to bisect a divergence");
+  app.add_option("--precision", args->precision,
+                 "Precision of the optimised side, as kiln compile --precision (fp32, bf16, mixed): find the "
+                 "values a reduced precision moves most (raise --rtol to about 1e-2 for bf16)");
+  app.add_option("--keep-dtype", args->keep_dtype, "As kiln compile --keep-dtype, for the optimised side");
   app.add_option("--rtol", args->rtol, "Tolerance relative to max|ref| of each value (default 1e-4)");
   app.add_option("--atol", args->atol, "Absolute tolerance added to it, for values near 0 (default 1e-6)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");

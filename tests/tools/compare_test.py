@@ -195,6 +195,23 @@ class CompareTest(unittest.TestCase):
         self.assertIn(f"produced by node '{node}'", r.stdout)
         self.assertIn("verdict: DIFFER", r.stdout)
 
+    def test_precision_of_the_optimised_side(self):
+        # bf16 moves every product by about bfloat16's rounding (2^-8 of the operands): at the
+        # default rtol 1e-4 the first convolution already diverges, at 1e-2 the model agrees.
+        r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16", check=1)
+        self.assertIn("-O3 bf16", r.stdout)
+        self.assertIn("first divergence", r.stdout)
+        self.assertIn("kiln.FusedConv", r.stdout.split("first divergence")[1].splitlines()[0])
+        r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16", "--rtol", "1e-2",
+                 check=0)
+        self.assertIn("verdict: AGREE", r.stdout)
+        # Kept in float32 (every node by op type), bf16 changes nothing at the default rtol.
+        r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16",
+                 "--keep-dtype", "Conv,MatMul", check=0)
+        self.assertIn("verdict: AGREE", r.stdout)
+        r = kiln("compare", self.model, "--precision", "fp8", check=1)
+        self.assertIn("expected fp32, bf16 or mixed", r.stderr)
+
     def test_errors(self):
         r = kiln("compare", self.model, "--input", f"nope={self.x_path}", check=1)
         self.assertIn("no input named 'nope'", r.stderr)
