@@ -17,9 +17,14 @@ struct InspectArgs {
   bool json = false;
 };
 
+// Op type -> nodes; a node computing in reduced precision (kiln compile --precision) counts
+// as "op [bf16]" / "op [bf16x3]".
 void count_ops(const ir::Graph& g, std::map<std::string, int>& hist, size_t* nodes) {
   for (const auto& n : g.nodes()) {
-    ++hist[n->domain().empty() ? n->op_type() : n->domain() + "." + n->op_type()];
+    std::string key = n->domain().empty() ? n->op_type() : n->domain() + "." + n->op_type();
+    const std::string precision = n->attr_string("precision", "fp32");
+    if (precision != "fp32") key += " [" + precision + "]";
+    ++hist[key];
     ++*nodes;
     for (const ir::Graph* sub : n->subgraphs()) count_ops(*sub, hist, nodes);
   }

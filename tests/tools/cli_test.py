@@ -203,6 +203,7 @@ class CliTest(unittest.TestCase):
                 prec = json.load(f)["precision"]
             self.assertEqual(prec["mode"], mode)
             self.assertEqual(sum(prec["nodes"].get("bf16", {}).values()), bf16_nodes, prec)
+            self.assertEqual("[bf16]" in kiln("inspect", out).stdout, bf16_nodes > 0)
             run_dir = os.path.join(WORK, f"out_{mode}_{keep}")
             kiln("run", out, "--input", f"x={os.path.join(WORK, 'x_prec.npy')}", "--output-dir", run_dir)
             got = np.load(os.path.join(run_dir, "scores_relu_0.npy"))
