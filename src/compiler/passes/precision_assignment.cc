@@ -151,9 +151,10 @@ ir::Node* to_fused_form(ir::Graph& g, GraphUses& uses, ir::Node* node, std::unor
 // whose input holds at least as many elements as its weights. The split triples the bf16 work
 // and the weight bytes read per run (hi, lo and hi again): cheap where the activations
 // dominate (the early, high-resolution layers, which are also where a rounding travels
-// through the most layers), and no gain over float32 where the weights do (the deep layers
-// read three times ResNet-50's bf16 weights from memory: 35 ms at one thread against fp32's
-// 50 ms, bench/ort_compare); there single bf16 halves the weight bytes instead.
+// through the most layers), and no gain over float32 where the weights do: with every
+// ResNet-50 convolution in bf16x3 the convolutions took 35 ms at one thread (ONEDNN_VERBOSE),
+// most of it in the deep layers reading 3x their bf16 weights, against about 50 ms in fp32.
+// There single bf16 halves the weight bytes instead.
 bool split_pays(const ir::Node& n) {
   if (std::string(candidate_base_op(n)) != "Conv") return false;
   const ir::Value* x = n.input(0);
