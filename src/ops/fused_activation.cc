@@ -187,4 +187,13 @@ Status run_onnx_inference(InferContext& ctx, const char* op) {
   return schema->infer_fn()(ctx);
 }
 
+Expected<int> bf16_parts(const ir::Node& node) {
+  const std::string p = node.attr_string("precision", "fp32");
+  if (p == "fp32") return 0;
+  if (p == "bf16") return 1;
+  if (p == "bf16x3" && node.op_type() == "FusedConv") return 3;
+  return invalid_argument("node %s: precision '%s': expected fp32, bf16%s", node.label().c_str(), p.c_str(),
+                          node.op_type() == "FusedConv" ? " or bf16x3" : "");
+}
+
 }  // namespace kiln::ops

@@ -49,6 +49,16 @@ struct FusedActivation {
 // kind, a post-affine without an activation.
 Expected<FusedActivation> parse_fused_activation(const ir::Node& node);
 
+// The `precision` attribute (compiler/passes/precision_assignment.cc, docs/fused-ops.md):
+//   "fp32" (the default);
+//   "bf16": X (A) and W (B) rounded to bfloat16 before the product, summed in float32;
+//   "bf16x3" (FusedConv): X and W each split into bfloat16 hi + lo, and the product
+//     hi_x*hi_w + hi_x*lo_w + lo_x*hi_w summed in float32: one convolution over three times
+//     the input channels, [hi_x | hi_x | lo_x] per group against [hi_w | lo_w | hi_w].
+// The addends and the activation stay float32. Returns the bfloat16 parts: 0, 1 or 3.
+// Errors name the node. The reference kernels and the fast kernels read it here.
+Expected<int> bf16_parts(const ir::Node& node);
+
 // data[i] = act(data[i]) for i in [0, n); parallel in chunks.
 void apply_fused_activation(const FusedActivation& act, float* data, int64_t n);
 void apply_fused_activation(const FusedActivation& act, double* data, int64_t n);

@@ -116,22 +116,6 @@ struct Addend {
   bool exact;
 };
 
-// The `precision` attribute (compiler/passes/precision_assignment.cc, docs/fused-ops.md):
-//   "fp32" (the default);
-//   "bf16": X (A) and W (B) rounded to bfloat16 before the product, summed in float32;
-//   "bf16x3" (FusedConv): X and W each split into bfloat16 hi + lo, and the product
-//     hi_x*hi_w + hi_x*lo_w + lo_x*hi_w summed in float32: one convolution over three times
-//     the input channels, [hi_x | hi_x | lo_x] per group against [hi_w | lo_w | hi_w].
-// The addends and the activation stay float32. Returns the bfloat16 parts: 0, 1 or 3.
-Expected<int> bf16_parts(const ir::Node& node) {
-  const std::string p = node.attr_string("precision", "fp32");
-  if (p == "fp32") return 0;
-  if (p == "bf16") return 1;
-  if (p == "bf16x3" && node.op_type() == "FusedConv") return 3;
-  return invalid_argument("node %s: precision '%s': expected fp32, bf16%s", node.label().c_str(), p.c_str(),
-                          node.op_type() == "FusedConv" ? " or bf16x3" : "");
-}
-
 Status check_precision(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int parts, bf16_parts(ctx.node()));
   if (parts && ctx.input_type(0).dtype != DataType::kFloat32 && ctx.input_type(0).dtype != DataType::kUndefined)

@@ -154,10 +154,9 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
     p.has_z = true;
   }
   if (fused) {
-    const std::string precision = node.attr_string("precision", "fp32");
-    if (precision != "fp32" && precision != "bf16" && precision != "bf16x3")
-      return unsupported("node %s: precision '%s'", label.c_str(), precision.c_str());
-    p.bf16_parts = precision == "bf16x3" ? 3 : precision == "bf16" ? 1 : 0;
+    Expected<int> parts = ops::bf16_parts(node);
+    if (!parts.ok()) return unsupported("%s", parts.status().message().c_str());
+    p.bf16_parts = *parts;
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
     if (!onednn::activation_supported(p.act))
       return unsupported("node %s: activation has no oneDNN post-op", label.c_str());
@@ -371,9 +370,12 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     const int parts = p.bf16_parts;
     k->nhwc.on = parts > 0 && rank == 4;
     std::vector<float> split_w;  // bf16x3: the weights over 3 x C/g input channels
+    // fp32 blocked tensors go to the primitive as they are (see kPrimitiveChoosesLayout).
     const bool keep_blocked = parts == 0 && (p.x_block || p.y_block);
-    memory::desc src_md = kPrimitiveChoosesLayout && !(keep_blocked && p.x_block) ? any_src : k->layouts.user_src;
-    memory::desc dst_md = kPrimitiveChoosesLayout && !(keep_blocked && p.y_block) ? any_dst : k->layouts.user_dst;
+    const bool user_src = !kPrimitiveChoosesLayout || (parts == 0 && p.x_block);
+    const bool user_dst = !kPrimitiveChoosesLayout || (parts == 0 && p.y_block);
+    memory::desc src_md = user_src ? k->layouts.user_src : any_src;
+    memory::desc dst_md = user_dst ? k->layouts.user_dst : any_dst;
     memory::desc w_md = any_w;
     memory::desc user_w = user_w_md;
     if (k->nhwc.on) {

@@ -251,10 +251,9 @@ Expected<MatMulPlan> plan_node(const ir::Node& node) {
     return unsupported("node %s: A, B and Y must be float32 with static shapes", p.label.c_str());
   if (fused) {
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
-    const std::string precision = node.attr_string("precision", "fp32");
-    if (precision != "fp32" && precision != "bf16")
-      return unsupported("node %s: precision '%s'", p.label.c_str(), precision.c_str());
-    p.bf16 = precision == "bf16";
+    Expected<int> parts = ops::bf16_parts(node);  // 0 or 1: bf16x3 is for FusedConv only
+    if (!parts.ok()) return unsupported("%s", parts.status().message().c_str());
+    p.bf16 = *parts == 1;
   } else if (node.has_attr("activation") || node.has_attr("activation_params")) {
     return unsupported("node %s: an ONNX op with an activation attribute", p.label.c_str());
   }
