@@ -109,7 +109,7 @@ struct RunResult {
   // Activation blocks the execution arena took from the heap (ExecutionArena::Stats), in the
   // first execution and in all later ones: a model with fixed shapes takes none after its
   // first execution (every activation comes from the arena's free lists).
-  uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, reused_blocks = 0;
+  uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, reused_blocks = 0, recycled_outputs = 0;
   size_t arena_peak_bytes = 0;
 };
 
@@ -181,6 +181,7 @@ Status execute(const RunArgs& args, RunResult* result) {
     result->fresh_blocks_first = fresh_after_first - fresh_at_load;
     result->fresh_blocks_later = stats.arenas.fresh_blocks - fresh_after_first;
     result->reused_blocks = stats.arenas.reused_blocks;
+    result->recycled_outputs = stats.recycled_outputs;
     result->arena_peak_bytes = stats.arenas.peak_in_use;
   }
   KILN_ASSIGN_OR_RETURN(result->outputs, io->read_outputs(*model));
@@ -232,6 +233,7 @@ int run_model(const RunArgs& args) {
     j["arena"] = {{"fresh_blocks_first_run", r.fresh_blocks_first},
                   {"fresh_blocks_later_runs", r.fresh_blocks_later},
                   {"reused_blocks", r.reused_blocks},
+                  {"recycled_outputs", r.recycled_outputs},
                   {"peak_bytes", r.arena_peak_bytes}};
     j["notes"] = r.notes;
     std::printf("%s\n", j.dump(2).c_str());
@@ -264,7 +266,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
   app.add_flag("--json", args->json,
                "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, "
-               "reused_blocks, peak_bytes}: activation blocks taken from the heap)");
+               "reused_blocks, recycled_outputs, peak_bytes}: activation blocks taken from the heap, reused from the arena, or reused with their tensors from the execution state)");
   app.add_flag("--reference-kernels", args->reference_kernels,
                "Run every node on its reference kernel, no fast kernels (as KILN_KERNELS=reference)");
   return [args] { return run_model(*args); };

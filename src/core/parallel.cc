@@ -51,8 +51,7 @@ int set_thread_num_threads_override(int n) {
   return previous;
 }
 
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t begin, int64_t end, int64_t grain, RangeFn fn) {
   if (end <= begin) return;
   int64_t n = end - begin;
   grain = std::max<int64_t>(grain, 1);

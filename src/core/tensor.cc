@@ -68,6 +68,7 @@ Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims
                                 padded, dtype_name(dtype), dims_to_string(t.dims_).c_str());
     if (init == TensorInit::kZero) std::memset(p, 0, padded);
     t.data_ = p;
+    t.storage_bytes_ = padded;
     // The deleter holds the allocator, so a tensor outliving its execution is still safe.
     t.owner_ = std::shared_ptr<const void>(p, [a = *allocator, padded](const void* q) {
       a->deallocate(const_cast<void*>(q), padded);
@@ -78,6 +79,7 @@ Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims
   if (!p) return resource_exhausted("out of memory allocating %zu bytes", padded);
   if (init == TensorInit::kZero) std::memset(p, 0, padded);
   t.data_ = p;
+  t.storage_bytes_ = padded;
   t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   return t;
 }
@@ -100,6 +102,46 @@ Tensor Tensor::view(DataType dtype, std::vector<int64_t> dims, void* data,
   t.data_ = data;
   t.owner_ = std::move(owner);
   return t;
+}
+
+bool Tensor::storage_bytes_for(DataType dtype, const std::vector<int64_t>& dims, size_t* bytes) {
+  if (dtype == DataType::kUndefined || dtype == DataType::kString) return false;
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d != 0 && n > std::numeric_limits<int64_t>::max() / 8 / d)) return false;
+    n *= d;
+  }
+  size_t b = dtype_bytes(dtype, n);
+  size_t padded = (b + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  *bytes = padded == 0 ? kTensorAlignment : padded;
+  return true;
+}
+
+void Tensor::reuse_storage(DataType dtype, const std::vector<int64_t>& dims, TensorInit init) {
+  dtype_ = dtype;
+  dims_.assign(dims.begin(), dims.end());
+  num_elements_ = kiln::num_elements(dims_);
+  if (init == TensorInit::kZero) std::memset(data_, 0, storage_bytes_);
+}
+
+void Tensor::rebind_view(void* data) { data_ = data; }
+
+void Tensor::become_view_of(const Tensor& base, const std::vector<int64_t>& dims) {
+  dtype_ = base.dtype_;
+  dims_.assign(dims.begin(), dims.end());
+  num_elements_ = base.num_elements_;
+  data_ = base.data_;
+  storage_bytes_ = base.storage_bytes_;
+  owner_ = base.owner_;
+}
+
+void Tensor::release_storage() {
+  dtype_ = DataType::kUndefined;
+  dims_.clear();
+  num_elements_ = 0;
+  data_ = nullptr;
+  storage_bytes_ = 0;
+  owner_.reset();
 }
 
 Tensor Tensor::reshaped(std::vector<int64_t> dims) const {

@@ -122,6 +122,34 @@ class Tensor {
   // "float32[1,3,224,224]"
   std::string description() const;
 
+  // ---- Storage reuse (GraphExecutor's per-execution recycling, runtime/graph_executor.h) --
+  // Bytes of the block allocate() took for this tensor's elements (a multiple of
+  // kTensorAlignment), shared by its reshaped() copies; 0 for views and string tensors,
+  // whose storage Kiln did not size.
+  size_t storage_bytes() const { return storage_bytes_; }
+  // The bytes allocate() takes for `dims` of `dtype`: the elements rounded up to
+  // kTensorAlignment (at least one unit). False for negative dims, an overflow or strings.
+  static bool storage_bytes_for(DataType dtype, const std::vector<int64_t>& dims, size_t* bytes);
+  // Whether this tensor's block could take other dims: it was sized by allocate() and no
+  // other tensor (a view, a reshaped copy, a value still in use) shares it.
+  bool storage_reusable() const { return storage_bytes_ > 0 && owner_ && owner_.use_count() == 1; }
+  // Turns a storage_reusable() tensor into a new tensor of `dtype` and `dims` in the same
+  // block, zero-filled unless `init` says otherwise; the dims vector keeps its capacity, so
+  // a tensor of no more dims than before takes no allocation. Requires
+  // storage_bytes_for(dtype, dims) == storage_bytes().
+  void reuse_storage(DataType dtype, const std::vector<int64_t>& dims, TensorInit init);
+  // Points a view (no owner: memory the caller keeps alive) at other memory with the same
+  // dtype and dims, as a model execution does for its input buffers. Requires an owner-less
+  // view.
+  void rebind_view(void* data);
+  // Makes this tensor `base` viewed with `dims` (same element count; checked by the caller), as
+  // base.reshaped(dims) would be, but in this object: its dims vector keeps its capacity.
+  void become_view_of(const Tensor& base, const std::vector<int64_t>& dims);
+  // Lets go of the storage (the reference to it, or the view), keeping the dims vector's
+  // capacity for become_view_of: an empty shell, undefined.
+  void release_storage();
+  bool is_unowned_view() const { return defined() && !owner_ && storage_bytes_ == 0; }
+
  private:
   static Expected<Tensor> allocate_from(DataType dtype, std::vector<int64_t> dims,
                                         const std::shared_ptr<TensorAllocator>* allocator,
@@ -131,6 +159,7 @@ class Tensor {
   std::vector<int64_t> dims_;
   int64_t num_elements_ = 0;
   void* data_ = nullptr;
+  size_t storage_bytes_ = 0;
   std::shared_ptr<const void> owner_;
 };
 

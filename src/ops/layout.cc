@@ -104,19 +104,27 @@ void transpose_blocks_f32(const float* src, float* dst, int64_t n, int64_t c, in
   });
 }
 
-Expected<Tensor> relayout(const Tensor& src, int64_t c0, bool to_block) {
-  if (src.dtype() == DataType::kString) return invalid_argument("a string tensor has no blocked layout");
-  KILN_ASSIGN_OR_RETURN(Shape out_shape, to_block ? blocked_shape(src.shape(), c0) : plain_shape(src.shape(), c0));
-  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::allocate(src.dtype(), out_shape.static_dims()));
+}  // namespace
+
+void relayout_into(const Tensor& src, int64_t c0, bool to_block, Tensor& out) {
   const std::vector<int64_t>& plain_dims = to_block ? src.dims() : out.dims();
   int64_t p = 1;
   for (size_t i = 2; i < plain_dims.size(); ++i) p *= plain_dims[i];
-  if (out.num_elements() == 0) return out;
+  if (out.num_elements() == 0) return;
   if (src.dtype() == DataType::kFloat32)
     transpose_blocks_f32(src.data<float>(), out.data<float>(), plain_dims[0], plain_dims[1], p, c0, to_block);
   else
     transpose_blocks(static_cast<const char*>(src.raw_data()), static_cast<char*>(out.raw_data()), plain_dims[0],
                      plain_dims[1], p, c0, dtype_bytes(src.dtype(), 1), to_block);
+}
+
+namespace {
+
+Expected<Tensor> relayout(const Tensor& src, int64_t c0, bool to_block) {
+  if (src.dtype() == DataType::kString) return invalid_argument("a string tensor has no blocked layout");
+  KILN_ASSIGN_OR_RETURN(Shape out_shape, to_block ? blocked_shape(src.shape(), c0) : plain_shape(src.shape(), c0));
+  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::allocate(src.dtype(), out_shape.static_dims()));
+  relayout_into(src, c0, to_block, out);
   return out;
 }
 
@@ -200,13 +208,6 @@ Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>
   return ok_status();
 }
 
-namespace {
-
-struct TransDataAttrs {
-  bool to_block = false;
-  int64_t c0 = 0;
-};
-
 Expected<TransDataAttrs> trans_data_attrs(const ir::Node& node) {
   const std::string src = node.attr_string("src_format", "");
   const std::string dst = node.attr_string("dst_format", "");
@@ -221,6 +222,8 @@ Expected<TransDataAttrs> trans_data_attrs(const ir::Node& node) {
                             (long long)a.c0);
   return a;
 }
+
+namespace {
 
 Status infer_trans_data(InferContext& ctx) {
   const ir::Node& node = ctx.node();

@@ -41,6 +41,15 @@ int64_t blocked_output_c0(const ir::Node& node);
 // fixed-size type: the data are moved, not converted). Parallel over N*C1.
 Expected<Tensor> to_blocked(const Tensor& plain, int64_t c0);
 Expected<Tensor> to_plain(const Tensor& blocked, int64_t c0);
+// The same copy into `out`, which has the converted dims and src's dtype (not checked).
+void relayout_into(const Tensor& src, int64_t c0, bool to_block, Tensor& out);
+
+// TransData's attributes: the direction and the block.
+struct TransDataAttrs {
+  bool to_block = false;
+  int64_t c0 = 0;
+};
+Expected<TransDataAttrs> trans_data_attrs(const ir::Node& node);
 
 // For ops that take some inputs and output 0 in the blocked layout and are defined as their
 // plain twin on the plain views (kiln FusedConv, kiln Pooling): inference and the reference

@@ -34,7 +34,22 @@ void InferContext::set_output(int i, DataType dtype, Shape shape) {
 
 KernelContext::KernelContext(const ir::Node& node, std::vector<const RuntimeValue*> inputs,
                              std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs)
-    : node_(node), inputs_(std::move(inputs)), outputs_(outputs), subgraphs_(subgraphs) {}
+    : node_(node),
+      owned_inputs_(std::move(inputs)),
+      inputs_(owned_inputs_.data()),
+      num_inputs_(owned_inputs_.size()),
+      outputs_(outputs),
+      subgraphs_(subgraphs) {}
+
+KernelContext::KernelContext(const ir::Node& node, const RuntimeValue* const* inputs, size_t num_inputs,
+                             std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs,
+                             OutputRecycler* recycler)
+    : node_(node),
+      inputs_(inputs),
+      num_inputs_(num_inputs),
+      outputs_(outputs),
+      subgraphs_(subgraphs),
+      recycler_(recycler) {}
 
 const RuntimeValue* KernelContext::value(int i) const {
   if (i < 0 || i >= num_inputs()) return nullptr;
@@ -46,18 +61,35 @@ const Tensor* KernelContext::input(int i) const {
   return v && v->is_tensor() && v->tensor().defined() ? &v->tensor() : nullptr;
 }
 
-Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, std::vector<int64_t> dims,
+Expected<Tensor*> KernelContext::allocate_output(int i, DataType dtype, const std::vector<int64_t>& dims,
                                                  TensorInit init) {
   if (i < 0 || i >= num_outputs())
     return internal_error("node %s has no output %d", node_.label().c_str(), i);
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, std::move(dims), init), "node %s output %d",
+  RuntimeValue& slot = (*outputs_)[static_cast<size_t>(i)];
+  Tensor recycled;
+  if (recycler_ && recycler_->reuse(dtype, dims, init, &recycled)) {
+    slot = RuntimeValue(std::move(recycled));
+    return &slot.tensor();
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, dims, init), "node %s output %d",
                         node_.label().c_str(), i);
-  (*outputs_)[static_cast<size_t>(i)] = RuntimeValue(std::move(t));
-  return &(*outputs_)[static_cast<size_t>(i)].tensor();
+  slot = RuntimeValue(std::move(t));
+  return &slot.tensor();
 }
 
 void KernelContext::set_output(int i, Tensor t) {
   if (i >= 0 && i < num_outputs()) (*outputs_)[static_cast<size_t>(i)] = RuntimeValue(std::move(t));
+}
+
+void KernelContext::set_output_view(int i, const Tensor& base, const std::vector<int64_t>& dims) {
+  if (i < 0 || i >= num_outputs()) return;
+  RuntimeValue& slot = (*outputs_)[static_cast<size_t>(i)];
+  Tensor shell;
+  if (recycler_ && recycler_->reuse_view(base, dims, &shell)) {
+    slot = RuntimeValue(std::move(shell));
+    return;
+  }
+  slot = RuntimeValue(base.reshaped(dims));
 }
 
 void KernelContext::set_output_value(int i, RuntimeValue v) {

@@ -73,14 +73,35 @@ class SubgraphRunner {
                                                   const std::vector<RuntimeValue>& inputs) = 0;
 };
 
+// Where KernelContext::allocate_output takes an output from before the heap or the arena:
+// a tensor a finished value of the same execution left behind, whose block and dims vector
+// are reused as they are (GraphExecutor's recycling, runtime/graph_executor.h), so the steady
+// state of a model with fixed shapes allocates nothing per node.
+class OutputRecycler {
+ public:
+  virtual ~OutputRecycler() = default;
+  // Fills `out` with a tensor of `dtype` and `dims` in recycled storage and returns true, or
+  // returns false (nothing of that size on hand) and leaves `out` alone.
+  virtual bool reuse(DataType dtype, const std::vector<int64_t>& dims, TensorInit init, Tensor* out) = 0;
+  // Fills `out` with `base` viewed as `dims` in a recycled tensor object (so that the dims
+  // vector is not a new one) and returns true, or returns false and leaves `out` alone.
+  virtual bool reuse_view(const Tensor& base, const std::vector<int64_t>& dims, Tensor* out) = 0;
+};
+
 class KernelContext {
  public:
   KernelContext(const ir::Node& node, std::vector<const RuntimeValue*> inputs,
                 std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs = nullptr);
+  // The executor's form: `inputs` (num_inputs pointers, kept by the caller for the context's
+  // lifetime) are not copied, and outputs come from `recycler` where it has storage.
+  KernelContext(const ir::Node& node, const RuntimeValue* const* inputs, size_t num_inputs,
+                std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs, OutputRecycler* recycler);
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
 
   const ir::Node& node() const { return node_; }
   int64_t opset() const { return node_.opset(); }
-  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_inputs() const { return static_cast<int>(num_inputs_); }
   // Input i when it is a tensor; null for an omitted input, an empty optional or a sequence.
   const Tensor* input(int i) const;
   bool has_input(int i) const { return input(i) != nullptr; }
@@ -89,10 +110,13 @@ class KernelContext {
   int num_outputs() const { return static_cast<int>(outputs_->size()); }
   // Allocates output i as a tensor (zero-filled unless `init` says the kernel writes every
   // element). Fails on bad dims (negative, too large).
-  Expected<Tensor*> allocate_output(int i, DataType dtype, std::vector<int64_t> dims,
+  Expected<Tensor*> allocate_output(int i, DataType dtype, const std::vector<int64_t>& dims,
                                     TensorInit init = TensorInit::kZero);
   // Sets output i to an existing tensor (e.g. a view sharing the input's storage).
   void set_output(int i, Tensor t);
+  // Sets output i to `base` viewed with `dims` (same element count: checked by the caller),
+  // as set_output(i, base.reshaped(dims)), in a recycled tensor object where there is one.
+  void set_output_view(int i, const Tensor& base, const std::vector<int64_t>& dims);
   // Sets output i to a value of any kind (a sequence, an empty optional).
   void set_output_value(int i, RuntimeValue v);
   // Output i as a tensor (after allocate_output / set_output).
@@ -101,9 +125,12 @@ class KernelContext {
 
  private:
   const ir::Node& node_;
-  std::vector<const RuntimeValue*> inputs_;
+  std::vector<const RuntimeValue*> owned_inputs_;  // the first constructor's copy
+  const RuntimeValue* const* inputs_;
+  size_t num_inputs_;
   std::vector<RuntimeValue>* outputs_;
   SubgraphRunner* subgraphs_;
+  OutputRecycler* recycler_ = nullptr;
 };
 
 using KernelFn = std::function<Status(KernelContext&)>;

@@ -153,31 +153,41 @@ CodedStatus make_request(const Model& model, const kilnmdlDataset* input, kilnmd
     return coded(KILN_ERROR_INVALID_PARAM,
                  invalid_argument("the output dataset %p is not a live dataset",
                                   static_cast<void*>(output)));
+  // Filled in place, not rebuilt: a request a thread reuses (kilnmdlExecute's) keeps the
+  // capacity of its vectors, so a steady state allocates nothing here.
   {
     std::lock_guard lock(input->mutex);
+    request->inputs.resize(input->buffers.size());
     for (size_t i = 0; i < input->buffers.size(); ++i) {
       const kilnDataBuffer* b = input->buffers[i];
       if (!data_buffers().contains(b))
         return coded(KILN_ERROR_INVALID_PARAM,
                      invalid_argument("buffer %zu of the input dataset was destroyed", i));
-      InputBinding in;
+      InputBinding& in = request->inputs[i];
       in.buffer = {b->data, b->size};
+      in.dtype = KILN_DT_UNDEFINED;
       if (i < input->descs.size() && input->descs[i]) {
         std::lock_guard desc_lock(owned_desc_mutex());
-        in.dims = input->descs[i]->dims;
+        if (in.dims)
+          in.dims->assign(input->descs[i]->dims.begin(), input->descs[i]->dims.end());
+        else
+          in.dims = input->descs[i]->dims;
         in.dtype = input->descs[i]->dtype;
+      } else {
+        in.dims.reset();
       }
-      request->inputs.push_back(std::move(in));
     }
   }
   std::lock_guard lock(output->mutex);
+  request->outputs.resize(output->buffers.size());
   for (size_t i = 0; i < output->buffers.size(); ++i) {
     const kilnDataBuffer* b = output->buffers[i];
     if (!data_buffers().contains(b))
       return coded(KILN_ERROR_INVALID_PARAM,
                    invalid_argument("buffer %zu of the output dataset was destroyed", i));
-    request->outputs.push_back({b->data, b->size});
+    request->outputs[i] = {b->data, b->size};
   }
+  output_descs->clear();
   if (output->buffers.size() == model.outputs().size()) {
     output->descs.resize(output->buffers.size());
     for (size_t i = 0; i < output->descs.size(); ++i) {
@@ -202,7 +212,7 @@ void write_output_descs(const Model& model, const std::vector<std::vector<int64_
   std::lock_guard lock(owned_desc_mutex());
   for (size_t i = 0; i < descs.size() && i < dims.size(); ++i) {
     descs[i]->dtype = model.outputs()[i].c_dtype;
-    descs[i]->dims = dims[i];
+    descs[i]->dims.assign(dims[i].begin(), dims[i].end());
     descs[i]->format = model.outputs()[i].format;
   }
 }
@@ -784,14 +794,27 @@ kilnError kilnmdlUnload(uint32_t modelId) {
 
 // ---- Execution -------------------------------------------------------------------------------
 
+namespace {
+
+// What a synchronous execution builds, kept per thread so that the vectors keep their capacity
+// from one kilnmdlExecute to the next (a steady state then allocates nothing in the API).
+struct SyncExecutionScratch {
+  ExecutionRequest request;
+  std::vector<std::shared_ptr<kilnTensorDesc>> output_descs;
+  std::vector<std::vector<int64_t>> dims;
+  bool busy = false;
+};
+
+}  // namespace
+
 kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output) {
   const char* api = "kilnmdlExecute";
   KILN_PROFILE_API(api);
   KILN_REQUIRE_INIT(api);
-  kilnError error = KILN_SUCCESS;
-  std::shared_ptr<ExecutionToken> token;
-  std::shared_ptr<Model> m = find_model(api, modelId, &error, &token);
-  if (!m) return error;
+  // Keeps the model counted in flight (kilnmdlUnload waits for it) until this call returns.
+  std::optional<ExecutionToken> token;
+  std::shared_ptr<Model> m = ModelTable::get().find(modelId, &token);
+  if (!m) return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
   Context* ctx = current_context();
   if (!ctx)
     return fail(
@@ -803,20 +826,27 @@ kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlD
                 "%s: model %u was loaded on %s, the current context is on %s", api, modelId,
                 m->device().name().c_str(), ctx->device().name().c_str());
   try {
-    ExecutionRequest request;
-    std::vector<std::shared_ptr<kilnTensorDesc>> output_descs;
-    CodedStatus s = make_request(*m, input, output, &request, &output_descs);
+    // A call made while this thread's scratch is in use (from within an execution) gets its own.
+    thread_local SyncExecutionScratch thread_scratch;
+    std::optional<SyncExecutionScratch> own;
+    SyncExecutionScratch& scratch = thread_scratch.busy ? own.emplace() : thread_scratch;
+    scratch.busy = true;
+    struct Release {
+      SyncExecutionScratch& s;
+      ~Release() { s.busy = false; }
+    } release{scratch};
+    ExecutionRequest& request = scratch.request;
+    CodedStatus s = make_request(*m, input, output, &request, &scratch.output_descs);
     if (s.ok()) s = m->bind(request);
     if (!s.ok()) return fail_coded(api, s);
-    std::vector<std::vector<int64_t>> dims;
     {
       Device& device = m->device();
       std::lock_guard engine(device.compute_engine());
       ComputeScope scope(device);
-      s = m->run(request, &dims);
+      s = m->run(request, &scratch.dims);
     }
     if (!s.ok()) return fail_coded(api, s);
-    write_output_descs(*m, dims, output_descs);
+    write_output_descs(*m, scratch.dims, scratch.output_descs);
     return KILN_SUCCESS;
   } catch (const std::bad_alloc&) {
     return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);

@@ -49,19 +49,6 @@ size_t physical_memory() {
   return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
 }
 
-// The calling thread's affinity as a core list; empty if it cannot be read.
-std::vector<int> thread_cores() {
-  std::vector<int> cores;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cores.push_back(c);
-    }
-  }
-  return cores;
-}
-
 bool set_thread_cores(const std::vector<int>& cores) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -244,17 +231,21 @@ ComputeScope::ComputeScope(const Device& device) {
   int n = std::min(device.num_threads(), num_threads());
   saved_threads_ = set_thread_num_threads_override(std::max(1, n));
   if (pinned_cores != device.cores()) {
-    std::vector<int> current = thread_cores();
-    if (!current.empty() && set_thread_cores(device.cores())) {
-      saved_cores_ = std::move(current);
+    cpu_set_t wanted;
+    CPU_ZERO(&wanted);
+    for (int c : device.cores())
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &wanted);
+    CPU_ZERO(&saved_cores_);
+    if (pthread_getaffinity_np(pthread_self(), sizeof(saved_cores_), &saved_cores_) == 0 &&
+        !CPU_EQUAL(&saved_cores_, &wanted) &&
+        pthread_setaffinity_np(pthread_self(), sizeof(wanted), &wanted) == 0)
       restore_affinity_ = true;
-    }
   }
 }
 
 ComputeScope::~ComputeScope() {
   set_thread_num_threads_override(saved_threads_);
-  if (restore_affinity_) set_thread_cores(saved_cores_);
+  if (restore_affinity_) pthread_setaffinity_np(pthread_self(), sizeof(saved_cores_), &saved_cores_);
 }
 
 // ---- Configuration -----------------------------------------------------------------------

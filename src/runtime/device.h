@@ -5,6 +5,8 @@
 // so copies overlap compute as DMA does on an accelerator).
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -75,6 +77,8 @@ class Device {
 
 // While alive, parallel_for on this thread uses the device's thread count, and the
 // thread runs on the device's cores (threads it starts, OpenMP's included, inherit that).
+// The affinity is compared and saved as a cpu_set_t: a scope allocates nothing (it wraps every
+// synchronous model execution).
 class ComputeScope {
  public:
   explicit ComputeScope(const Device& device);
@@ -84,8 +88,8 @@ class ComputeScope {
 
  private:
   int saved_threads_;
-  bool restore_affinity_ = false;   // false when the thread already ran on those cores
-  std::vector<int> saved_cores_;
+  bool restore_affinity_ = false;  // false when the thread already ran on those cores
+  cpu_set_t saved_cores_;
 };
 
 // Pins the calling thread to `cores` for good (a stream's own thread, so ComputeScope has

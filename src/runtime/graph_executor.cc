@@ -1,6 +1,8 @@
 // GraphExecutor: reference execution of an IR graph.
 #include "runtime/graph_executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <unordered_set>
 
 #include "core/logging.h"
@@ -60,6 +62,109 @@ class GraphExecutor::StepSubgraphRunner : public ops::SubgraphRunner {
   const Scope& scope_;
 };
 
+// ---- ExecutionState ------------------------------------------------------------------------
+
+// Finished tensors by block size, sorted; each bin's vector keeps its capacity, so parking
+// and taking allocate nothing once the first execution has sized the bins.
+class ExecutionState::Pool final : public ops::OutputRecycler {
+ public:
+  bool reuse(DataType dtype, const std::vector<int64_t>& dims, TensorInit init, Tensor* out) override {
+    size_t bytes = 0;
+    if (!Tensor::storage_bytes_for(dtype, dims, &bytes)) return false;
+    Bin& bin = bin_of(bytes);
+    ++bin.demand;
+    if (bin.tensors.empty()) return false;
+    *out = std::move(bin.tensors.back());
+    bin.tensors.pop_back();
+    out->reuse_storage(dtype, dims, init);
+    parked_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    recycled_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  bool reuse_view(const Tensor& base, const std::vector<int64_t>& dims, Tensor* out) override {
+    if (shells_.empty()) return false;
+    *out = std::move(shells_.back());
+    shells_.pop_back();
+    out->become_view_of(base, dims);
+    recycled_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Takes the tensor of `v` when its block is free to reuse, or else keeps the tensor object
+  // without its storage as a shell for a view (reuse_view); `v` is empty afterwards.
+  void park(RuntimeValue& v) {
+    if (v.is_tensor() && !v.tensor().storage_reusable() && shells_.size() < kMaxShells) {
+      v.tensor().release_storage();
+      shells_.push_back(std::move(v.tensor()));
+    } else if (v.is_tensor() && v.tensor().storage_reusable()) {
+      size_t bytes = v.tensor().storage_bytes();
+      bin_of(bytes).tensors.push_back(std::move(v.tensor()));
+      parked_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    v = RuntimeValue();
+  }
+
+  // At the end of an execution: each size keeps at most as many blocks as this execution
+  // asked the pool for; the rest go back to the arena. So shapes that change do not hoard
+  // memory, and the blocks of tensors kernels allocate by themselves (not through the kernel
+  // context, so never asked for here) return to the arena's free lists, where those kernels
+  // find them again.
+  void trim() {
+    for (Bin& b : bins_) {
+      while (b.tensors.size() > b.demand) {
+        b.tensors.pop_back();
+        parked_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);
+      }
+      b.demand = 0;
+    }
+  }
+  void clear() {
+    bins_.clear();
+    shells_.clear();
+    parked_bytes_.store(0, std::memory_order_relaxed);
+  }
+  // Read by Model::stats while an execution may be running.
+  uint64_t recycled() const { return recycled_.load(std::memory_order_relaxed); }
+  size_t parked_bytes() const { return parked_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Bin {
+    size_t bytes;
+    std::vector<Tensor> tensors;
+    size_t demand = 0;  // outputs of this size asked for in this execution
+  };
+  // The bin of `bytes`, made on first use (the only allocation: a size's first execution).
+  Bin& bin_of(size_t bytes) {
+    auto it = std::lower_bound(bins_.begin(), bins_.end(), bytes,
+                               [](const Bin& b, size_t n) { return b.bytes < n; });
+    if (it == bins_.end() || it->bytes != bytes) it = bins_.insert(it, Bin{bytes, {}, 0});
+    return *it;
+  }
+  // Shells kept at most: more than the views one execution makes of most models, and a bound
+  // for those that make many.
+  static constexpr size_t kMaxShells = 256;
+  std::vector<Bin> bins_;
+  std::vector<Tensor> shells_;
+  std::atomic<uint64_t> recycled_{0};
+  std::atomic<size_t> parked_bytes_{0};
+};
+
+ExecutionState::ExecutionState() : pool_(std::make_unique<Pool>()) {}
+ExecutionState::~ExecutionState() = default;
+
+ExecutionState::Stats ExecutionState::stats() const { return {pool_->recycled(), pool_->parked_bytes()}; }
+
+void ExecutionState::clear() {
+  slots_.clear();
+  step_outputs_.clear();
+  input_bound_.clear();
+  pool_->clear();
+  executor_ = nullptr;
+}
+
+// ---- GraphExecutor -------------------------------------------------------------------------
+
 GraphExecutor::GraphExecutor(const ir::Graph& graph) : graph_(&graph) {}
 GraphExecutor::~GraphExecutor() = default;
 
@@ -87,6 +192,10 @@ Status GraphExecutor::prepare() {
     if (v->is_outer_scope()) outer_slots_.emplace_back(slot, v->name());
   }
   for (const ir::Value* v : graph_->inputs()) input_slots_.push_back(slot_of_.at(v));
+  is_input_slot_.assign(static_cast<size_t>(num_slots_), false);
+  for (int slot : input_slots_) is_input_slot_[static_cast<size_t>(slot)] = true;
+  is_constant_slot_.assign(static_cast<size_t>(num_slots_), false);
+  for (const auto& [slot, t] : constant_slots_) is_constant_slot_[static_cast<size_t>(slot)] = true;
   for (const ir::Value* v : graph_->outputs()) output_slots_.push_back(slot_of_.at(v));
 
   std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
@@ -222,7 +331,7 @@ Status GraphExecutor::run_positional(const std::vector<RuntimeValue>& inputs,
   return finish_run(slots, outputs, outer);
 }
 
-Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* outer) const {
+Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* outer, ExecutionState* state) const {
   for (const auto& [slot, name] : outer_slots_) {
     const RuntimeValue* t = outer ? outer->lookup(name) : nullptr;
     if (!t) return invalid_argument("graph '%s' reads '%s' from an enclosing graph, which has no such value",
@@ -231,12 +340,19 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
   }
   StepScope scope(*this, slots, outer);
   StepSubgraphRunner runner(*this, scope);
-  std::vector<const RuntimeValue*> in;
+  // With a state, the vectors are the state's (sized by its first execution) and outputs
+  // come from its pool; without, they are this call's own.
+  std::vector<const RuntimeValue*> own_in;
+  std::vector<RuntimeValue> own_out;
+  std::vector<const RuntimeValue*>& in = state ? state->step_inputs_ : own_in;
+  std::vector<RuntimeValue>& out = state ? state->step_outputs_ : own_out;
+  ops::OutputRecycler* recycler = state ? state->pool_.get() : nullptr;
   for (const Step& step : steps_) {
     in.clear();
     for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);
-    std::vector<RuntimeValue> out(step.outputs.size());
-    ops::KernelContext ctx(*step.node, in, &out, &runner);
+    out.clear();
+    out.resize(step.outputs.size());
+    ops::KernelContext ctx(*step.node, in.data(), in.size(), &out, &runner, recycler);
     int64_t profile_start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
     Status st = step.fast ? step.fast->run(ctx) : (*step.kernel)(ctx);
     if (KILN_UNLIKELY(profile_start >= 0) && st.ok())
@@ -254,9 +370,74 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
         return internal_error("node %s did not produce output %zu", step.node->label().c_str(), i);
       slots[static_cast<size_t>(step.outputs[i])] = std::move(out[i]);
     }
-    for (int s : step.release) slots[static_cast<size_t>(s)] = RuntimeValue();
+    for (int s : step.release) {
+      RuntimeValue& v = slots[static_cast<size_t>(s)];
+      if (!state) {
+        v = RuntimeValue();
+      } else if (!is_input_slot_[static_cast<size_t>(s)]) {
+        // An input's view stays for bind_input to re-point at the next execution's buffer.
+        state->pool_->park(v);
+      }
+    }
   }
   return ok_status();
+}
+
+void GraphExecutor::attach(ExecutionState& state) const {
+  if (state.executor_ == this) return;
+  state.clear();
+  state.executor_ = this;
+  state.slots_.resize(static_cast<size_t>(num_slots_));
+  // Constants are never released, so they stay in the state's slots from now on.
+  for (const auto& [slot, t] : constant_slots_) state.slots_[static_cast<size_t>(slot)] = *t;
+  state.input_bound_.assign(input_slots_.size(), false);
+}
+
+Status GraphExecutor::bind_input(ExecutionState& state, size_t index, DataType dtype,
+                                 const std::vector<int64_t>& dims, void* data) const {
+  attach(state);
+  const auto& decls = graph_->inputs();
+  if (index >= decls.size())
+    return invalid_argument("graph '%s' has %zu inputs, there is no input %zu", graph_->name().c_str(),
+                            decls.size(), index);
+  RuntimeValue& slot = state.slots_[static_cast<size_t>(input_slots_[index])];
+  if (slot.is_tensor() && slot.tensor().is_unowned_view() && slot.tensor().dtype() == dtype &&
+      slot.tensor().dims() == dims) {
+    slot.tensor().rebind_view(data);
+  } else {
+    Tensor view = Tensor::view(dtype, dims, data, nullptr);
+    KILN_RETURN_IF_ERROR(check_input(*decls[index], view));
+    slot = std::move(view);
+  }
+  state.input_bound_[index] = true;
+  return ok_status();
+}
+
+Status GraphExecutor::run_bound(ExecutionState& state) const {
+  attach(state);
+  const auto& decls = graph_->inputs();
+  for (size_t i = 0; i < decls.size(); ++i)
+    if (!state.input_bound_[i] && !decls[i]->has_initializer())
+      return invalid_argument("input '%s' (%s) was not given", decls[i]->name().c_str(),
+                              decls[i]->type().to_string().c_str());
+  return execute(state.slots_, nullptr, &state);
+}
+
+const RuntimeValue& GraphExecutor::output(const ExecutionState& state, size_t index) const {
+  KILN_CHECK(state.executor_ == this && index < output_slots_.size(), "output %zu of a state of another executor",
+             index);
+  return state.slots_[static_cast<size_t>(output_slots_[index])];
+}
+
+void GraphExecutor::end_run(ExecutionState& state) const {
+  if (state.executor_ != this) return;
+  // The outputs, and after a failed execution the values that did not reach their last
+  // reader: everything but the inputs' views and the constants.
+  for (size_t s = 0; s < state.slots_.size(); ++s)
+    if (!is_input_slot_[s] && !is_constant_slot_[s] && !state.slots_[s].is_none())
+      state.pool_->park(state.slots_[s]);
+  state.pool_->trim();
+  std::fill(state.input_bound_.begin(), state.input_bound_.end(), false);
 }
 
 }  // namespace kiln::rt

@@ -29,6 +29,44 @@ struct NamedValue {
   RuntimeValue value;
 };
 
+class GraphExecutor;
+
+// What one execution at a time of a GraphExecutor keeps from one execution to the next (a
+// model's execution context holds one): the value slots, the kernel context's vectors, the
+// views of the caller's input buffers, and a pool of the tensors finished values left
+// behind, whose blocks and dims vectors later outputs of the same size take as they are. So a
+// model with fixed shapes executes without allocating anything once its first execution has
+// filled the pool (tests/api/hot_path_allocations_test.cc counts it).
+//
+// Memory: a parked tensor's block stays out of the arena until a value of its size takes it
+// (the arena's own free lists would hold it otherwise); sizes the last execution did not take
+// go back to the arena when it ends, so shapes that change do not hoard memory.
+class ExecutionState {
+ public:
+  ExecutionState();
+  ~ExecutionState();
+  ExecutionState(const ExecutionState&) = delete;
+  ExecutionState& operator=(const ExecutionState&) = delete;
+
+  struct Stats {
+    uint64_t recycled_outputs = 0;  // outputs served from the pool, ever
+    size_t parked_bytes = 0;        // blocks parked in the pool now
+  };
+  Stats stats() const;
+  // Gives every parked block back (to the arena it came from) and forgets the slots.
+  void clear();
+
+ private:
+  friend class GraphExecutor;
+  class Pool;
+  const GraphExecutor* executor_ = nullptr;  // the executor whose slots these are
+  std::vector<RuntimeValue> slots_;
+  std::vector<const RuntimeValue*> step_inputs_;
+  std::vector<RuntimeValue> step_outputs_;
+  std::vector<bool> input_bound_;
+  std::unique_ptr<Pool> pool_;
+};
+
 // Prepared once, then run any number of times, from any number of threads at once: run()
 // never modifies the executor (subgraph executors are made up front by create), and each
 // run keeps its values in its own slots.
@@ -48,6 +86,16 @@ class GraphExecutor {
   // for callers that resolved names once up front.
   Status run_indexed(const std::vector<std::pair<size_t, RuntimeValue>>& inputs,
                      std::vector<RuntimeValue>* outputs) const;
+  // The execution-state form (see ExecutionState): bind every graph input that has no
+  // initializer (bind_input views the caller's buffer, which must stay valid until
+  // end_run), then run_bound, read the outputs with output(), and end_run before the next
+  // execution with this state. One execution at a time per state; several states may run
+  // concurrently.
+  Status bind_input(ExecutionState& state, size_t index, DataType dtype, const std::vector<int64_t>& dims,
+                    void* data) const;
+  Status run_bound(ExecutionState& state) const;
+  const RuntimeValue& output(const ExecutionState& state, size_t index) const;
+  void end_run(ExecutionState& state) const;
   // Positional form used for subgraph bodies (inputs in graph-input order).
   Status run_positional(const std::vector<RuntimeValue>& inputs, std::vector<RuntimeValue>* outputs,
                         const Scope* outer) const;
@@ -70,7 +118,8 @@ class GraphExecutor {
   Status check_input(const ir::Value& decl, const RuntimeValue& v) const;
   Status finish_run(std::vector<RuntimeValue>& slots, std::vector<RuntimeValue>* outputs,
                     const Scope* outer) const;
-  Status execute(std::vector<RuntimeValue>& slots, const Scope* outer) const;
+  Status execute(std::vector<RuntimeValue>& slots, const Scope* outer, ExecutionState* state = nullptr) const;
+  void attach(ExecutionState& state) const;
 
   std::shared_ptr<const ir::Graph> owner_;
   const ir::Graph* graph_;
@@ -80,6 +129,8 @@ class GraphExecutor {
   std::vector<std::pair<int, const Tensor*>> constant_slots_;
   std::vector<std::pair<int, std::string>> outer_slots_;
   std::vector<int> input_slots_;
+  std::vector<bool> is_input_slot_;     // per slot: a graph input's
+  std::vector<bool> is_constant_slot_;  // per slot: an initializer's
   std::vector<int> output_slots_;
   int num_slots_ = 0;
   // One per subgraph of this graph's nodes (If branches, Loop/Scan bodies), made in prepare.

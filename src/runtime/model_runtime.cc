@@ -288,7 +288,14 @@ Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded) {
 class ExecutionContext {
  public:
   explicit ExecutionContext(std::shared_ptr<ExecutionArena> a) : arena(std::move(a)) {}
+  ~ExecutionContext() {
+    // Parked blocks go back to the arena before it goes.
+    state.clear();
+  }
   std::shared_ptr<ExecutionArena> arena;
+  // Slots and recycled outputs of the model's executor, for heap-arena models without
+  // shape buckets (graph_executor.h).
+  ExecutionState state;
 };
 
 namespace {
@@ -329,9 +336,10 @@ CodedStatus make_io(const ir::Value& v, size_t index, const char* kind, ModelIo*
   return {};
 }
 
-// [p, p + bytes) must lie in one live device allocation of `device`.
+// [p, p + bytes) must lie in one live device allocation of `device`. `describe` names the
+// buffer in an error; it runs only on one (so a valid execution formats nothing).
 CodedStatus check_device_memory(const void* p, size_t bytes, const Device& device,
-                                const std::string& what) {
+                                const std::function<std::string()>& describe) {
   const MemoryRegistry& registry = MemoryRegistry::get();
   std::optional<Allocation> a = registry.find(p, bytes);
   if (!a) {
@@ -339,23 +347,23 @@ CodedStatus check_device_memory(const void* p, size_t bytes, const Device& devic
       return coded(KILN_ERROR_INVALID_MEMORY,
                    invalid_argument(
                        "%s [%p, +%zu bytes) runs past the end of its allocation (%zu bytes at %p)",
-                       what.c_str(), p, bytes, start->size, start->base));
+                       describe().c_str(), p, bytes, start->size, start->base));
     return coded(
         KILN_ERROR_INVALID_MEMORY,
         invalid_argument("%s %p is not device memory (host memory, or freed); it must be memory of "
                          "device %s from kilnrtMalloc",
-                         what.c_str(), p, device.name().c_str()));
+                         describe().c_str(), p, device.name().c_str()));
   }
   if (a->kind != MemoryKind::kDevice)
     return coded(
         KILN_ERROR_INVALID_MEMORY,
         invalid_argument("%s %p is pinned host memory (kilnrtMallocHost); it must be memory of "
                          "device %s from kilnrtMalloc",
-                         what.c_str(), p, device.name().c_str()));
+                         describe().c_str(), p, device.name().c_str()));
   if (a->device != device.id())
     return coded(KILN_ERROR_INVALID_MEMORY,
                  invalid_argument("%s %p is memory of device cpu:%d, the model is on device %s",
-                                  what.c_str(), p, a->device, device.name().c_str()));
+                                  describe().c_str(), p, a->device, device.name().c_str()));
   return {};
 }
 
@@ -415,7 +423,7 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
                    invalid_argument("the workspace %p is not %zu-byte aligned", workspace->data,
                                     kTensorAlignment));
     CodedStatus mem =
-        check_device_memory(workspace->data, workspace->size, device, "the workspace");
+        check_device_memory(workspace->data, workspace->size, device, [] { return std::string("the workspace"); });
     if (!mem.ok()) return mem;
     auto sizes = model_sizes(m->loaded_);
     if (!sizes.ok()) return coded(KILN_ERROR_FEATURE_UNSUPPORTED, sizes.status());
@@ -447,10 +455,10 @@ CodedStatus Model::bind(ExecutionRequest& request) const {
                                   outputs_.size(), request.outputs.size()));
   if (workspace_) {
     CodedStatus s = check_device_memory(workspace_->data, workspace_->size, device_,
-                                        "the workspace given at load");
+                                        [] { return std::string("the workspace given at load"); });
     if (!s.ok()) return s;
   }
-  request.input_dims.assign(inputs_.size(), {});
+  request.input_dims.resize(inputs_.size());  // each entry is assigned below
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const ModelIo& io = inputs_[i];
     const InputBinding& in = request.inputs[i];
@@ -497,8 +505,9 @@ CodedStatus Model::bind(ExecutionRequest& request) const {
                                     i, io.name.c_str(), dtype_name(io.dtype),
                                     dims_to_string(dims).c_str(), bytes, in.buffer.size));
     if (bytes > 0) {
-      CodedStatus s = check_device_memory(in.buffer.data, bytes, device_,
-                                          str_format("input %zu ('%s')", i, io.name.c_str()));
+      CodedStatus s = check_device_memory(in.buffer.data, bytes, device_, [i, &io] {
+        return str_format("input %zu ('%s')", i, io.name.c_str());
+      });
       if (!s.ok()) return s;
     }
   }
@@ -511,8 +520,9 @@ CodedStatus Model::bind(ExecutionRequest& request) const {
           invalid_argument("output %zu ('%s', %s) needs %zu bytes, its buffer holds %zu", i,
                            io.name.c_str(), shape_text(io).c_str(), io.size_bytes, out.size));
     if (out.size > 0) {
-      CodedStatus s = check_device_memory(out.data, out.size, device_,
-                                          str_format("output %zu ('%s')", i, io.name.c_str()));
+      CodedStatus s = check_device_memory(out.data, out.size, device_, [i, &io] {
+        return str_format("output %zu ('%s')", i, io.name.c_str());
+      });
       if (!s.ok()) return s;
     }
   }
@@ -639,10 +649,17 @@ CodedStatus Model::execute(const GraphExecutor& executor,
 CodedStatus Model::copy_outputs(const std::vector<RuntimeValue>& values, const ExecutionRequest& request,
                                 const std::vector<std::vector<int64_t>>* true_dims,
                                 std::vector<std::vector<int64_t>>* output_dims) {
-  output_dims->assign(outputs_.size(), {});
+  return copy_outputs([&](size_t g) -> const RuntimeValue& { return values[g]; }, request, true_dims, output_dims);
+}
+
+CodedStatus Model::copy_outputs(const std::function<const RuntimeValue&(size_t)>& value_of,
+                                const ExecutionRequest& request, const std::vector<std::vector<int64_t>>* true_dims,
+                                std::vector<std::vector<int64_t>>* output_dims) {
+  // Resized, not reassigned: a caller that keeps its vector keeps their capacity.
+  output_dims->resize(outputs_.size());
   for (size_t i = 0; i < outputs_.size(); ++i) {
     const ModelIo& io = outputs_[i];
-    const RuntimeValue& v = values[io.graph_index];
+    const RuntimeValue& v = value_of(io.graph_index);
     if (!v.is_tensor() || v.tensor().dtype() != io.dtype)
       return coded(KILN_ERROR_FAILURE,
                    internal_error("output %zu ('%s') came out as %s, declared %s", i, io.name.c_str(),
@@ -663,7 +680,7 @@ CodedStatus Model::copy_outputs(const std::vector<RuntimeValue>& values, const E
     } else if (bytes) {
       copy_leading_block(t, dims, request.outputs[i].data);
     }
-    (*output_dims)[i] = dims;
+    (*output_dims)[i].assign(dims.begin(), dims.end());
   }
   return {};
 }
@@ -797,6 +814,30 @@ CodedStatus Model::run_bucketed(const ExecutionRequest& request,
   return copy_outputs(values, request, true_dims ? &*true_dims : nullptr, output_dims);
 }
 
+CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest& request,
+                                  std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena) {
+  ExecutionState& state = ctx.state;
+  const GraphExecutor& executor = *executor_;
+  Status st;
+  for (size_t i = 0; i < inputs_.size() && st.ok(); ++i)
+    st = executor.bind_input(state, inputs_[i].graph_index, inputs_[i].dtype, request.input_dims[i],
+                             request.inputs[i].buffer.data);
+  if (st.ok()) st = executor.run_bound(state);
+  CodedStatus result;
+  size_t refused_bytes = 0;
+  if (arena.refused(&refused_bytes)) {
+    result = coded(KILN_ERROR_BAD_ALLOC, resource_exhausted("out of memory for a %zu-byte activation", refused_bytes));
+  } else if (!st.ok()) {
+    result = coded(st.code() == StatusCode::kResourceExhausted ? KILN_ERROR_BAD_ALLOC : KILN_ERROR_FAILURE,
+                   std::move(st));
+  } else {
+    result = copy_outputs([&](size_t g) -> const RuntimeValue& { return executor.output(state, g); }, request,
+                          nullptr, output_dims);
+  }
+  executor.end_run(state);
+  return result;
+}
+
 CodedStatus Model::run(const ExecutionRequest& request,
                        std::vector<std::vector<int64_t>>* output_dims) {
   KILN_CHECK(
@@ -812,7 +853,11 @@ CodedStatus Model::run(const ExecutionRequest& request,
     TensorAllocatorScope scope(ctx->arena);
     if (!variant_executors_.empty()) {
       result = run_bucketed(request, output_dims, arena);
+    } else if (!workspace_) {
+      result = run_with_state(*ctx, request, output_dims, arena);
     } else {
+      // A workspace starts every execution empty (ExecutionArena::begin_run), which parked
+      // blocks would prevent: these executions keep nothing from one to the next.
       std::vector<std::pair<size_t, RuntimeValue>> feeds;
       feeds.reserve(inputs_.size());
       for (size_t i = 0; i < inputs_.size(); ++i)
@@ -821,7 +866,8 @@ CodedStatus Model::run(const ExecutionRequest& request,
                                         request.inputs[i].buffer.data, nullptr));
       std::vector<RuntimeValue> values;
       result = execute(*executor_, feeds, &values, arena);
-      if (result.ok()) result = copy_outputs(values, request, nullptr, output_dims);
+      if (result.ok())
+        result = copy_outputs(values, request, nullptr, output_dims);
       // Activations go back to the arena before the context is handed on.
       values.clear();
       feeds.clear();
@@ -851,6 +897,11 @@ void Model::wait_idle() {
   inflight_cv_.wait(lock, [&] { return inflight_ == 0; });
 }
 
+size_t Model::executor_steps() const {
+  if (executor_) return executor_->num_steps();
+  return variant_executors_.empty() ? 0 : variant_executors_.front()->num_steps();
+}
+
 Model::Stats Model::stats() const {
   std::lock_guard lock(pool_mutex_);
   Stats s;
@@ -862,6 +913,9 @@ Model::Stats Model::stats() const {
     s.arenas.reused_blocks += a.reused_blocks;
     s.arenas.in_use += a.in_use;
     s.arenas.peak_in_use += a.peak_in_use;
+    ExecutionState::Stats r = c->state.stats();
+    s.recycled_outputs += r.recycled_outputs;
+    s.parked_bytes += r.parked_bytes;
     s.arenas.held += a.held;
   }
   return s;
@@ -888,6 +942,14 @@ std::shared_ptr<Model> ModelTable::find(uint32_t id, std::shared_ptr<ExecutionTo
   auto it = models_.find(id);
   if (it == models_.end()) return nullptr;
   if (token) *token = it->second->begin_execution();
+  return it->second;
+}
+
+std::shared_ptr<Model> ModelTable::find(uint32_t id, std::optional<ExecutionToken>* token) const {
+  std::lock_guard lock(mutex_);
+  auto it = models_.find(id);
+  if (it == models_.end()) return nullptr;
+  token->emplace(it->second);
   return it->second;
 }
 

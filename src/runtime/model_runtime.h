@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -201,9 +202,15 @@ class Model : public std::enable_shared_from_this<Model> {
   struct Stats {
     size_t contexts = 0;           // execution contexts made so far
     ExecutionArena::Stats arenas;  // summed over the contexts
+    // Over the contexts' execution states: outputs that reused a finished value's tensor,
+    // and the bytes of blocks parked for the next execution (counted in arenas.in_use).
+    uint64_t recycled_outputs = 0;
+    size_t parked_bytes = 0;
     uint64_t executions = 0;
   };
   Stats stats() const;
+  // Nodes the model's executor runs (its first bucket's, for a bucketed model).
+  size_t executor_steps() const;
 
  private:
   friend class ExecutionToken;
@@ -220,6 +227,14 @@ class Model : public std::enable_shared_from_this<Model> {
   CodedStatus copy_outputs(const std::vector<RuntimeValue>& values, const ExecutionRequest& request,
                            const std::vector<std::vector<int64_t>>* true_dims,
                            std::vector<std::vector<int64_t>>* output_dims);
+  // Same, with the value of graph output g given by value_of(g).
+  CodedStatus copy_outputs(const std::function<const RuntimeValue&(size_t)>& value_of,
+                           const ExecutionRequest& request, const std::vector<std::vector<int64_t>>* true_dims,
+                           std::vector<std::vector<int64_t>>* output_dims);
+  // A model without buckets on a heap arena: the executor runs on the context's
+  // ExecutionState, so a steady state allocates nothing.
+  CodedStatus run_with_state(ExecutionContext& ctx, const ExecutionRequest& request,
+                             std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena);
   // A bucketed model's execution: pick, pad, run, slice; or the dynamic path.
   CodedStatus run_bucketed(const ExecutionRequest& request,
                            std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena);
@@ -266,6 +281,8 @@ class ModelTable {
   // With `token`, also begins an execution of the model (Model::begin_execution) under the
   // table's lock, so kilnmdlUnload either sees it in flight or the caller sees no model.
   std::shared_ptr<Model> find(uint32_t id, std::shared_ptr<ExecutionToken>* token = nullptr) const;
+  // Same, with the token made in place (a synchronous execution's, on its stack).
+  std::shared_ptr<Model> find(uint32_t id, std::optional<ExecutionToken>* token) const;
   std::shared_ptr<Model> remove(uint32_t id);
   std::vector<std::shared_ptr<Model>> remove_all();
   size_t size() const;

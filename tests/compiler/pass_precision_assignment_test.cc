@@ -130,8 +130,9 @@ TEST(PrecisionAssignmentTest, MixedProductsTakeSingleBf16) {
   for (const auto& [name, prec] : p) EXPECT_EQ(prec, name == "y" ? "fp32" : "bf16") << name;
 }
 
-// With the cost model on a bf16-capable CPU, a convolution with few FLOPs per element (3 -> 4
-// channels, 1x1, on a 64x64 map) stays fp32 and one with many (64 -> 64, 3x3) takes bf16.
+// With the cost model on a bf16-capable CPU, a convolution with few FLOPs per element (3 -> 64
+// channels, 1x1, on a 64x64 map) stays fp32 and one with many (64 -> 64, 3x3) takes bf16x3
+// where the CPU's bf16 rate pays for its three products (AMX).
 TEST(PrecisionAssignmentTest, CostModelKeepsCheapConvolutionsFp32) {
   if (!kernels::cpu_bf16_support().avx512) GTEST_SKIP() << "no bf16 kernels on this CPU: the model does not apply";
   std::string text = fmodel("g (float[1,3,64,64] x) => (float[1,8] y)",
@@ -145,10 +146,15 @@ TEST(PrecisionAssignmentTest, CostModelKeepsCheapConvolutionsFp32) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   std::map<std::string, std::string> p = precisions(*c->graph);
   EXPECT_EQ(p["a"], "fp32");
-  EXPECT_EQ(p["b"], "bf16x3");
+  // bf16x3 does three products' work, so it pays only where bf16 runs at more than three times
+  // fp32's rate: with AMX tiles; with AVX512-BF16 dot products alone (the model's rate: about
+  // 1.6x fp32) b stays fp32 as well.
+  const bool amx = kernels::cpu_bf16_support().amx;
+  EXPECT_EQ(p["b"], amx ? "bf16x3" : "fp32");
+  const std::string expected_note = amx ? "1 convolutions faster in fp32 here" : "2 convolutions faster in fp32 here";
   bool noted = false;
-  for (const std::string& n : notes(*c)) noted |= n.find("1 convolutions faster in fp32 here") != std::string::npos;
-  EXPECT_TRUE(noted);
+  for (const std::string& n : notes(*c)) noted |= n.find(expected_note) != std::string::npos;
+  EXPECT_TRUE(noted) << expected_note;
 }
 
 TEST(PrecisionAssignmentTest, ProductsOfTwoActivationsStayFp32) {

@@ -4,8 +4,10 @@
 # match within the same 1e-4 relative bound (optimisation must not change results). On a
 # mismatch, `kiln compare` names the first node whose output diverges.
 #
-# Usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL
+# Usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL [ALLOCATION_TEST]
 #   MODEL: resnet50 | mobilenet_v2 | bert | ocr_det | ocr_rec | ocr_cls
+#   ALLOCATION_TEST: tests/api/hot_path_allocations_test's binary, run last on the compiled
+#   model (steady-state executions must allocate nothing outside oneDNN)
 #
 # WORK_DIR/models/MODEL holds the model, inputs and references; they are cached (keyed by a
 # hash of the generating scripts and inputs) and shared between runs. WORK_DIR/out/MODEL holds
@@ -20,10 +22,11 @@ die() {
   exit 1
 }
 
-[[ $# -eq 3 ]] || die "usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL"
+[[ $# -eq 3 || $# -eq 4 ]] || die "usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL [ALLOCATION_TEST]"
 kiln=$1
 work=$2
 model=$3
+allocation_test=${4:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 python=${KILN_E2E_PYTHON:-/usr/bin/python3}
@@ -162,6 +165,13 @@ echo "[e2e $model] --precision mixed vs reference:"
 "$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs_mixed" "${mixed_check[@]}" ||
   die "$model: the --precision mixed outputs are too far from the reference (see above)"
 step "--precision mixed compile, run and compare"
+# 7. Allocations of steady-state executions of the -O3 model (tests/api/hot_path_allocations_test.cc).
+if [[ -n $allocation_test ]]; then
+  echo "[e2e $model] KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln $allocation_test"
+  KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln "$allocation_test" ||
+    die "$model: steady-state executions allocate outside oneDNN (see above)"
+  step "allocation count"
+fi
 worst() { sed -n 's/^worst relative diff[^:]*: \([^ ]*\).*/\1/p' "$1"; }
 echo "[e2e $model] worst relative diff: -O3 vs reference $(worst "$out_dir/compare_reference.txt")," \
   "-O3 vs -O0 $(worst "$out_dir/compare_levels.txt") (bound $rel)"

@@ -114,7 +114,9 @@ class CliTest(unittest.TestCase):
             a = j["arena"]
             self.assertGreater(a["fresh_blocks_first_run"], 0)
             self.assertEqual(a["fresh_blocks_later_runs"], 0)
-            self.assertGreaterEqual(a["reused_blocks"], 3)
+            # Later executions reuse them: from the arena's free lists, or with their tensors
+            # from the execution state (outputs of finished values, graph_executor.h).
+            self.assertGreaterEqual(a["reused_blocks"] + a["recycled_outputs"], 3)
             self.assertGreaterEqual(a["peak_bytes"], 3 * 6 * 4)
         self.assertIn("--reference-kernels", kiln("run", "--help").stdout)
         j = json.loads(kiln("bench", self.kiln_path, "--json", "--loops", "4", "--reference-kernels").stdout)

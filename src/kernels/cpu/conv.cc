@@ -27,7 +27,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/parallel.h"
@@ -193,7 +192,9 @@ class OnednnConvKernel final : public Kernel {
     bf16::ActivationLayout x, y;
     memory::desc src, dst;
     size_t scratch_bytes = 0, src_offset = 0, dst_offset = 0, workspace_bytes = 0;
+    onednn::RunMemories memories;  // run_nhwc's scratch, src, dst
   } nhwc;
+  onednn::RunMemories z_memories;  // the residual Z in its user layout
   Status run_nhwc(ops::KernelContext& ctx, const Tensor* x, const Tensor* z, Tensor* y) const;
 };
 
@@ -227,8 +228,9 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
     const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
     if (z && !z_binary) {
       if (lb.reorder_dst) {
-        memory z_user(lb.user_dst, onednn::cpu_engine(), const_cast<void*>(z->raw_data()));
-        lb.dst_in_reorder.execute(s, {{DNNL_ARG_FROM, z_user}, {DNNL_ARG_TO, m.dst}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
+        const memory& z_user = z_memories.get(0, lb.user_dst, z->raw_data());
+        onednn::Args{{DNNL_ARG_FROM, &z_user}, {DNNL_ARG_TO, &m.dst}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+            lb.dst_in_reorder, s);
       } else {
         const float* zp = z->data<float>();
         float* yp = y->data<float>();
@@ -238,18 +240,16 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
       }
     }
     if (lb.reorder_src)
-      lb.src_reorder.execute(s, {{DNNL_ARG_FROM, m.x_user}, {DNNL_ARG_TO, m.src}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m.src},
-                                         {DNNL_ARG_WEIGHTS, weights},
-                                         {DNNL_ARG_DST, m.dst},
-                                         {DNNL_ARG_SCRATCHPAD, m.scratch}};
-    if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
-    if (z_binary)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                   memory(lb.user_dst, onednn::cpu_engine(), const_cast<void*>(z->raw_data())));
-    conv.execute(s, args);
+      onednn::Args{{DNNL_ARG_FROM, &m.x_user}, {DNNL_ARG_TO, &m.src}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+          lb.src_reorder, s);
+    onednn::Args args{{DNNL_ARG_SRC, &m.src}, {DNNL_ARG_WEIGHTS, &weights}, {DNNL_ARG_DST, &m.dst},
+                      {DNNL_ARG_SCRATCHPAD, &m.scratch}};
+    if (b_initializer.defined()) args.add(DNNL_ARG_BIAS, bias);
+    if (z_binary) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, z_memories.get(0, lb.user_dst, z->raw_data()));
+    args.execute(conv, s);
     if (lb.reorder_dst)
-      lb.dst_reorder.execute(s, {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.y_user}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
+      onednn::Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+          lb.dst_reorder, s);
     s.wait();
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN convolution failed: %s", node.label().c_str(), e.what());
@@ -267,18 +267,16 @@ Status OnednnConvKernel::run_nhwc(ops::KernelContext& ctx, const Tensor* x, cons
   bf16::to_nhwc_bf16(x->data<float>(), nhwc.x, plan.bf16_parts, plan.group,
                      reinterpret_cast<uint16_t*>(ws + nhwc.src_offset));
   if (z) bf16::layout_to_nhwc(z->data<float>(), nhwc.y, dst);  // the sum post-op adds to it
-  const dnnl::engine& eng = onednn::cpu_engine();
   dnnl::stream& s = onednn::thread_stream();
   try {
-    memory scratch(memory::desc({static_cast<memory::dim>(nhwc.scratch_bytes)}, memory::data_type::u8,
-                                memory::format_tag::a),
-                   eng, nhwc.scratch_bytes > 0 ? ws : nullptr);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(nhwc.src, eng, ws + nhwc.src_offset)},
-                                         {DNNL_ARG_WEIGHTS, weights},
-                                         {DNNL_ARG_DST, memory(nhwc.dst, eng, dst)},
-                                         {DNNL_ARG_SCRATCHPAD, scratch}};
-    if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
-    conv.execute(s, args);
+    const memory& scratch =
+        nhwc.memories.get(0, onednn::bytes_desc(nhwc.scratch_bytes), nhwc.scratch_bytes > 0 ? ws : nullptr);
+    const memory& src = nhwc.memories.get(1, nhwc.src, ws + nhwc.src_offset);
+    const memory& dst_mem = nhwc.memories.get(2, nhwc.dst, dst);
+    onednn::Args args{{DNNL_ARG_SRC, &src}, {DNNL_ARG_WEIGHTS, &weights}, {DNNL_ARG_DST, &dst_mem},
+                      {DNNL_ARG_SCRATCHPAD, &scratch}};
+    if (b_initializer.defined()) args.add(DNNL_ARG_BIAS, bias);
+    args.execute(conv, s);
     s.wait();
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN convolution failed: %s", node.label().c_str(), e.what());

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/onednn_util.h"
@@ -118,13 +117,15 @@ class OnednnDeconvKernel final : public Kernel {
     try {
       const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
       if (lb.reorder_src)
-        lb.src_reorder.execute(s, {{DNNL_ARG_FROM, m.x_user}, {DNNL_ARG_TO, m.src}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
-      std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, m.dst}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
-      if (b_initializer.defined()) args.emplace(DNNL_ARG_BIAS, bias);
-      deconv.execute(s, args);
+        onednn::Args{{DNNL_ARG_FROM, &m.x_user}, {DNNL_ARG_TO, &m.src}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+            lb.src_reorder, s);
+      onednn::Args args{{DNNL_ARG_SRC, &m.src}, {DNNL_ARG_WEIGHTS, &weights}, {DNNL_ARG_DST, &m.dst},
+                        {DNNL_ARG_SCRATCHPAD, &m.scratch}};
+      if (b_initializer.defined()) args.add(DNNL_ARG_BIAS, bias);
+      args.execute(deconv, s);
       if (lb.reorder_dst)
-        lb.dst_reorder.execute(s, {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.y_user}, {DNNL_ARG_SCRATCHPAD, m.scratch}});
+        onednn::Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+            lb.dst_reorder, s);
       s.wait();
     } catch (const dnnl::error& e) {
       return internal_error("node %s: oneDNN deconvolution failed: %s", node.label().c_str(), e.what());

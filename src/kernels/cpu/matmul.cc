@@ -33,7 +33,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/gelu.h"
@@ -51,6 +50,9 @@ using Dims = std::vector<int64_t>;
 
 // oneDNN's limit on tensor rank.
 constexpr size_t kMaxRank = DNNL_MAX_NDIMS;
+// Addends added as binary post-ops, at most (memories 6.. of the kernel's RunMemories).
+constexpr size_t kMaxBinary = 8;
+static_assert(6 + kMaxBinary <= onednn::RunMemories::kMaxMemories);
 
 enum class AddendRoute { kBias, kBinary, kPrefill };
 
@@ -347,6 +349,7 @@ class MatMulKernel final : public Kernel {
   Tensor constant_b_;
   const void* constant_b_data_ = nullptr;
   std::string implementation_;
+  onednn::RunMemories memories_;  // run()'s
 };
 
 Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activation_in_primitive) {
@@ -363,6 +366,7 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
   binary_md_.assign(p.addends.size(), memory::desc());
   dnnl::post_ops po;
   int po_index = 0;
+  size_t binary_count = 0;
   for (size_t i = 0; i < p.addends.size(); ++i)
     if (routes[i] == AddendRoute::kPrefill) prefill_ = true;
   if (prefill_) {
@@ -379,6 +383,8 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
       po.append_binary(dnnl::algorithm::binary_add, binary_md_[i]);
       binary_arg_[i] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(po_index) | DNNL_ARG_SRC_1;
       ++po_index;
+      if (++binary_count > kMaxBinary)
+        return unsupported("node %s: more than %zu addends as binary post-ops", p.label.c_str(), kMaxBinary);
     }
   }
   activation_after_ = !activation_in_primitive && !p.act.is_none();
@@ -591,34 +597,30 @@ Status MatMulKernel::run(ops::KernelContext& ctx) const {
       return resource_exhausted("node %s: no memory for a %zu-byte workspace", plan_.label.c_str(), workspace_bytes);
   }
   try {
-    const dnnl::engine& engine = onednn::cpu_engine();
     dnnl::stream& stream = onednn::thread_stream();
     const void* b = packed_b_ ? packed_b_.get() : ctx.input(1)->raw_data();
-    std::unordered_map<int, memory> args;
-    memory a_user(src_md_, engine, const_cast<void*>(ctx.input(0)->raw_data()));
+    // Memories 0..4: A, A in bf16, the scratchpad, B, Y; 5: the bias; 6...: binary addends.
+    onednn::Args args;
+    const memory& a_user = memories_.get(0, src_md_, ctx.input(0)->raw_data());
     if (plan_.bf16) {
-      memory a_bf16(src_bf16_md_, engine, static_cast<char*>(scratchpad) + src_bf16_offset_);
-      memory scratch(scratchpad_md_, engine, scratchpad);
-      src_reorder_.execute(stream, {{DNNL_ARG_FROM, a_user}, {DNNL_ARG_TO, a_bf16}, {DNNL_ARG_SCRATCHPAD, scratch}});
-      args.emplace(DNNL_ARG_SRC, a_bf16);
+      const memory& a_bf16 = memories_.get(1, src_bf16_md_, static_cast<char*>(scratchpad) + src_bf16_offset_);
+      const memory& scratch = memories_.get(2, scratchpad_md_, scratchpad);
+      onednn::Args{{DNNL_ARG_FROM, &a_user}, {DNNL_ARG_TO, &a_bf16}, {DNNL_ARG_SCRATCHPAD, &scratch}}.execute(
+          src_reorder_, stream);
+      args.add(DNNL_ARG_SRC, a_bf16);
     } else {
-      args.emplace(DNNL_ARG_SRC, a_user);
+      args.add(DNNL_ARG_SRC, a_user);
     }
-    args.emplace(DNNL_ARG_WEIGHTS, memory(wei_md_, engine, const_cast<void*>(b)));
-    args.emplace(DNNL_ARG_DST, memory(dst_md_, engine, py));
+    args.add(DNNL_ARG_WEIGHTS, memories_.get(3, wei_md_, b)).add(DNNL_ARG_DST, memories_.get(4, dst_md_, py));
     if (bias_addend_ >= 0)
-      args.emplace(
-          DNNL_ARG_BIAS,
-          memory(bias_md_, engine,
-                 const_cast<void*>(ctx.input(plan_.addends[bias_addend_].input)->raw_data())));
-    for (size_t i = 0; i < plan_.addends.size(); ++i) {
+      args.add(DNNL_ARG_BIAS, memories_.get(5, bias_md_, ctx.input(plan_.addends[bias_addend_].input)->raw_data()));
+    for (size_t i = 0, k = 0; i < plan_.addends.size(); ++i) {
       if (binary_arg_[i] == 0) continue;
-      const Addend& a = plan_.addends[i];
-      args.emplace(binary_arg_[i], memory(binary_md_[i], engine,
-                                          const_cast<void*>(ctx.input(a.input)->raw_data())));
+      args.add(binary_arg_[i],
+               memories_.get(6 + static_cast<int>(k++), binary_md_[i], ctx.input(plan_.addends[i].input)->raw_data()));
     }
-    if (scratchpad) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_md_, engine, scratchpad));
-    primitive_.execute(stream, args);
+    if (scratchpad) args.add(DNNL_ARG_SCRATCHPAD, memories_.get(2, scratchpad_md_, scratchpad));
+    args.execute(primitive_, stream);
     stream.wait();
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN matmul failed: %s", plan_.label.c_str(), e.what());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/parallel.h"
@@ -151,9 +152,89 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
                                               dnnl::memory::format_tag::a),
                            eng, scratch.data());
   dnnl::stream& s = thread_stream();
-  r.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  Args{{DNNL_ARG_FROM, &from}, {DNNL_ARG_TO, &to}, {DNNL_ARG_SCRATCHPAD, &scratch_mem}}.execute(r, s);
   s.wait();
   return to;
+}
+
+namespace {
+
+struct RunMemoryIds {
+  std::mutex mutex;
+  std::vector<uint32_t> free;
+  uint32_t next = 0;
+  uint64_t generation = 0;
+};
+
+RunMemoryIds& run_memory_ids() {
+  static auto* ids = new RunMemoryIds;  // never destroyed: kernels may outlive static destruction
+  return *ids;
+}
+
+struct RunMemoryEntry {
+  uint64_t generation = 0;
+  dnnl::memory memories[RunMemories::kMaxMemories];
+  bool made[RunMemories::kMaxMemories] = {};
+};
+
+// Per thread, per kernel id; entries are held by pointer so that a table that grows never
+// moves the memories a run is using.
+thread_local std::vector<std::unique_ptr<RunMemoryEntry>> t_run_memories;
+
+}  // namespace
+
+dnnl::memory::desc bytes_desc(size_t bytes) {
+  dnnl_memory_desc_t md;
+  const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(bytes)};
+  dnnl::error::wrap_c_api(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), "could not make a bytes desc");
+  return dnnl::memory::desc(md);
+}
+
+RunMemories::RunMemories() {
+  RunMemoryIds& ids = run_memory_ids();
+  std::lock_guard lock(ids.mutex);
+  if (!ids.free.empty()) {
+    id_ = ids.free.back();
+    ids.free.pop_back();
+  } else {
+    id_ = ids.next++;
+  }
+  generation_ = ++ids.generation;
+}
+
+RunMemories::~RunMemories() {
+  RunMemoryIds& ids = run_memory_ids();
+  std::lock_guard lock(ids.mutex);
+  ids.free.push_back(id_);
+}
+
+const dnnl::memory& RunMemories::get(int index, const dnnl::memory::desc& md, const void* data) const {
+  KILN_CHECK(index >= 0 && index < kMaxMemories, "run memory %d of at most %d", index, kMaxMemories);
+  auto& table = t_run_memories;
+  if (id_ >= table.size()) table.resize(id_ + 1);
+  std::unique_ptr<RunMemoryEntry>& entry = table[id_];
+  if (!entry || entry->generation != generation_) {
+    entry = std::make_unique<RunMemoryEntry>();
+    entry->generation = generation_;
+  }
+  dnnl::memory& m = entry->memories[index];
+  if (!entry->made[index]) {
+    m = dnnl::memory(md, cpu_engine(), const_cast<void*>(data));
+    entry->made[index] = true;
+  } else if (m.get_data_handle() != data) {
+    m.set_data_handle(const_cast<void*>(data));
+  }
+  return m;
+}
+
+Args& Args::add(int arg, const dnnl::memory& mem) {
+  KILN_CHECK(count_ < kMaxArgs, "a oneDNN execution with more than %d arguments", kMaxArgs);
+  args_[count_++] = {arg, mem.get()};
+  return *this;
+}
+
+void Args::execute(const dnnl::primitive& p, dnnl::stream& s) const {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), s.get(), count_, args_), "could not execute a primitive");
 }
 
 void LayoutBridge::plan(const dnnl::memory::desc& primitive_src, const dnnl::memory::desc& primitive_dst,
@@ -174,17 +255,13 @@ void LayoutBridge::plan(const dnnl::memory::desc& primitive_src, const dnnl::mem
 }
 
 LayoutBridge::Bound LayoutBridge::bind(char* ws, const void* x, void* y) const {
-  const dnnl::engine& eng = cpu_engine();
-  Bound b;
   // An empty scratchpad (zero bytes) is a valid argument for primitives that need none.
-  b.scratch = dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratch_bytes)},
-                                              dnnl::memory::data_type::u8, dnnl::memory::format_tag::a),
-                           eng, scratch_bytes > 0 ? ws : nullptr);
-  b.x_user = dnnl::memory(user_src, eng, const_cast<void*>(x));
-  b.y_user = dnnl::memory(user_dst, eng, y);
-  b.src = reorder_src ? dnnl::memory(src, eng, ws + src_offset) : b.x_user;
-  b.dst = reorder_dst ? dnnl::memory(dst, eng, ws + dst_offset) : b.y_user;
-  return b;
+  const dnnl::memory& scratch = memories.get(0, bytes_desc(scratch_bytes), scratch_bytes > 0 ? ws : nullptr);
+  const dnnl::memory& x_user = memories.get(1, user_src, x);
+  const dnnl::memory& y_user = memories.get(2, user_dst, y);
+  const dnnl::memory& src_mem = reorder_src ? memories.get(3, src, ws + src_offset) : x_user;
+  const dnnl::memory& dst_mem = reorder_dst ? memories.get(4, dst, ws + dst_offset) : y_user;
+  return {scratch, x_user, y_user, src_mem, dst_mem};
 }
 
 }  // namespace kiln::kernels::onednn

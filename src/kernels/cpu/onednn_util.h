@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,10 @@ dnnl::stream& thread_stream();
 // only when a thread first needs more than before. Valid until the next call on the thread;
 // a kernel calls it once per run. Null when the allocation fails.
 void* thread_workspace(size_t bytes);
+
+// The desc of `bytes` untyped bytes (a scratchpad), made without the std::vector the C++
+// constructor takes: for run().
+dnnl::memory::desc bytes_desc(size_t bytes);
 
 // Rounds up to a multiple of 64 (to lay several buffers out in one workspace).
 inline size_t align64(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
@@ -91,6 +97,28 @@ class SingleThreadScope {
   int saved_;
 };
 
+// The memory objects of a kernel's runs, made once per thread and re-pointed at each run's
+// buffers (dnnl_memory_set_data_handle, which zero-pads a blocked layout's tail exactly as
+// creating the memory does): a memory made per run is three allocations (the C++ handle's
+// shared state, oneDNN's object and its storage). Each thread has its own set per kernel, so
+// concurrent runs of one kernel never share a memory; a member of the kernel, made at prepare.
+class RunMemories {
+ public:
+  static constexpr int kMaxMemories = 16;
+  RunMemories();
+  ~RunMemories();
+  RunMemories(const RunMemories&) = delete;
+  RunMemories& operator=(const RunMemories&) = delete;
+  // Memory `index` (< kMaxMemories) of this thread, laid out as `md` (the same desc for an
+  // index at every call), pointing at `data`. Valid until the next run of the kernel on this
+  // thread. Throws dnnl::error.
+  const dnnl::memory& get(int index, const dnnl::memory::desc& md, const void* data) const;
+
+ private:
+  uint32_t id_;          // index into each thread's table; reused after the kernel goes
+  uint64_t generation_;  // tells this kernel's entries from those of an earlier holder of id_
+};
+
 // A reorder from `from` to `to` with a user scratchpad; `scratch` becomes the larger of
 // itself and the reorder's scratchpad size. Throws dnnl::error, as primitive creation does.
 dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, size_t& scratch);
@@ -124,6 +152,26 @@ struct LayoutBridge {
     dnnl::memory scratch, x_user, y_user, src, dst;
   };
   Bound bind(char* ws, const void* x, void* y) const;
+  RunMemories memories;  // bind's, indices 0..4
+};
+
+// The arguments of one primitive execution, kept on the stack and executed through the C API:
+// the C++ API's execute takes an std::unordered_map and copies it into a vector, allocations
+// on every run that Kiln's kernels do without. The memories must outlive execute().
+class Args {
+ public:
+  Args() = default;
+  Args(std::initializer_list<std::pair<int, const dnnl::memory*>> args) {
+    for (const auto& [arg, mem] : args) add(arg, *mem);
+  }
+  Args& add(int arg, const dnnl::memory& mem);
+  // Executes `p` on `s` with these arguments. Throws dnnl::error, as the C++ API does.
+  void execute(const dnnl::primitive& p, dnnl::stream& s) const;
+
+ private:
+  static constexpr int kMaxArgs = 16;
+  dnnl_exec_arg_t args_[kMaxArgs];
+  int count_ = 0;
 };
 
 // "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/onednn_util.h"
@@ -133,15 +132,12 @@ class OnednnPoolKernel final : public Kernel {
     if (!ws && scratch_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
                                 scratch_bytes);
-    const dnnl::engine& eng = onednn::cpu_engine();
     try {
-      memory scratch(memory::desc({static_cast<memory::dim>(scratch_bytes)}, memory::data_type::u8,
-                                  memory::format_tag::a),
-                     eng, scratch_bytes > 0 ? ws : nullptr);
-      memory src(src_md, eng, const_cast<void*>(x->raw_data()));
-      memory dst(dst_md, eng, y->raw_data());
+      const memory& scratch = memories.get(0, onednn::bytes_desc(scratch_bytes), scratch_bytes > 0 ? ws : nullptr);
+      const memory& src = memories.get(1, src_md, x->raw_data());
+      const memory& dst = memories.get(2, dst_md, y->raw_data());
       dnnl::stream& s = onednn::thread_stream();
-      pool.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+      onednn::Args{{DNNL_ARG_SRC, &src}, {DNNL_ARG_DST, &dst}, {DNNL_ARG_SCRATCHPAD, &scratch}}.execute(pool, s);
       s.wait();
     } catch (const dnnl::error& e) {
       return internal_error("node %s: oneDNN pooling failed: %s", node.label().c_str(), e.what());
@@ -155,6 +151,7 @@ class OnednnPoolKernel final : public Kernel {
   std::string impl;
   dnnl::pooling_v2_forward pool;
   memory::desc src_md, dst_md;
+  onednn::RunMemories memories;  // run()'s scratch, src, dst
   size_t scratch_bytes = 0;
 };
 

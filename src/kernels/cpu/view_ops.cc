@@ -1,0 +1,85 @@
+// Reshape, Flatten, Squeeze and Unsqueeze with the shapes fixed at compile time: the output is
+// the input's storage under other dims, which the prepared kernel knows already, so a run only
+// checks the input's dims and hands the view out (KernelContext::set_output_view: in a
+// recycled tensor object, so a steady-state execution allocates nothing). The reference
+// kernels work the dims out from the attributes and shape inputs at every run.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_registry.h"
+
+namespace kiln::kernels {
+namespace {
+
+// The dims of a value whose type is a static tensor shape, or nothing.
+bool static_dims_of(const ir::Value* v, std::vector<int64_t>* dims) {
+  if (!v || !v->type().is_tensor() || !v->shape().is_static() || v->dtype() == DataType::kUndefined) return false;
+  *dims = v->shape().static_dims();
+  return true;
+}
+
+struct ViewPlan {
+  std::vector<int64_t> in_dims, out_dims;
+};
+
+// Applicable when input 0 and output 0 have static shapes of one dtype and element count, and
+// every other input (Reshape's shape, Squeeze's and Unsqueeze's axes) is a constant: then the
+// compile-time output dims are the ones the reference kernel would compute.
+Expected<ViewPlan> plan_view(const ir::Node& n) {
+  ViewPlan p;
+  if (n.num_inputs() < 1 || n.num_outputs() != 1 || !static_dims_of(n.input(0), &p.in_dims) ||
+      !static_dims_of(n.output(0), &p.out_dims))
+    return unsupported("node %s: shapes not static", n.label().c_str());
+  if (n.input(0)->dtype() != n.output(0)->dtype() || n.input(0)->dtype() == DataType::kString)
+    return unsupported("node %s: dtype changes or strings", n.label().c_str());
+  if (num_elements(p.in_dims) != num_elements(p.out_dims))
+    return unsupported("node %s: element counts differ", n.label().c_str());
+  for (int i = 1; i < n.num_inputs(); ++i)
+    if (n.input(i) && !n.input(i)->has_initializer())
+      return unsupported("node %s: input %d is not a constant", n.label().c_str(), i);
+  return p;
+}
+
+class ViewKernel final : public Kernel {
+ public:
+  ViewKernel(ViewPlan plan, const ops::KernelFn* reference) : plan_(std::move(plan)), reference_(reference) {}
+
+  Status run(ops::KernelContext& ctx) const override {
+    const Tensor* x = ctx.input(0);
+    if (!x || x->dims() != plan_.in_dims) return (*reference_)(ctx);
+    ctx.set_output_view(0, *x, plan_.out_dims);
+    return ok_status();
+  }
+  std::string implementation() const override { return "kiln:view"; }
+
+ private:
+  ViewPlan plan_;
+  const ops::KernelFn* reference_;
+};
+
+Expected<std::unique_ptr<Kernel>> prepare_view(const ir::Node& node) {
+  KILN_ASSIGN_OR_RETURN(ViewPlan p, plan_view(node));
+  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
+  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
+  return std::unique_ptr<Kernel>(new ViewKernel(std::move(p), &schema->kernel_fn()));
+}
+
+KernelFactory view_factory(const char* op) {
+  return KernelFactory{.domain = ops::kOnnxDomain,
+                       .op_type = op,
+                       .device = DeviceKind::kCpu,
+                       .priority = 100,
+                       .name = "kiln",
+                       .applicable = [](const ir::Node& n) { return plan_view(n).ok(); },
+                       .prepare = prepare_view};
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(view_factory("Reshape"));
+KILN_REGISTER_KERNEL(view_factory("Flatten"));
+KILN_REGISTER_KERNEL(view_factory("Squeeze"));
+KILN_REGISTER_KERNEL(view_factory("Unsqueeze"));
+
+}  // namespace kiln::kernels
