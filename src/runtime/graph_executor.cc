@@ -416,10 +416,16 @@ Status GraphExecutor::bind_input(ExecutionState& state, size_t index, DataType d
 Status GraphExecutor::run_bound(ExecutionState& state) const {
   attach(state);
   const auto& decls = graph_->inputs();
-  for (size_t i = 0; i < decls.size(); ++i)
-    if (!state.input_bound_[i] && !decls[i]->has_initializer())
+  for (size_t i = 0; i < decls.size(); ++i) {
+    if (state.input_bound_[i]) continue;
+    if (!decls[i]->has_initializer())
       return invalid_argument("input '%s' (%s) was not given", decls[i]->name().c_str(),
                               decls[i]->type().to_string().c_str());
+    // An input with a default that an earlier execution fed: back to the default.
+    RuntimeValue& slot = state.slots_[static_cast<size_t>(input_slots_[i])];
+    const Tensor& fallback = *decls[i]->initializer();
+    if (!slot.is_tensor() || slot.tensor().raw_data() != fallback.raw_data()) slot = fallback;
+  }
   return execute(state.slots_, nullptr, &state);
 }
 
@@ -436,6 +442,7 @@ void GraphExecutor::end_run(ExecutionState& state) const {
   for (size_t s = 0; s < state.slots_.size(); ++s)
     if (!is_input_slot_[s] && !is_constant_slot_[s] && !state.slots_[s].is_none())
       state.pool_->park(state.slots_[s]);
+  for (RuntimeValue& v : state.step_outputs_) state.pool_->park(v);  // a failed step's
   state.pool_->trim();
   std::fill(state.input_bound_.begin(), state.input_bound_.end(), false);
 }
