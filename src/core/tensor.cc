@@ -14,6 +14,13 @@ struct StringBlock {
   std::vector<std::string> items;
 };
 
+// The block allocate() takes for n elements: rounded up to kTensorAlignment, at least one unit.
+size_t padded_storage_bytes(DataType dtype, int64_t n) {
+  const size_t bytes = dtype_bytes(dtype, n);
+  const size_t padded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  return padded == 0 ? kTensorAlignment : padded;
+}
+
 // The allocator of the innermost TensorAllocatorScope on this thread (null: the heap).
 thread_local const std::shared_ptr<TensorAllocator>* t_allocator = nullptr;
 
@@ -58,9 +65,7 @@ Expected<Tensor> Tensor::allocate_from(DataType dtype, std::vector<int64_t> dims
     t.owner_ = std::move(block);
     return t;
   }
-  size_t bytes = dtype_bytes(dtype, n);
-  size_t padded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-  if (padded == 0) padded = kTensorAlignment;
+  const size_t padded = padded_storage_bytes(dtype, n);
   if (allocator) {
     void* p = (*allocator)->allocate(padded);
     if (!p)
@@ -111,9 +116,7 @@ bool Tensor::storage_bytes_for(DataType dtype, const std::vector<int64_t>& dims,
     if (d < 0 || (d != 0 && n > std::numeric_limits<int64_t>::max() / 8 / d)) return false;
     n *= d;
   }
-  size_t b = dtype_bytes(dtype, n);
-  size_t padded = (b + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-  *bytes = padded == 0 ? kTensorAlignment : padded;
+  *bytes = padded_storage_bytes(dtype, n);
   return true;
 }
 

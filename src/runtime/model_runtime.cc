@@ -629,7 +629,10 @@ CodedStatus Model::prepare_buckets() {
 CodedStatus Model::execute(const GraphExecutor& executor,
                            const std::vector<std::pair<size_t, RuntimeValue>>& feeds,
                            std::vector<RuntimeValue>* values, ExecutionArena& arena) {
-  Status st = executor.run_indexed(feeds, values);
+  return execution_result(executor.run_indexed(feeds, values), arena);
+}
+
+CodedStatus Model::execution_result(Status st, const ExecutionArena& arena) const {
   size_t refused_bytes = 0;
   if (arena.refused(&refused_bytes)) {
     return workspace_
@@ -823,14 +826,8 @@ CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest&
     st = executor.bind_input(state, inputs_[i].graph_index, inputs_[i].dtype, request.input_dims[i],
                              request.inputs[i].buffer.data);
   if (st.ok()) st = executor.run_bound(state);
-  CodedStatus result;
-  size_t refused_bytes = 0;
-  if (arena.refused(&refused_bytes)) {
-    result = coded(KILN_ERROR_BAD_ALLOC, resource_exhausted("out of memory for a %zu-byte activation", refused_bytes));
-  } else if (!st.ok()) {
-    result = coded(st.code() == StatusCode::kResourceExhausted ? KILN_ERROR_BAD_ALLOC : KILN_ERROR_FAILURE,
-                   std::move(st));
-  } else {
+  CodedStatus result = execution_result(std::move(st), arena);
+  if (result.ok()) {
     result = copy_outputs([&](size_t g) -> const RuntimeValue& { return executor.output(state, g); }, request,
                           nullptr, output_dims);
   }

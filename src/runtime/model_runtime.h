@@ -223,6 +223,8 @@ class Model : public std::enable_shared_from_this<Model> {
   CodedStatus execute(const GraphExecutor& executor,
                       const std::vector<std::pair<size_t, RuntimeValue>>& feeds,
                       std::vector<RuntimeValue>* values, ExecutionArena& arena);
+  // The C error of an execution that returned `st` on `arena` (a refused activation first).
+  CodedStatus execution_result(Status st, const ExecutionArena& arena) const;
   // Copies each output (sliced to `true_dims` when given) into its caller buffer.
   CodedStatus copy_outputs(const std::vector<RuntimeValue>& values, const ExecutionRequest& request,
                            const std::vector<std::vector<int64_t>>* true_dims,
