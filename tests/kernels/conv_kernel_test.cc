@@ -648,6 +648,7 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
     ConvCase conv;
     bool x_blocked = false, y_blocked = false;
     int64_t c0 = 16;
+    bool own_layout = false;  // expect oneDNN's nChw16c bf16 kernel (AVX512-BF16), not NHWC
   };
   std::vector<Case> cases;
   for (const char* precision : {"bf16", "bf16x3"}) {
@@ -673,6 +674,19 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
     cases.push_back({conv("plain in blocked out", {1, 3, 11, 11}, {16, 3, 3, 3}, attrs({{"strides", {2, 2}}}), true,
                           false, ""),
                      false, true, 16});
+    if (p != "bf16") continue;
+    // bf16 between NC1HWC0 tensors of 16-channel blocks: X converted in its own layout, Y and
+    // Z read and written as they are (conv.cc's own-layout route). Odd map sizes, a residual
+    // on a map large enough for the binary post-op, strides, batches, groups.
+    cases.push_back({conv("own layout c32->48 residual 15x17", {1, 32, 15, 17}, {48, 32, 3, 3},
+                          attrs({{"pads", {1, 1, 1, 1}}}), true, true, "Relu"),
+                     true, true, 16, true});
+    cases.push_back({conv("own layout 1x1 stride2 batch2", {2, 48, 9, 9}, {32, 48, 1, 1}, attrs({{"strides", {2, 2}}}),
+                          false, false, ""),
+                     true, true, 16, true});
+    cases.push_back({conv("own layout group2", {1, 32, 8, 8}, {32, 16, 3, 3}, attrs({{"group", {2}}, {"pads", {1, 1, 1, 1}}}),
+                          true, false, "Relu"),
+                     true, true, 16});
   }
   ConvCase one_d("bf16 1-D", {3, 5, 17}, {17, 5, 3}, attrs({{"pads", {1, 2}}, {"strides", {2}}}), true);
   one_d.precision = "bf16";
@@ -692,6 +706,9 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
     ASSERT_TRUE(f->applicable(*n));
     auto k = f->prepare(*n);
     if (!k.ok()) GTEST_SKIP() << "no oneDNN bf16 convolution on this CPU: " << k.status().to_string();
+    if (bc.own_layout && __builtin_cpu_supports("avx512bf16")) {
+      EXPECT_NE((*k)->implementation().find("jit_bf16"), std::string::npos) << (*k)->implementation();
+    }
     auto got = run_kernel(**k, g, input_values(g));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, *want, c);

@@ -21,7 +21,10 @@
 //          outweighs their weights (split_pays), other convolutions in "bf16", convolutions
 //          that a cost model of this CPU's kernels finds faster in float32 in float32
 //          (bf16_pays: the conversions of the bf16 route cost more than bf16 saves on
-//          convolutions with few FLOPs per element), and the model's final layer in float32: for each graph output, the last
+//          convolutions with few FLOPs per element); where bf16x3 itself runs slower than
+//          float32 (AVX512-BF16 without AMX), single bf16 instead, but for the first sixth of
+//          the convolutions (early_convolutions), which stay float32; and the model's final
+//          layer in float32: for each graph output, the last
 //          candidate (in execution order) it depends on (ResNet's classifier, BERT's last
 //          feed-forward output and pooler). Why the convolutions get the split: a stack of
 //          convolutions carries every layer's rounding into the next (BatchNorm is folded,
@@ -49,6 +52,7 @@
 #include "compiler/passes/passes.h"
 #include "core/logging.h"
 #include "kernels/kernel_registry.h"
+#include "ops/layout.h"
 #include "ops/registry.h"
 
 namespace kiln::compiler {
@@ -164,16 +168,30 @@ bool split_pays(const ir::Node& n) {
   return x->shape().num_elements() >= w->shape().num_elements();
 }
 
+// Whether the bf16 convolution kernel reads X and writes Y in their own NC1HWC0 layout with
+// blocks of 16 channels (kernels/cpu/conv.cc: oneDNN's jit_bf16 kernels compute in nChw16c;
+// X is only converted to bfloat16, Y written as it is) instead of through NHWC.
+bool bf16_in_own_layout(const ir::Node& n, int parts) {
+  return parts == 1 && n.domain() == ops::kKilnDomain && n.attr_int("c0", 0) == 16 &&
+         ops::is_blocked_format(n.attr_string("x_format", ops::kFormatPlain)) &&
+         ops::is_blocked_format(n.attr_string("y_format", ops::kFormatPlain));
+}
+
 // Whether bf16 (`parts` 1) or bf16x3 (3) runs a float32 convolution faster than float32 on
 // this CPU, by a cost model of the kernels: float32 at kFp32Rate, each bf16 pass at the AMX or
-// AVX512-BF16 rate, plus the conversions of the bf16 route (conv.cc: X into NHWC bfloat16,
-// parts halves per element, and Y back from NHWC float32) at kConvertSeconds per element.
-// Rates measured with oneDNN 2.6 on ResNet-50's and MobileNetV2's convolutions, one core:
-// float32 ~160 GFLOP/s, AMX ~1000 per pass, AVX512-BF16 ~250, conversions ~0.5 ns per
-// element. MobileNetV2's first convolutions (3 -> 32 and 1x1 32 -> 16 at 112x112, 20-40 FLOPs
-// per converted element) ran 3-6x slower in bf16x3 than in float32.
+// AVX512-BF16 rate, plus the conversions of the bf16 route: X into NHWC bfloat16 (parts halves
+// per element) and Y back from NHWC float32 at kConvertSeconds per element, or, for a
+// convolution between NC1HWC0 tensors (bf16_in_own_layout), X into bfloat16 in place at
+// kConvertInPlaceSeconds. Rates measured with oneDNN 2.6 on ResNet-50's and MobileNetV2's
+// convolutions, one core: float32 ~160 GFLOP/s, AMX ~1000 per pass, AVX512-BF16 ~250 (400-450
+// on the jit_bf16 kernels with the weights in cache, Zen 5), conversions ~0.5 ns per element
+// through NHWC, ~0.1 in place (oneDNN's f32 -> bf16 reorder of nChw16c: 80 us for ResNet-50's
+// 802816-element 256 x 56 x 56 maps). MobileNetV2's first convolutions (3 -> 32 and 1x1
+// 32 -> 16 at 112x112, 20-40 FLOPs per converted element) ran 3-6x slower in bf16x3 than in
+// float32.
 bool bf16_pays(const ir::Node& n, int parts) {
-  constexpr double kFp32Rate = 160e9, kAmxRate = 1000e9, kAvx512Bf16Rate = 250e9, kConvertSeconds = 0.5e-9;
+  constexpr double kFp32Rate = 160e9, kAmxRate = 1000e9, kAvx512Bf16Rate = 250e9;
+  constexpr double kConvertSeconds = 0.5e-9, kConvertInPlaceSeconds = 0.1e-9;
   if (std::string(candidate_base_op(n)) != "Conv") return true;  // products: A is small beside B
   const ir::Value* x = n.input(0);
   const ir::Value* w = n.input(1);
@@ -187,9 +205,27 @@ bool bf16_pays(const ir::Node& n, int parts) {
   const double flops = 2.0 * y_elems * w_elems / static_cast<double>(w->shape()[0].value);
   const double x_elems = static_cast<double>(x->shape().num_elements());
   const double fp32 = flops / kFp32Rate;
-  const double bf16 = parts * flops / (hw.amx ? kAmxRate : kAvx512Bf16Rate) +
-                      (x_elems * (1 + parts) / 2.0 + y_elems) * kConvertSeconds;
+  const double convert = bf16_in_own_layout(n, parts) ? x_elems * kConvertInPlaceSeconds
+                                                      : (x_elems * (1 + parts) / 2.0 + y_elems) * kConvertSeconds;
+  const double bf16 = parts * flops / (hw.amx ? kAmxRate : kAvx512Bf16Rate) + convert;
   return bf16 < fp32;
+}
+
+// The convolutions among the first kEarlyConvolutionShare of a model's convolutions (in
+// execution order): where mixed wants bf16x3 but this CPU runs it slower than float32, these
+// stay float32 and later ones take single bf16. A rounding of an early layer's input travels
+// through every layer after it: ResNet-50 (random weights, white-noise input, Zen 5) came to
+// cosine 0.99812 to float32 with all 53 convolutions in bf16, 0.99818 with the first in fp32,
+// 0.99940 with the first 5, 0.99968 with the first 8 (one sixth), 0.99981 with the first 11,
+// for 26.1, 26.3, 27.2 and 28-33 ms per run at one thread (float32: 42.9).
+constexpr double kEarlyConvolutionShare = 1.0 / 6.0;
+
+std::unordered_set<const ir::Node*> early_convolutions(const ir::Graph& g, const std::unordered_set<const ir::Node*>& cands) {
+  std::vector<const ir::Node*> convs;
+  for (const auto& n : g.nodes())
+    if (cands.count(n.get()) && std::string(candidate_base_op(*n)) == "Conv") convs.push_back(n.get());
+  const size_t early = static_cast<size_t>(static_cast<double>(convs.size()) * kEarlyConvolutionShare);
+  return std::unordered_set<const ir::Node*>(convs.begin(), convs.begin() + static_cast<std::ptrdiff_t>(early));
 }
 
 std::string counts_text(const std::map<std::string, int>& counts) {
@@ -211,6 +247,8 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
     if (is_candidate(g, *n)) cands.insert(n.get());
   const std::unordered_set<const ir::Node*> finals =
       mode == Precision::kMixed ? final_layers(g, cands) : std::unordered_set<const ir::Node*>{};
+  const std::unordered_set<const ir::Node*> early =
+      mode == Precision::kMixed ? early_convolutions(g, cands) : std::unordered_set<const ir::Node*>{};
 
   GraphUses uses(g);
   std::unordered_set<const ir::Node*> removed;
@@ -235,10 +273,14 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
       kept.push_back(str_format("%s (final layer)", node->name().c_str()));
       continue;
     }
-    const bool split = mode == Precision::kMixed && split_pays(*node);
-    if (mode == Precision::kMixed && ctx.options().precision_cost_model && !bf16_pays(*node, split ? 3 : 1)) {
-      ++slower;
-      continue;
+    bool split = mode == Precision::kMixed && split_pays(*node);
+    if (mode == Precision::kMixed && ctx.options().precision_cost_model) {
+      // bf16x3 slower than float32 here (no AMX): single bf16 past the early convolutions.
+      if (split && !bf16_pays(*node, 3) && !early.count(node)) split = false;
+      if (!bf16_pays(*node, split ? 3 : 1)) {
+        ++slower;
+        continue;
+      }
     }
     if (node->domain() == ops::kOnnxDomain) node = to_fused_form(g, uses, node, removed);
     node->attrs()["precision"] = ir::Attribute::from_string(split ? "bf16x3" : "bf16");
