@@ -275,8 +275,11 @@ Status assign_precision(ir::Graph& g, PassContext& ctx) {
     }
     bool split = mode == Precision::kMixed && split_pays(*node);
     if (mode == Precision::kMixed && ctx.options().precision_cost_model) {
-      // bf16x3 slower than float32 here (no AMX): single bf16 past the early convolutions.
-      if (split && !bf16_pays(*node, 3) && !early.count(node)) split = false;
+      // bf16x3 slower than float32 here (no AMX): single bf16 past the early convolutions, on
+      // the blocked route only. Through NHWC oneDNN's brgconv kernels ran some of them far
+      // below the model's rate (PP-OCRv4 det's 96 -> 24 3x3 at 160x160: 20-38 ms in bf16
+      // against 10.8 in float32 Winograd, Zen 5).
+      if (split && !bf16_pays(*node, 3) && !early.count(node) && bf16_in_own_layout(*node, 1)) split = false;
       if (!bf16_pays(*node, split ? 3 : 1)) {
         ++slower;
         continue;
