@@ -442,7 +442,9 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
   KILN_ASSIGN_OR_RETURN(int listen_fd, tcp_listen("", 0, &data_port), "join: rank %d", rank);
   struct FdCloser {
     int fd;
-    ~FdCloser() { ::close(fd); }
+    ~FdCloser() {
+      if (fd >= 0) ::close(fd);
+    }
   } listen_closer{listen_fd};
 
   Expected<int> root_fd = tcp_connect(options.root.addr, deadline);
@@ -523,9 +525,16 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
                        "join: rank %d linking to the ranks of its host", rank);
   KILN_RETURN_IF_ERROR(make_tcp_links(table, rank, listen_fd, tcp_peers, deadline, &links),
                        "join: rank %d linking to the ranks of other hosts", rank);
+  // TCP streams carry payload only: how far this rank got goes through a side channel.
+  std::unique_ptr<StatusChannel> status;
+  if (!tcp_peers.empty()) {
+    listen_closer.fd = -1;  // the channel owns the listener now
+    KILN_ASSIGN_OR_RETURN(status, start_tcp_status_channel(table, listen_fd, tcp_peers),
+                          "join: rank %d", rank);
+  }
   stop_guard.active = false;
-  return std::unique_ptr<Transport>(
-      std::make_unique<LinkTransport>(rank, std::move(table.peers), std::move(links)));
+  return std::unique_ptr<Transport>(std::make_unique<LinkTransport>(
+      rank, std::move(table.peers), std::move(links), std::move(status)));
 }
 
 }  // namespace kiln::comm

@@ -41,6 +41,12 @@ Status make_shm_links(const WorldTable& table, int rank, const std::vector<int>&
 Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
                       const std::vector<int>& peers, Clock::time_point deadline,
                       std::vector<std::unique_ptr<Link>>* links);
+// The status channel of a rank with TCP links to `peers`, once make_tcp_links is done with
+// `listen_fd`: the channel takes the listener over (closing it on every path) and answers
+// its connections from then on, so the address the bootstrap gave the peers serves both.
+Expected<std::unique_ptr<StatusChannel>> start_tcp_status_channel(const WorldTable& table,
+                                                                  int listen_fd,
+                                                                  const std::vector<int>& peers);
 
 // ---- Sockets ------------------------------------------------------------------------------
 

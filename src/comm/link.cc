@@ -485,8 +485,9 @@ std::unique_ptr<Link> make_loopback_link(const PeerInfo& self) {
 // ---- LinkTransport ----------------------------------------------------------------------
 
 LinkTransport::LinkTransport(int rank, std::vector<PeerInfo> peers,
-                             std::vector<std::unique_ptr<Link>> links)
-    : rank_(rank), peers_(std::move(peers)), links_(std::move(links)) {
+                             std::vector<std::unique_ptr<Link>> links,
+                             std::unique_ptr<StatusChannel> status)
+    : rank_(rank), peers_(std::move(peers)), links_(std::move(links)), status_(std::move(status)) {
   // More ranks on this host than CPUs to run them: spinning only steals the time of the
   // rank being waited for, so yield almost at once (OpenMPI's yield_when_idle).
   size_t local = 0;
@@ -502,6 +503,7 @@ LinkTransport::LinkTransport(int rank, std::vector<PeerInfo> peers,
 }
 
 LinkTransport::~LinkTransport() {
+  if (status_) status_->stop();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& link : links_) {
     if (link) link->close(error_culprit_);
@@ -510,6 +512,8 @@ LinkTransport::~LinkTransport() {
 
 void LinkTransport::abort() {
   aborted_.store(true, std::memory_order_release);
+  // Nobody needs this rank's count once its links are closed (peers see the close).
+  if (status_) status_->stop();
   std::lock_guard<std::mutex> lock(mu_);
   // Peers waiting on this rank learn at once that it is gone instead of timing out.
   for (auto& link : links_) {
@@ -566,13 +570,25 @@ void LinkTransport::enter_collective() {
   ++collectives_started_;
   for (auto& link : links_)
     if (link) link->publish_collectives(collectives_started_);
+  if (status_) status_->publish_collectives(collectives_started_);
 }
 
-int LinkTransport::find_peer_behind(int64_t* started) const {
-  int behind = -1;
+int LinkTransport::find_peer_behind(int64_t* started) {
+  std::vector<int64_t> counts(links_.size(), -1);
+  std::vector<int> ask;  // peers whose links cannot see their count (TCP)
   for (size_t p = 0; p < links_.size(); ++p) {
     if (static_cast<int>(p) == rank_ || !links_[p]) continue;
-    const int64_t n = links_[p]->peer_collectives();
+    counts[p] = links_[p]->peer_collectives();
+    if (counts[p] < 0) ask.push_back(static_cast<int>(p));
+  }
+  if (status_ && !ask.empty()) {
+    std::vector<int64_t> answers(ask.size(), -1);
+    status_->query_collectives(ask, answers);
+    for (size_t i = 0; i < ask.size(); ++i) counts[static_cast<size_t>(ask[i])] = answers[i];
+  }
+  int behind = -1;
+  for (size_t p = 0; p < links_.size(); ++p) {
+    const int64_t n = counts[p];
     if (n < 0 || n >= static_cast<int64_t>(collectives_started_)) continue;
     if (behind < 0 || n < *started) {
       behind = static_cast<int>(p);
@@ -737,8 +753,8 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
                                       what.c_str(), waited.c_str(), detail.c_str()),
                     stuck);
       }
-      // A rank of this host that has not started this collective is busy or blocked
-      // elsewhere: the ranks between it and this one are only waiting.
+      // A rank that has not started this collective is busy or blocked elsewhere: the ranks
+      // between it and this one are only waiting.
       int64_t behind_started = 0;
       const int behind = find_peer_behind(&behind_started);
       if (behind >= 0) {

@@ -67,9 +67,28 @@ class Link {
   // until it no longer does (the caller frees or reuses the buffers when it returns).
   virtual void cancel_sends() {}
   // How many collectives this side has started (Transport::enter_collective), published for
-  // the peer; and the peer's count, or -1 where the link cannot see it (TCP).
+  // the peer; and the peer's count, or -1 where the link cannot see it (TCP: the byte stream
+  // carries payload only; LinkTransport asks the peer's StatusChannel instead).
   virtual void publish_collectives(uint64_t started) {}
   virtual int64_t peer_collectives() const { return -1; }
+};
+
+// A rank's side channel for what its TCP links cannot carry in band: it tells any peer that
+// asks how many collectives this rank has started (answered from a thread of its own, so the
+// answer comes while this rank's stream is blocked in something else), and asks its peers
+// for theirs when an operation of this rank times out.
+class StatusChannel {
+ public:
+  virtual ~StatusChannel() = default;
+  // This rank's count (LinkTransport::enter_collective). Any thread.
+  virtual void publish_collectives(uint64_t started) = 0;
+  // Asks every rank of `ranks` at once; counts[i] gets ranks[i]'s count, or -1 when it did not
+  // answer (dead, stopped, unreachable, no longer serving). Returns within a fraction of a
+  // second whatever the peers do. counts.size() == ranks.size().
+  virtual void query_collectives(std::span<const int> ranks, std::span<int64_t> counts) = 0;
+  // Stops answering: joins the serving thread and closes its sockets (peers that ask later
+  // get no answer). Thread-safe, idempotent, returns promptly; the destructor calls it.
+  virtual void stop() = 0;
 };
 
 // A large send of a rank in this process, handed over by address: the receiver copies or
@@ -158,10 +177,12 @@ bool process_exited(int64_t pid);
 // Whether process `pid` is stopped (SIGSTOP, a debugger).
 bool process_stopped(int64_t pid);
 
-// A Transport over one Link per peer (links[rank()] loops back to this rank).
+// A Transport over one Link per peer (links[rank()] loops back to this rank). `status`, if
+// any, tells the counts of the peers whose links cannot (Link::peer_collectives() < 0).
 class LinkTransport : public Transport {
  public:
-  LinkTransport(int rank, std::vector<PeerInfo> peers, std::vector<std::unique_ptr<Link>> links);
+  LinkTransport(int rank, std::vector<PeerInfo> peers, std::vector<std::unique_ptr<Link>> links,
+                std::unique_ptr<StatusChannel> status = nullptr);
   ~LinkTransport() override;
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
@@ -181,8 +202,9 @@ class LinkTransport : public Transport {
   // The rank some peer said it gave up because of (Link::reported_culprit), or -1.
   int reported_culprit_of_any_peer() const;
   // A peer that has started fewer collectives than this rank (the one furthest behind,
-  // lowest rank first), with its count; -1 when none is seen behind.
-  int find_peer_behind(int64_t* started) const;
+  // lowest rank first), with its count; -1 when none is seen behind. Asks the status channel
+  // for the peers the links cannot see (a fraction of a second at most).
+  int find_peer_behind(int64_t* started);
   Status check_ops(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                    const Deadline& deadline) const;
 
@@ -197,6 +219,7 @@ class LinkTransport : public Transport {
   Status error_;   // the first failure; later exchanges return it
   int error_culprit_ = -1;  // the rank error_ blames
   uint64_t collectives_started_ = 0;  // enter_collective() calls (the running thread's)
+  std::unique_ptr<StatusChannel> status_;  // null: every link sees its peer's count
 };
 
 // A ring link whose rings live in this process's heap: the loopback link of every

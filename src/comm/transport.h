@@ -77,8 +77,8 @@ class Transport {
                           const Deadline& deadline) = 0;
 
   // Called by a rank as it starts running a collective (on the thread that runs it): a rank
-  // of the same host that times out waiting can then name a rank that never started the
-  // collective it waits in (one hung elsewhere) rather than the rank it waited on.
+  // that times out waiting can then name a rank that never started the collective it waits
+  // in (one hung elsewhere) rather than the rank it waited on.
   virtual void enter_collective() {}
 
   // Makes every exchange in progress, and every later one, fail with `cancelled` promptly.

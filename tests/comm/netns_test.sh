@@ -4,7 +4,8 @@
 # namespace's address; ranks on different "hosts" talk TCP across the veth, ranks on the same
 # one shared memory, so the TCP transport and the hierarchical algorithm run across hosts.
 # Each world runs comm_worker's correctness matrix (--quick): once with the automatic
-# algorithm choice, once with KILN_COMM_ALGO=hierarchical, once with ring.
+# algorithm choice, once with KILN_COMM_ALGO=hierarchical, once with ring; then the fault
+# worlds (run_fault).
 #
 #   netns_test.sh COMM_WORKER [matrix|faults]   (default: both)
 #
@@ -102,10 +103,15 @@ run_world() {
   fi
 }
 
-# A rank of the second host SIGKILLed in the middle of an AllReduce: the three others must fail
-# within KILN_COMM_TIMEOUT (2 s, 1.5 s of slack) with a message naming rank 3.
+# run_fault NAME KIND VICTIM [VAR=VALUE ...]: a rank SIGKILLed in the middle of an AllReduce
+# (kill), or alive with its stream blocked so that it never starts the next one (hang): the
+# three others must fail within KILN_COMM_TIMEOUT (2 s, 1.5 s of slack) with a message naming
+# the victim. For a hang, one of them must have seen that the victim has not started the
+# operation: the first host's ranks see a victim of the second one only through its TCP status
+# channel, across the veth (and with KILN_COMM_TRANSPORT=tcp its own host's rank too).
 run_fault() {
-  local name=fault_kill_rank3 victim=3 timeout_s=2
+  local name=$1 kind=$2 victim=$3 timeout_s=2
+  shift 3
   local port=$((20000 + (RANDOM % 20000)))
   local start=$SECONDS
   pids=()
@@ -113,14 +119,18 @@ run_fault() {
     local ns=$ns_a host=kiln-host-a
     if ((rank >= 2)); then ns=$ns_b host=kiln-host-b; fi
     ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" \
-      env KILN_RANK=$rank KILN_WORLD_SIZE=4 KILN_ROOT_ADDR="$addr_a:$port" KILN_COMM_TIMEOUT=$timeout_s \
-      timeout -s KILL 40 "$worker" fault kill $victim >"$tmp/$name.$rank.out" 2>"$tmp/$name.$rank.err" &
+      env KILN_RANK=$rank KILN_WORLD_SIZE=4 KILN_ROOT_ADDR="$addr_a:$port" KILN_COMM_TIMEOUT=$timeout_s "$@" \
+      timeout -s KILL 40 "$worker" fault "$kind" $victim >"$tmp/$name.$rank.out" 2>"$tmp/$name.$rank.err" &
     pids+=($!)
   done
-  local bad=0
-  for i in 0 1 2 3; do { wait "${pids[$i]}"; } 2>/dev/null; done
+  local bad=0 survivors=() saw_behind=0
+  for i in 0 1 2 3; do ((i == victim)) || survivors+=("$i"); done
+  for i in "${survivors[@]}"; do { wait "${pids[$i]}"; } 2>/dev/null; done
+  # A hung victim never exits by itself: timeout(1) passes the TERM on to it.
+  kill -TERM "${pids[$victim]}" 2>/dev/null
+  { wait "${pids[$victim]}"; } 2>/dev/null
   pids=()
-  for i in 0 1 2; do
+  for i in "${survivors[@]}"; do
     local line
     line=$(grep -m1 '^FAULT rank=' "$tmp/$name.$i.out")
     echo "    ${line:0:220}"
@@ -130,11 +140,15 @@ run_fault() {
     [[ $line =~ code=0\  ]] && { echo "  rank $i: its AllReduce did not fail"; bad=1; }
     [[ $line =~ rank\ $victim[^0-9] ]] || { echo "  rank $i: the message does not name rank $victim"; bad=1; }
     [[ $line =~ AllReduce ]] || { echo "  rank $i: the message does not name the operation"; bad=1; }
+    [[ $line =~ "has not started this operation" ]] && saw_behind=1
     local secs=${line#*seconds=}
     secs=${secs%% *}
     awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s <= t + 1.5) }' ||
       { echo "  rank $i: failed after $secs s, the timeout is $timeout_s s"; bad=1; }
   done
+  if [[ $kind == hang ]] && ((!saw_behind)); then
+    echo "  no survivor saw that rank $victim has not started the AllReduce"; bad=1
+  fi
   if ((bad)); then
     echo "[ FAIL ] $name ($((SECONDS - start)) s)"
     failures=$((failures + 1))
@@ -151,8 +165,10 @@ if [[ $what != faults ]]; then
   worlds=3
 fi
 if [[ $what != matrix ]]; then
-  run_fault
-  worlds=$((worlds + 1))
+  run_fault fault_kill_rank3 kill 3
+  run_fault fault_hang_rank3 hang 3
+  run_fault fault_hang_rank3_tcp hang 3 KILN_COMM_TRANSPORT=tcp
+  worlds=$((worlds + 3))
 fi
 echo "$worlds worlds over two namespaces, $failures failed"
 ((failures == 0))

@@ -449,38 +449,84 @@ TEST(Bootstrap, UnreachableRootIsNamed) {
   EXPECT_NE(s.message().find(root.addr), std::string::npos) << s.message();
 }
 
+// Ranks 0..n-1 joined by threads of this process through a local root, each running
+// body(rank, its transport) on its thread once joined; st[r] gets the join's error or the
+// body's result. The transports stay in `world` for the caller.
+void join_threads(int n, bool tcp, std::vector<std::unique_ptr<Transport>>* world,
+                  std::vector<Status>* st,
+                  const std::function<Status(int, Transport&)>& body) {
+  Expected<RootInfo> root = start_root("");
+  ASSERT_TRUE(root.ok()) << root.status().to_string();
+  world->clear();
+  world->resize(n);
+  st->assign(n, ok_status());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      JoinOptions o{r, n, *root, tcp};
+      auto t = join_world(o, Clock::now() + milliseconds(5000));
+      if (!t.ok()) {
+        (*st)[r] = t.status();
+        return;
+      }
+      (*world)[r] = std::move(t).value();
+      (*st)[r] = body(r, *(*world)[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST(Bootstrap, ThreadsJoinAndExchangeThroughSharedMemoryAndTcp) {
   for (bool tcp : {false, true}) {
-    Expected<RootInfo> root = start_root("");
-    ASSERT_TRUE(root.ok()) << root.status().to_string();
     const int n = 3;
-    std::vector<std::unique_ptr<Transport>> world(n);
-    std::vector<Status> st(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        JoinOptions o{r, n, *root, tcp};
-        auto t = join_world(o, Clock::now() + milliseconds(5000));
-        if (!t.ok()) {
-          st[r] = t.status();
-          return;
-        }
-        world[r] = std::move(t).value();
-        std::vector<char> out = pattern(1u << 20, r, (r + 1) % n), got(1u << 20);
-        SendOp s{(r + 1) % n, out.data(), out.size()};
-        RecvOp v{(r + n - 1) % n, got.data(), got.size()};
-        st[r] = world[r]->exchange({&s, 1}, {&v, 1}, in(milliseconds(5000)));
-        if (st[r].ok() && got != pattern(1u << 20, (r + n - 1) % n, r)) {
-          st[r] = data_loss("rank %d got wrong bytes", r);
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    std::vector<std::unique_ptr<Transport>> world;
+    std::vector<Status> st;
+    join_threads(n, tcp, &world, &st, [&](int r, Transport& t) {
+      std::vector<char> out = pattern(1u << 20, r, (r + 1) % n), got(1u << 20);
+      SendOp s{(r + 1) % n, out.data(), out.size()};
+      RecvOp v{(r + n - 1) % n, got.data(), got.size()};
+      Status status = t.exchange({&s, 1}, {&v, 1}, in(milliseconds(5000)));
+      if (status.ok() && got != pattern(1u << 20, (r + n - 1) % n, r)) {
+        status = data_loss("rank %d got wrong bytes", r);
+      }
+      return status;
+    });
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(st[r].ok()) << (tcp ? "tcp: " : "shm: ") << st[r].to_string();
       EXPECT_EQ(world[r]->peers()[(r + 1) % n].pid, static_cast<int64_t>(getpid()));
     }
   }
+}
+
+// Over TCP no link shows how far its peer got; the status channels do. Rank 2 never starts
+// the second collective (hung elsewhere, alive): rank 0 waits on rank 1, which waits on rank
+// 2, and rank 0, timing out first, must name rank 2, not the rank it waited on.
+TEST(Bootstrap, TcpRankThatNeverStartsTheCollectiveIsNamedByTheRanksWaitingOnOthers) {
+  const int n = 3;
+  std::vector<std::unique_ptr<Transport>> world;
+  std::vector<Status> st;
+  std::atomic<int> joined{0};
+  join_threads(n, true, &world, &st, [&](int r, Transport& t) {
+    t.enter_collective();  // the first collective, which every rank started
+    ++joined;
+    for (int i = 0; i < 5000 && joined.load() < n; ++i) std::this_thread::sleep_for(milliseconds(1));
+    if (r == 2) return ok_status();
+    t.enter_collective();
+    char byte = 0;
+    RecvOp v{r + 1, &byte, 1};
+    return t.exchange({}, {&v, 1}, in(milliseconds(r == 0 ? 300 : 1500), "AllReduce"));
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << r << ": " << st[r].to_string();
+    EXPECT_NE(st[r].message().find("AllReduce: rank 2 "), std::string::npos) << st[r].message();
+    EXPECT_NE(st[r].message().find("it has not started this operation (it started 1 "),
+              std::string::npos)
+        << st[r].message();
+  }
+  // Abort and destruction stop the channels (join their threads; a hang here fails the test
+  // by its timeout).
+  world[2]->abort();
+  world.clear();
 }
 
 // ---- Worlds of forked processes -------------------------------------------------------------
