@@ -19,6 +19,7 @@
 #include <new>
 #include <unordered_set>
 
+#include "core/logging.h"
 #include "model/kiln_model.h"
 #include "model/kiln_model_generated.h"
 #include "model/model_format.h"
@@ -670,7 +671,17 @@ Expected<LoadedModel> parse(const uint8_t* base, size_t size, std::shared_ptr<co
 
 }  // namespace
 
-Expected<LoadedModel> load_model(const std::string& path) {
+LoadMode load_mode_from_env() {
+  const char* v = std::getenv("KILN_MODEL_LOAD");
+  if (!v || !*v || std::strcmp(v, "read") == 0) return LoadMode::kRead;
+  if (std::strcmp(v, "map") == 0) return LoadMode::kMap;
+  KILN_LOG(kWarning, "KILN_MODEL_LOAD=%s: not read or map; reading the model", v);
+  return LoadMode::kRead;
+}
+
+Expected<LoadedModel> load_model(const std::string& path) { return load_model(path, load_mode_from_env()); }
+
+Expected<LoadedModel> load_model(const std::string& path, LoadMode mode) {
   // O_NONBLOCK: opening a FIFO named like a model must not wait for a writer.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -695,16 +706,41 @@ Expected<LoadedModel> load_model(const std::string& path) {
     return data_loss("%s: truncated: file is %zu bytes, smaller than the %zu-byte header",
                      path.c_str(), size, kHeaderSize);
   }
-  // MAP_POPULATE: the checksum reads every page right away; faulting them in one call is
-  // several times cheaper than one fault per page.
-  void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  int err = errno;
-  ::close(fd);  // the mapping keeps the file open
-  if (base == MAP_FAILED)
-    return unavailable("cannot map '%s': %s", path.c_str(), std::strerror(err));
-  std::shared_ptr<const void> owner(
-      base, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
-  return parse(static_cast<const uint8_t*>(base), size, std::move(owner), path);
+  if (mode == LoadMode::kMap) {
+    // MAP_POPULATE: the checksum reads every page right away; faulting them in one call is
+    // several times cheaper than one fault per page.
+    void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    int err = errno;
+    ::close(fd);  // the mapping keeps the file open
+    if (base == MAP_FAILED)
+      return unavailable("cannot map '%s': %s", path.c_str(), std::strerror(err));
+    std::shared_ptr<const void> owner(
+        base, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+    return parse(static_cast<const uint8_t*>(base), size, std::move(owner), path);
+  }
+  // Page alignment keeps the weight section (and so each tensor) aligned as in a mapping.
+  const size_t alloc = (size + kWeightSectionAlignment - 1) / kWeightSectionAlignment * kWeightSectionAlignment;
+  void* buf = std::aligned_alloc(kWeightSectionAlignment, alloc);
+  if (!buf) {
+    ::close(fd);
+    return resource_exhausted("%s: cannot allocate %zu bytes for the model", path.c_str(), alloc);
+  }
+  std::shared_ptr<const void> owner(buf, [](const void* p) { std::free(const_cast<void*>(p)); });
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(buf) + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      if (n == 0)  // the file shrank since fstat
+        return data_loss("%s: truncated while reading: %zu of %zu bytes", path.c_str(), done, size);
+      return unavailable("cannot read '%s': %s", path.c_str(), std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return parse(static_cast<const uint8_t*>(buf), size, std::move(owner), path);
 }
 
 Expected<LoadedModel> load_model_from_memory(const void* data, size_t size) {

@@ -351,6 +351,7 @@ TEST(ModelRoundTripTest, SequenceAndOptionalKindsSurvive) {
   EXPECT_EQ(lg.outputs()[1]->type().kind, ir::TypeKind::kTensor);
 }
 
+// LoadMode::kMap (KILN_MODEL_LOAD=map): the tensors view the file's mapping itself.
 TEST(ModelRoundTripTest, InitializersViewTheMappingAlignedAndOutliveTheModel) {
   auto g = make_full_graph();
   const std::string path = temp_dir() + "/zero_copy.kiln";
@@ -359,7 +360,7 @@ TEST(ModelRoundTripTest, InitializersViewTheMappingAlignedAndOutliveTheModel) {
 
   Tensor kept;
   {
-    auto loaded = load_model(path);
+    auto loaded = load_model(path, LoadMode::kMap);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     std::vector<const Tensor*> tensors;
     collect_tensors(*loaded->graph, tensors);
@@ -380,6 +381,59 @@ TEST(ModelRoundTripTest, InitializersViewTheMappingAlignedAndOutliveTheModel) {
   const void* p = kept.raw_data();
   kept = Tensor();
   EXPECT_NE(mapping_of(p), canonical) << "the mapping should be unmapped with its last tensor";
+}
+
+// LoadMode::kRead (the default): the tensors view one private buffer, aligned, not the file:
+// overwriting and truncating the file after loading changes no weight, and the buffer lives
+// as long as its last tensor.
+TEST(ModelRoundTripTest, ReadModelOwnsItsBytesAndOutlivesTheFile) {
+  auto g = make_full_graph();
+  const std::string path = temp_dir() + "/read.kiln";
+  ASSERT_TRUE(write_model(*g, make_info(), path).ok());
+  const std::string canonical = std::filesystem::canonical(path).string();
+  const size_t file_bytes = std::filesystem::file_size(path);
+  auto loaded = load_model(path, LoadMode::kRead);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  std::vector<const Tensor*> tensors;
+  collect_tensors(*loaded->graph, tensors);
+  int viewed = 0;
+  for (const Tensor* t : tensors) {
+    if (t->dtype() == DataType::kString || t->size_bytes() == 0) continue;
+    EXPECT_NE(mapping_of(t->raw_data()), canonical) << t->description();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw_data()) % kTensorAlignment, 0u) << t->description();
+    ++viewed;
+  }
+  EXPECT_GE(viewed, 30);
+  {
+    std::ofstream clobber(path, std::ios::binary | std::ios::trunc);
+    clobber << std::string(file_bytes / 2, '\xff');
+  }
+  std::filesystem::resize_file(path, 100);
+  Tensor kept = *loaded->graph->find_value("w_float32")->initializer();
+  loaded = Expected<LoadedModel>(internal_error("dropped"));  // the model is gone
+  expect_tensor_eq(kept, filled(DataType::kFloat32, {3, 5}, 1), "kept");
+  // The clobbered file is refused with an error naming it, in either mode.
+  for (LoadMode mode : {LoadMode::kRead, LoadMode::kMap}) {
+    auto again = load_model(path, mode);
+    ASSERT_FALSE(again.ok());
+    EXPECT_NE(again.status().message().find("read.kiln: not a .kiln model"), std::string::npos)
+        << again.status().to_string();
+  }
+}
+
+// KILN_MODEL_LOAD picks the mode; an unknown value reads.
+TEST(ModelRoundTripTest, LoadModeFromEnvironment) {
+  const char* saved = std::getenv("KILN_MODEL_LOAD");
+  const std::string saved_value = saved ? saved : "";
+  ::unsetenv("KILN_MODEL_LOAD");
+  EXPECT_EQ(load_mode_from_env(), LoadMode::kRead);
+  ::setenv("KILN_MODEL_LOAD", "map", 1);
+  EXPECT_EQ(load_mode_from_env(), LoadMode::kMap);
+  ::setenv("KILN_MODEL_LOAD", "read", 1);
+  EXPECT_EQ(load_mode_from_env(), LoadMode::kRead);
+  ::setenv("KILN_MODEL_LOAD", "mmap-please", 1);
+  EXPECT_EQ(load_mode_from_env(), LoadMode::kRead);
+  if (saved) ::setenv("KILN_MODEL_LOAD", saved_value.c_str(), 1); else ::unsetenv("KILN_MODEL_LOAD");
 }
 
 TEST(ModelRoundTripTest, LoadFromMemoryMatchesLoadFromFile) {
