@@ -291,6 +291,21 @@ void collect_tensors(const ir::Graph& g, std::vector<const Tensor*>& out) {
   }
 }
 
+// Every tensor of `g` with bytes (at least 30 of the full graph's) is aligned and lies in the
+// mapping of file `canonical` (`in_file`) or outside it.
+void expect_tensors_aligned_in(const ir::Graph& g, const std::string& canonical, bool in_file) {
+  std::vector<const Tensor*> tensors;
+  collect_tensors(g, tensors);
+  int viewed = 0;
+  for (const Tensor* t : tensors) {
+    if (t->dtype() == DataType::kString || t->size_bytes() == 0) continue;
+    EXPECT_EQ(mapping_of(t->raw_data()) == canonical, in_file) << t->description();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw_data()) % kTensorAlignment, 0u) << t->description();
+    ++viewed;
+  }
+  EXPECT_GE(viewed, 30);
+}
+
 TEST(ModelRoundTripTest, FullGraphSurvivesWriteAndLoad) {
   auto g = make_full_graph();
   ASSERT_TRUE(ir::verify(*g).ok()) << ir::verify(*g).to_string();
@@ -362,17 +377,7 @@ TEST(ModelRoundTripTest, InitializersViewTheMappingAlignedAndOutliveTheModel) {
   {
     auto loaded = load_model(path, LoadMode::kMap);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    std::vector<const Tensor*> tensors;
-    collect_tensors(*loaded->graph, tensors);
-    int viewed = 0;
-    for (const Tensor* t : tensors) {
-      if (t->dtype() == DataType::kString || t->size_bytes() == 0) continue;
-      EXPECT_EQ(mapping_of(t->raw_data()), canonical) << t->description();
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw_data()) % kTensorAlignment, 0u)
-          << t->description();
-      ++viewed;
-    }
-    EXPECT_GE(viewed, 30);
+    expect_tensors_aligned_in(*loaded->graph, canonical, true);
     kept = *loaded->graph->find_value("w_float32")->initializer();
   }
   // The model is gone; the tensor still holds the mapping.
@@ -394,16 +399,7 @@ TEST(ModelRoundTripTest, ReadModelOwnsItsBytesAndOutlivesTheFile) {
   const size_t file_bytes = std::filesystem::file_size(path);
   auto loaded = load_model(path, LoadMode::kRead);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  std::vector<const Tensor*> tensors;
-  collect_tensors(*loaded->graph, tensors);
-  int viewed = 0;
-  for (const Tensor* t : tensors) {
-    if (t->dtype() == DataType::kString || t->size_bytes() == 0) continue;
-    EXPECT_NE(mapping_of(t->raw_data()), canonical) << t->description();
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw_data()) % kTensorAlignment, 0u) << t->description();
-    ++viewed;
-  }
-  EXPECT_GE(viewed, 30);
+  expect_tensors_aligned_in(*loaded->graph, canonical, false);
   {
     std::ofstream clobber(path, std::ios::binary | std::ios::trunc);
     clobber << std::string(file_bytes / 2, '\xff');
