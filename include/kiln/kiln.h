@@ -322,7 +322,8 @@ typedef struct {
 
 typedef struct kilnmdlDesc kilnmdlDesc;
 
-/* Loads a .kiln model (mmap, validated) for the current context's device. Weights are
+/* Loads a .kiln model (read into memory, or mapped with KILN_MODEL_LOAD=map; validated)
+ * for the current context's device. Weights are
  * shared by every execution; each execution gets its own activation arena. */
 KILN_API kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId);
 /* From bytes in host memory; the bytes are copied. */
@@ -330,7 +331,7 @@ KILN_API kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint3
 /* Like kilnmdlLoadFromFile, with a caller-provided activation workspace of workSize
  * bytes (at least what kilnmdlQuerySize reports) used by executions of this model one
  * at a time. workPtr: 64-byte aligned device memory of the current device, or NULL to
- * leave activations to the runtime. weightPtr must be NULL: weights stay in the mapped
+ * leave activations to the runtime. weightPtr must be NULL: weights stay in the loaded
  * file. */
 KILN_API kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
                                               size_t workSize, void* weightPtr, size_t weightSize);
