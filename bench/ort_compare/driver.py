@@ -595,6 +595,23 @@ def busy_cores_note(low, peaks):
             "idle machine")
 
 
+def memory_monitor_note():
+    """DAMON (kdamond) samples page accesses by clearing accessed bits; on the 2-core VMs Kiln
+    was measured on, that slowed processes with huge pages or large file mappings 2-4x at
+    times (docs/model-format.md). Kiln's defaults avoid both; other engines may not."""
+    root = "/sys/kernel/mm/damon/admin/kdamonds"
+    try:
+        on = [k for k in os.listdir(root) if k.isdigit() and
+              open(os.path.join(root, k, "state")).read().strip() == "on"]
+    except OSError:
+        return None
+    if not on:
+        return None
+    return ("DAMON is sampling memory accesses on this machine (kdamond on): a process whose "
+            "memory is on huge pages or in large file mappings may run 2-4x slower at times "
+            "(docs/model-format.md)")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="bench/ort_compare.sh",
@@ -687,10 +704,14 @@ def main(argv):
     with open(os.path.join(args.work_dir, "results.json"), "w") as f:
         json.dump({"kiln": given_kiln, "onnxruntime_node": ort_version, "isa": isa,
                    "peak_gflops": peaks, "wall_peak_gflops_low": low, "busy_cores": busy,
+                   "memory_monitor": memory_monitor_note(),
                    "runs": args.runs, "rows": rows}, f, indent=1)
     print_table(rows, isa, peaks, mixed_ok, ort_version, args.block)
     if busy:
         print(f"WARNING: {busy}")
+    monitor = memory_monitor_note()
+    if monitor:
+        print(f"note: {monitor}")
     log(f"done in {time.monotonic() - start:.0f} s; raw times in {args.work_dir}/results.json")
     return 0
 
