@@ -173,10 +173,11 @@ EventHandle::~EventHandle() {
 
 Expected<std::unique_ptr<DeviceBuffer>> DeviceBuffer::allocate(size_t bytes) {
   std::unique_ptr<DeviceBuffer> b(new DeviceBuffer());
-  // Normal pages: these are a model's input and output buffers, a few MB at most, where huge
-  // pages gain nothing measurable; and on a 2-core VM whose kernel samples page accesses
-  // (DAMON) a huge-page input buffer made whole executions 2-3x slower at times (PP-OCRv4
-  // det at one thread: 50 ms or 100-190, against a steady 52-54 on normal pages).
+  // Normal pages: for a model's inputs and outputs (a few MB) and comm-bench's messages huge
+  // pages gained nothing measurable (2-rank AllReduce at 2 and 16 MiB within noise either
+  // way); and on a 2-core VM whose kernel samples page accesses (DAMON) a huge-page input
+  // buffer made whole executions 2-3x slower at times (PP-OCRv4 det at one thread: 50 ms or
+  // 100-190, against a steady 52-54 on normal pages).
   KILN_API_RETURN_IF_ERROR(kilnrtMalloc(&b->data_, std::max<size_t>(bytes, 1), KILN_MEM_MALLOC_NORMAL_ONLY));
   b->size_ = bytes;
   return b;

@@ -11,8 +11,8 @@
 //   [page-aligned)     weight section: raw tensor bytes, each 64-byte aligned
 //
 // Loading reads the file into one page-aligned buffer (or maps it: LoadMode); initializer
-// tensors view that buffer (no copy per tensor). The reader validates every offset, size, index and enum before use: a truncated, corrupted
-// or hostile file is a Status naming what is wrong and where, never a crash.
+// tensors view that buffer (no copy per tensor). The reader validates every offset, size,
+// index and enum before use: a truncated, corrupted or hostile file is a Status naming what is wrong and where, never a crash.
 #pragma once
 
 #include <cstdint>

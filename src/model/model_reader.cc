@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -669,6 +670,16 @@ Expected<LoadedModel> parse(const uint8_t* base, size_t size, std::shared_ptr<co
   return m;
 }
 
+// A page-aligned buffer for a model of `size` bytes, so that the weight section (and so each
+// tensor) is aligned as in a mapping; null if it cannot be had.
+std::shared_ptr<void> model_buffer(size_t size) {
+  const size_t alloc = (std::max<size_t>(size, 1) + kWeightSectionAlignment - 1) / kWeightSectionAlignment *
+                       kWeightSectionAlignment;
+  void* buf = std::aligned_alloc(kWeightSectionAlignment, alloc);
+  if (!buf) return nullptr;
+  return std::shared_ptr<void>(buf, [](void* p) { std::free(p); });
+}
+
 }  // namespace
 
 LoadMode load_mode_from_env() {
@@ -718,17 +729,15 @@ Expected<LoadedModel> load_model(const std::string& path, LoadMode mode) {
         base, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
     return parse(static_cast<const uint8_t*>(base), size, std::move(owner), path);
   }
-  // Page alignment keeps the weight section (and so each tensor) aligned as in a mapping.
-  const size_t alloc = (size + kWeightSectionAlignment - 1) / kWeightSectionAlignment * kWeightSectionAlignment;
-  void* buf = std::aligned_alloc(kWeightSectionAlignment, alloc);
-  if (!buf) {
+  std::shared_ptr<void> owner = model_buffer(size);
+  if (!owner) {
     ::close(fd);
-    return resource_exhausted("%s: cannot allocate %zu bytes for the model", path.c_str(), alloc);
+    return resource_exhausted("%s: cannot allocate %zu bytes for the model", path.c_str(), size);
   }
-  std::shared_ptr<const void> owner(buf, [](const void* p) { std::free(const_cast<void*>(p)); });
+  char* buf = static_cast<char*>(owner.get());
   size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, static_cast<char*>(buf) + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = ::pread(fd, buf + done, size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : 0;
@@ -740,19 +749,16 @@ Expected<LoadedModel> load_model(const std::string& path, LoadMode mode) {
     done += static_cast<size_t>(n);
   }
   ::close(fd);
-  return parse(static_cast<const uint8_t*>(buf), size, std::move(owner), path);
+  return parse(reinterpret_cast<const uint8_t*>(buf), size, std::move(owner), path);
 }
 
 Expected<LoadedModel> load_model_from_memory(const void* data, size_t size) {
   if (!data && size) return invalid_argument("<memory>: null data");
-  // Page alignment keeps the weight section (and so each tensor) aligned as in a mapping.
-  const size_t alloc = (std::max<size_t>(size, 1) + kWeightSectionAlignment - 1) /
-                       kWeightSectionAlignment * kWeightSectionAlignment;
-  void* buf = std::aligned_alloc(kWeightSectionAlignment, alloc);
-  if (!buf) return resource_exhausted("<memory>: cannot allocate %zu bytes for the model", alloc);
-  if (size) std::memcpy(buf, data, size);
-  std::shared_ptr<const void> owner(buf, [](const void* p) { std::free(const_cast<void*>(p)); });
-  return parse(static_cast<const uint8_t*>(buf), size, std::move(owner), "<memory>");
+  std::shared_ptr<void> owner = model_buffer(size);
+  if (!owner) return resource_exhausted("<memory>: cannot allocate %zu bytes for the model", size);
+  if (size) std::memcpy(owner.get(), data, size);
+  const uint8_t* base = static_cast<const uint8_t*>(owner.get());
+  return parse(base, size, std::move(owner), "<memory>");
 }
 
 std::vector<std::string> host_cpu_features() {
