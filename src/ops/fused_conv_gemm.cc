@@ -4,6 +4,7 @@
 // applies the activation in place, in the order the unfused graph computes them.
 #include <vector>
 
+#include "ops/elementwise_common.h"
 #include "ops/fused_activation.h"
 #include "ops/layout.h"
 #include "ops/op_util.h"
@@ -22,14 +23,23 @@ bool is_float_type(DataType t) {
 // agree, and a valid activation.
 Status check_precision(InferContext& ctx);
 
+// Whether the node is a FusedConv reading a bfloat16 X with float32 weights.
+bool bf16_activation_input(const InferContext& ctx) {
+  return ctx.node().op_type() == "FusedConv" && ctx.has_input(1) &&
+         ctx.input_type(0).dtype == DataType::kBFloat16 && ctx.input_type(1).dtype == DataType::kFloat32;
+}
+
 Status check_fused_inputs(InferContext& ctx, int required) {
   const ir::Node& node = ctx.node();
   KILN_RETURN_IF_ERROR(parse_fused_activation(node).status());
   KILN_RETURN_IF_ERROR(check_precision(ctx));
   for (int i = 0; i < required; ++i)
     if (!ctx.has_input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
-  const DataType dt = ctx.input_type(0).dtype;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
+  // A FusedConv's X may be bfloat16 beside float32 weights: the output of a convolution
+  // that stores it so (y_dtype, precision_assignment); the computation is float32's.
+  const bool bf16_x = bf16_activation_input(ctx);
+  const DataType dt = bf16_x ? DataType::kFloat32 : ctx.input_type(0).dtype;
+  for (int i = bf16_x ? 1 : 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) continue;
     const DataType t = ctx.input_type(i).dtype;
     if (t == DataType::kUndefined) continue;
@@ -118,7 +128,8 @@ struct Addend {
 
 Status check_precision(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int parts, bf16_parts(ctx.node()));
-  if (parts && ctx.input_type(0).dtype != DataType::kFloat32 && ctx.input_type(0).dtype != DataType::kUndefined)
+  const DataType x = ctx.input_type(0).dtype;
+  if (parts && x != DataType::kFloat32 && x != DataType::kUndefined && !(parts == 1 && bf16_activation_input(ctx)))
     return invalid_argument("node %s: precision %s takes float32 inputs, not %s", ctx.node().label().c_str(),
                             ctx.node().attr_string("precision", "").c_str(), dtype_name(ctx.input_type(0).dtype));
   return ok_status();
@@ -229,12 +240,35 @@ Status infer_fused_conv_plain(InferContext& ctx) {
   return check_addend_shape(ctx, 3, "residual Z", true);
 }
 
+// Y's dtype: X's; float32 for a bfloat16 X with float32 weights; y_dtype ("float32" or
+// "bfloat16", float32 weights only) where the node gives one: Y rounded to bfloat16 (to
+// nearest even) after the activation.
+Status infer_conv_output_dtype(InferContext& ctx) {
+  const ir::Node& node = ctx.node();
+  ir::TensorType& y = ctx.output(0);
+  if (bf16_activation_input(ctx)) y.dtype = DataType::kFloat32;
+  if (!node.has_attr("y_dtype")) return ok_status();
+  const std::string name = node.attr_string("y_dtype", "");
+  const std::optional<DataType> t = dtype_from_name(name);
+  if (!t || (*t != DataType::kFloat32 && *t != DataType::kBFloat16))
+    return invalid_argument("node %s: y_dtype '%s': expected float32 or bfloat16", node.label().c_str(), name.c_str());
+  if (ctx.has_input(1) && ctx.input_type(1).dtype != DataType::kFloat32 && ctx.input_type(1).dtype != DataType::kUndefined)
+    return invalid_argument("node %s: y_dtype needs float32 weights, W is %s", node.label().c_str(),
+                            dtype_name(ctx.input_type(1).dtype));
+  y.dtype = *t;
+  return ok_status();
+}
+
 Status infer_fused_conv(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_fused_inputs(ctx, 2));
   KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(ctx.node()));
-  if (!f.any_blocked()) return infer_fused_conv_plain(ctx);
-  return infer_on_plain_view(ctx, f.c0, {f.x_blocked, false, false, f.y_blocked}, f.y_blocked,
-                             infer_fused_conv_plain);
+  if (!f.any_blocked()) {
+    KILN_RETURN_IF_ERROR(infer_fused_conv_plain(ctx));
+  } else {
+    KILN_RETURN_IF_ERROR(infer_on_plain_view(ctx, f.c0, {f.x_blocked, false, false, f.y_blocked}, f.y_blocked,
+                                             infer_fused_conv_plain));
+  }
+  return infer_conv_output_dtype(ctx);
 }
 
 Status fused_conv_plain(KernelContext& ctx) { return fused_kernel(ctx, "Conv", 3, {{3, "residual Z", true}}); }
@@ -244,6 +278,37 @@ Status fused_conv_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ConvFormats f, conv_formats(ctx.node()));
   if (!f.any_blocked()) return fused_conv_plain(ctx);
   return run_on_plain_view(ctx, f.c0, {f.x_blocked, false, false, f.y_blocked}, f.y_blocked, fused_conv_plain);
+}
+
+// The reference for FusedConv's dtypes: half types through float32 (with_half_as_float),
+// a bfloat16 X beside float32 weights converted to float32 (the output then float32), and Y
+// rounded to bfloat16 last where y_dtype asks for it.
+KernelFn fused_conv_reference() {
+  KernelFn through_float = with_half_as_float(fused_conv_kernel);
+  return [through_float](KernelContext& ctx) -> Status {
+    const ir::Node& node = ctx.node();
+    const Tensor* x = ctx.input(0);
+    const Tensor* w = ctx.input(1);
+    const bool bf16_x = x && w && x->dtype() == DataType::kBFloat16 && w->dtype() == DataType::kFloat32;
+    const bool bf16_y = node.attr_string("y_dtype", "") == dtype_name(DataType::kBFloat16);
+    if (!bf16_x && !bf16_y) return through_float(ctx);
+    RuntimeValue x_float;
+    std::vector<const RuntimeValue*> inputs;
+    for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.value(i));
+    if (bf16_x) {
+      x_float = half_to_float(*x);
+      inputs[0] = &x_float;
+    }
+    std::vector<RuntimeValue> outputs(1);
+    KernelContext inner(node, std::move(inputs), &outputs, ctx.subgraphs());
+    KILN_RETURN_IF_ERROR(through_float(inner));
+    RuntimeValue& y = outputs[0];
+    if (bf16_y && y.is_tensor() && y.tensor().dtype() == DataType::kFloat32)
+      ctx.set_output(0, float_to_half(y.tensor(), DataType::kBFloat16));
+    else
+      ctx.set_output_value(0, std::move(y));
+    return ok_status();
+  };
 }
 
 // ---- FusedGemm -------------------------------------------------------------------------
@@ -296,8 +361,9 @@ KILN_REGISTER_OP(fused_schema("FusedConv", 4)
                      .attr("x_format", AttrKind::kString)
                      .attr("y_format", AttrKind::kString)
                      .attr("c0", AttrKind::kInt)
+                     .attr("y_dtype", AttrKind::kString)
                      .infer(infer_fused_conv)
-                     .kernel(with_half_as_float(fused_conv_kernel))
+                     .kernel(fused_conv_reference())
                      .doc("Y = act(Conv(X, W, B) + Z) (docs/fused-ops.md)"));
 KILN_REGISTER_OP(fused_schema("FusedGemm", 3)
                      .attr("alpha", AttrKind::kFloat)

@@ -20,6 +20,7 @@
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
 #include "layout_test_util.h"
+#include "ops/elementwise_common.h"
 #include "ops/layout.h"
 #include "ops/registry.h"
 
@@ -712,6 +713,81 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
     auto got = run_kernel(**k, g, input_values(g));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     expect_close(*got, *want, c);
+  }
+}
+
+// bf16 convolutions between 16-channel blocked tensors that read a bfloat16 X (another such
+// convolution's output) and / or write a bfloat16 Y (y_dtype, precision_assignment): against
+// the reference, which computes in float32 on X as given and rounds Y to bfloat16 too. A
+// float32 result within the float32 bound of the reference's can round to the neighbouring
+// bfloat16, so a bfloat16 Y may also differ by one bfloat16 ulp (<= 2^-7 of the value).
+// Residuals (a bfloat16 Y takes Z through the binary post-op on any map, a float32 one on
+// large maps), strides, batches, odd sizes.
+TEST(OnednnConvTest, Bf16ActivationsMatchTheReference) {
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512-BF16";
+  struct Case {
+    ConvCase conv;
+    bool x_bf16, y_bf16;
+  };
+  auto conv = [](std::string name, std::vector<int64_t> x, std::vector<int64_t> w, ir::AttributeMap a, bool z,
+                 std::string act) {
+    ConvCase c(std::move(name), std::move(x), std::move(w), std::move(a), true, z, std::move(act));
+    c.precision = "bf16";
+    return c;
+  };
+  const std::vector<Case> cases{
+      {conv("bf16 X, f32 Y, residual 15x17", {1, 32, 15, 17}, {48, 32, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true,
+            "Relu"),
+       true, false},
+      {conv("f32 X, bf16 Y, 1x1 stride2 batch2", {2, 48, 9, 9}, {32, 48, 1, 1}, attrs({{"strides", {2, 2}}}), false, ""),
+       false, true},
+      {conv("bf16 X and Y, residual 7x5", {1, 16, 7, 5}, {32, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true,
+            "Relu"),
+       true, true},
+      {conv("bf16 X and Y, residual 16x15 1x1", {1, 32, 16, 15}, {16, 32, 1, 1}, {}, true, "Relu"), true, true},
+  };
+  for (const Case& bc : cases) {
+    const ConvCase& c = bc.conv;
+    SCOPED_TRACE(c.name);
+    auto made = make_graph(c, 51);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    ConvGraph g = std::move(*made);
+    ir::Node* n = g.node;
+    set_formats(g, true, true, 16);
+    if (bc.x_bf16) {
+      g.x = ops::float_to_half(g.x, DataType::kBFloat16);
+      n->input(0)->type().dtype = DataType::kBFloat16;
+    }
+    if (bc.y_bf16) n->attrs()["y_dtype"] = Attribute::from_string("bfloat16");
+    ASSERT_TRUE(ops::infer_node(*n).ok());
+    ASSERT_EQ(n->output(0)->dtype(), bc.y_bf16 ? DataType::kBFloat16 : DataType::kFloat32);
+    auto want = run_reference(g);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const KernelFactory* f = onednn_factory(ops::kKilnDomain, "FusedConv");
+    ASSERT_TRUE(f->applicable(*n));
+    auto k = f->prepare(*n);
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    EXPECT_NE((*k)->implementation().find("jit_bf16"), std::string::npos) << (*k)->implementation();
+    for (int run = 0; run < 2; ++run) {  // a second run gives the same (nothing carried over)
+      auto got = run_kernel(**k, g, input_values(g));
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      ASSERT_EQ(got->dtype(), want->dtype());
+      if (!bc.y_bf16) {
+        expect_close(*got, *want, c);
+        continue;
+      }
+      const Tensor got32 = ops::half_to_float(*got), want32 = ops::half_to_float(*want);
+      double max_ref = 0;
+      for (int64_t i = 0; i < want32.num_elements(); ++i)
+        max_ref = std::max(max_ref, std::fabs((double)want32.data<float>()[i]));
+      const double tol = 1e-5 * max_ref + static_cast<double>(terms(c)) * FLT_EPSILON;
+      int64_t bad = 0;
+      for (int64_t i = 0; i < want32.num_elements(); ++i) {
+        const double w = want32.data<float>()[i], d = std::fabs(got32.data<float>()[i] - w);
+        if (!(d <= tol + std::fabs(w) / 128)) ++bad;
+      }
+      EXPECT_EQ(bad, 0) << bad << " of " << want32.num_elements();
+    }
   }
 }
 

@@ -12,7 +12,10 @@
 // blocks run oneDNN's jit_bf16 kernels on them as they are: X converted to bfloat16 in its own
 // layout (nChw16c, the layout bridge's reorder: 0.1 ns per element), Y and Z read and written
 // in place; on ResNet-50 (Zen 5, one thread) 26 ms per run against 29 through NHWC and 43 in
-// float32. Other bf16 / bf16x3 2-D convolutions compute in NHWC through Kiln's own conversions
+// float32; an X stored in bfloat16 (another such convolution's output, y_dtype) is read as it
+// is, and a bfloat16 Y written by the primitive (a residual Z then always through the binary
+// post-op: the sum post-op would add Z rounded). Other bf16 / bf16x3 2-D convolutions compute
+// in NHWC through Kiln's own conversions
 // (bf16_layout.h, run_nhwc). A plain source and destination stay plain
 // N C D... for the graph; the primitive picks its own layout (format "any") and the run
 // reorders X into it and Y back, through the thread's workspace (a Z into the destination's
@@ -62,10 +65,18 @@ struct ConvPlan {
   // reads X and W as bfloat16 (W packed so at prepare) and accumulates, adds B and Z and
   // writes Y in float32; 3 "bf16x3", X and W split into bfloat16 pairs (bf16_layout.h).
   int bf16_parts = 0;
+  // X and Y are float32, or bfloat16 between bf16 convolutions on 16-channel blocks (X the
+  // output of one, Y read only by them as X: precision_assignment's y_dtype).
+  DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32;
 };
 
 bool is_static_f32(const ir::Value* v) {
   return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+}
+
+bool is_static_f32_or_bf16(const ir::Value* v) {
+  return v && (v->dtype() == DataType::kFloat32 || v->dtype() == DataType::kBFloat16) && v->shape().has_rank() &&
+         v->shape().is_static();
 }
 
 bool is_f32_initializer(const ir::Value* v) {
@@ -85,8 +96,8 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   const ir::Value* y = node.output(0);
   if (node.inputs().size() > (fused ? 4u : 3u) || node.outputs().size() != 1)
     return unsupported("node %s: unexpected input/output count", label.c_str());
-  if (!is_static_f32(x) || !is_static_f32(y))
-    return unsupported("node %s: X and Y must be float32 with static shapes", label.c_str());
+  if (!is_static_f32_or_bf16(x) || !is_static_f32_or_bf16(y))
+    return unsupported("node %s: X and Y must be float32 (or bfloat16) with static shapes", label.c_str());
   if (!is_f32_initializer(w))
     return unsupported("node %s: W must be a float32 initializer (constant weights)", label.c_str());
   if (b && !is_f32_initializer(b))
@@ -160,10 +171,15 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
     Expected<int> parts = ops::bf16_parts(node);
     if (!parts.ok()) return unsupported("%s", parts.status().message().c_str());
     p.bf16_parts = *parts;
+    p.x_dtype = x->dtype();
+    p.y_dtype = y->dtype();
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
     if (!onednn::activation_supported(p.act))
       return unsupported("node %s: activation has no oneDNN post-op", label.c_str());
   }
+  const bool bf16_tensors = p.x_dtype == DataType::kBFloat16 || p.y_dtype == DataType::kBFloat16;
+  if (bf16_tensors && !(p.bf16_parts == 1 && rank == 4 && p.x_block == 16 && p.y_block == 16))
+    return unsupported("node %s: bfloat16 X or Y only for precision bf16 between 16-channel blocks", label.c_str());
   return p;
 }
 
@@ -187,6 +203,7 @@ class OnednnConvKernel final : public Kernel {
   memory weights;                // packed into the primitive's format at prepare
   memory bias;                   // empty when the node has none
   bool z_binary = false;         // Z read by a binary post-op (else summed onto a copy in Y)
+  memory::desc z_md;             // Z's layout: Y's, in float32
 
   // 2-D bf16 / bf16x3 convolutions compute in NHWC (the layout of oneDNN's AMX and
   // AVX512-BF16 kernels): X converted (and split) into the workspace after the scratchpad,
@@ -203,11 +220,13 @@ class OnednnConvKernel final : public Kernel {
 };
 
 bool OnednnConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
-  auto matches = [&](int i, const std::vector<int64_t>& dims) {
+  auto matches = [&](int i, DataType dtype, const std::vector<int64_t>& dims) {
     const Tensor* t = ctx.input(i);
-    return t && t->dtype() == DataType::kFloat32 && t->dims() == dims;
+    return t && t->dtype() == dtype && t->dims() == dims;
   };
-  if (!matches(0, plan.x_tensor_dims) || (plan.has_z && !matches(3, plan.y_tensor_dims))) return false;
+  if (!matches(0, plan.x_dtype, plan.x_tensor_dims) ||
+      (plan.has_z && !matches(3, DataType::kFloat32, plan.y_tensor_dims)))
+    return false;
   const Tensor* w = ctx.input(1);
   const Tensor* b = ctx.input(2);
   if (!w || w->raw_data() != w_initializer.raw_data() || w->dims() != plan.w_dims) return false;
@@ -220,7 +239,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
   if (!inputs_as_prepared(ctx)) return (*reference)(ctx);
   const Tensor* x = ctx.input(0);
   const Tensor* z = plan.has_z ? ctx.input(3) : nullptr;
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, plan.y_dtype, plan.y_tensor_dims, TensorInit::kUninitialized));
   if (nhwc.on) return run_nhwc(ctx, x, z, y);
   const onednn::LayoutBridge& lb = layouts;
   char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
@@ -232,7 +251,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
     const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
     if (z && !z_binary) {
       if (lb.reorder_dst) {
-        const memory& z_user = z_memories.get(0, lb.user_dst, z->raw_data());
+        const memory& z_user = z_memories.get(0, z_md, z->raw_data());
         onednn::Args{{DNNL_ARG_FROM, &z_user}, {DNNL_ARG_TO, &m.dst}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
             lb.dst_in_reorder, s);
       } else {
@@ -249,7 +268,7 @@ Status OnednnConvKernel::run(ops::KernelContext& ctx) const {
     onednn::Args args{{DNNL_ARG_SRC, &m.src}, {DNNL_ARG_WEIGHTS, &weights}, {DNNL_ARG_DST, &m.dst},
                       {DNNL_ARG_SCRATCHPAD, &m.scratch}};
     if (b_initializer.defined()) args.add(DNNL_ARG_BIAS, bias);
-    if (z_binary) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, z_memories.get(0, lb.user_dst, z->raw_data()));
+    if (z_binary) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, z_memories.get(0, z_md, z->raw_data()));
     args.execute(conv, s);
     if (lb.reorder_dst)
       onednn::Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
@@ -353,8 +372,12 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       w_dims.insert(w_dims.begin(), p.group);
       ++w_rank;
     }
-    k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), f32, tensor_tag(rank, p.x_block));
-    k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
+    const auto bf16 = memory::data_type::bf16;
+    k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), p.x_dtype == DataType::kBFloat16 ? bf16 : f32,
+                                       tensor_tag(rank, p.x_block));
+    k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), p.y_dtype == DataType::kBFloat16 ? bf16 : f32,
+                                       tensor_tag(rank, p.y_block));
+    k->z_md = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
     const auto compute = p.bf16_parts ? memory::data_type::bf16 : f32;  // X's and W's in the primitive
     const memory::desc any_src(onednn::to_dims(p.x_dims), compute, memory::format_tag::any);
@@ -406,7 +429,7 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, activation_only));
     auto attr_for = [&](bool z_binary) {
       dnnl::post_ops po;
-      if (p.has_z && z_binary) po.append_binary(dnnl::algorithm::binary_add, k->layouts.user_dst);
+      if (p.has_z && z_binary) po.append_binary(dnnl::algorithm::binary_add, k->z_md);
       if (p.has_z && !z_binary) po.append_sum(1.0f);
       (void)onednn::append_activation(p.act, po);  // cannot fail: it just succeeded above
       dnnl::primitive_attr attr;
@@ -427,8 +450,11 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       return onednn::implementation_name(d).rfind("onednn:ref", 0) == 0;
     };
     dnnl::convolution_forward::primitive_desc pd;
+    // A bfloat16 Y takes Z only through the binary post-op: the sum post-op would add Z
+    // rounded to bfloat16 (Z copied into Y first).
+    const bool bf16_y_with_z = p.has_z && p.y_dtype == DataType::kBFloat16;
     const bool try_binary = p.has_z && !k->nhwc.on && keep_blocked && p.y_block &&
-                            p.y_dims[2] * p.y_dims[3] >= kResidualBinaryMinPixels;
+                            (bf16_y_with_z || p.y_dims[2] * p.y_dims[3] >= kResidualBinaryMinPixels);
     for (dnnl::algorithm alg : {dnnl::algorithm::convolution_winograd, dnnl::algorithm::convolution_direct}) {
       if (alg == dnnl::algorithm::convolution_winograd && !winograd_candidate(p)) continue;
       for (bool z_binary : {true, false}) {
@@ -444,6 +470,8 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
         }
       }
     }
+    if (bf16_y_with_z && !k->z_binary)
+      return unsupported("node %s: no oneDNN binary post-op for a residual onto a bfloat16 Y", node.label().c_str());
     if (!pd) pd = make_pd(src_md, dst_md, false);
     if (keep_blocked && is_ref(pd)) pd = make_pd(any_src, any_dst, false);
     k->conv = dnnl::convolution_forward(pd);
