@@ -23,10 +23,11 @@ bool is_float_type(DataType t) {
 // agree, and a valid activation.
 Status check_precision(InferContext& ctx);
 
-// Whether the node is a FusedConv reading a bfloat16 X with float32 weights.
-bool bf16_activation_input(const InferContext& ctx) {
-  return ctx.node().op_type() == "FusedConv" && ctx.has_input(1) &&
-         ctx.input_type(0).dtype == DataType::kBFloat16 && ctx.input_type(1).dtype == DataType::kFloat32;
+// Whether input i of a FusedConv with float32 weights is a bfloat16 activation: X or the
+// residual Z stored so by the convolution that wrote it (y_dtype, precision_assignment).
+bool bf16_activation(const InferContext& ctx, int i) {
+  return (i == 0 || i == 3) && ctx.node().op_type() == "FusedConv" && ctx.has_input(1) && ctx.has_input(i) &&
+         ctx.input_type(i).dtype == DataType::kBFloat16 && ctx.input_type(1).dtype == DataType::kFloat32;
 }
 
 Status check_fused_inputs(InferContext& ctx, int required) {
@@ -35,12 +36,11 @@ Status check_fused_inputs(InferContext& ctx, int required) {
   KILN_RETURN_IF_ERROR(check_precision(ctx));
   for (int i = 0; i < required; ++i)
     if (!ctx.has_input(i)) return invalid_argument("node %s: required input %d is missing", node.label().c_str(), i);
-  // A FusedConv's X may be bfloat16 beside float32 weights: the output of a convolution
-  // that stores it so (y_dtype, precision_assignment); the computation is float32's.
-  const bool bf16_x = bf16_activation_input(ctx);
-  const DataType dt = bf16_x ? DataType::kFloat32 : ctx.input_type(0).dtype;
-  for (int i = bf16_x ? 1 : 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) continue;
+  // A FusedConv's X and Z may be bfloat16 beside float32 weights (bf16_activation); the
+  // computation is float32's.
+  const DataType dt = bf16_activation(ctx, 0) ? DataType::kFloat32 : ctx.input_type(0).dtype;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i) || bf16_activation(ctx, i)) continue;
     const DataType t = ctx.input_type(i).dtype;
     if (t == DataType::kUndefined) continue;
     if (!is_float_type(t))
@@ -129,7 +129,7 @@ struct Addend {
 Status check_precision(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int parts, bf16_parts(ctx.node()));
   const DataType x = ctx.input_type(0).dtype;
-  if (parts && x != DataType::kFloat32 && x != DataType::kUndefined && !(parts == 1 && bf16_activation_input(ctx)))
+  if (parts && x != DataType::kFloat32 && x != DataType::kUndefined && !(parts == 1 && bf16_activation(ctx, 0)))
     return invalid_argument("node %s: precision %s takes float32 inputs, not %s", ctx.node().label().c_str(),
                             ctx.node().attr_string("precision", "").c_str(), dtype_name(ctx.input_type(0).dtype));
   return ok_status();
@@ -243,19 +243,23 @@ Status infer_fused_conv_plain(InferContext& ctx) {
 // Y's dtype: X's; float32 for a bfloat16 X with float32 weights; y_dtype ("float32" or
 // "bfloat16", float32 weights only) where the node gives one: Y rounded to bfloat16 (to
 // nearest even) after the activation.
-Status infer_conv_output_dtype(InferContext& ctx) {
-  const ir::Node& node = ctx.node();
-  ir::TensorType& y = ctx.output(0);
-  if (bf16_activation_input(ctx)) y.dtype = DataType::kFloat32;
-  if (!node.has_attr("y_dtype")) return ok_status();
+// The node's y_dtype (kUndefined when it has none), checked against W's dtype.
+Expected<DataType> y_dtype_attr(const ir::Node& node, DataType w) {
+  if (!node.has_attr("y_dtype")) return DataType::kUndefined;
   const std::string name = node.attr_string("y_dtype", "");
   const std::optional<DataType> t = dtype_from_name(name);
   if (!t || (*t != DataType::kFloat32 && *t != DataType::kBFloat16))
     return invalid_argument("node %s: y_dtype '%s': expected float32 or bfloat16", node.label().c_str(), name.c_str());
-  if (ctx.has_input(1) && ctx.input_type(1).dtype != DataType::kFloat32 && ctx.input_type(1).dtype != DataType::kUndefined)
-    return invalid_argument("node %s: y_dtype needs float32 weights, W is %s", node.label().c_str(),
-                            dtype_name(ctx.input_type(1).dtype));
-  y.dtype = *t;
+  if (w != DataType::kFloat32 && w != DataType::kUndefined)
+    return invalid_argument("node %s: y_dtype needs float32 weights, W is %s", node.label().c_str(), dtype_name(w));
+  return *t;
+}
+
+Status infer_conv_output_dtype(InferContext& ctx) {
+  ir::TensorType& y = ctx.output(0);
+  if (bf16_activation(ctx, 0)) y.dtype = DataType::kFloat32;
+  KILN_ASSIGN_OR_RETURN(DataType t, y_dtype_attr(ctx.node(), ctx.has_input(1) ? ctx.input_type(1).dtype : DataType::kUndefined));
+  if (t != DataType::kUndefined) y.dtype = t;
   return ok_status();
 }
 
@@ -281,23 +285,28 @@ Status fused_conv_kernel(KernelContext& ctx) {
 }
 
 // The reference for FusedConv's dtypes: half types through float32 (with_half_as_float),
-// a bfloat16 X beside float32 weights converted to float32 (the output then float32), and Y
-// rounded to bfloat16 last where y_dtype asks for it.
+// a bfloat16 X or Z beside float32 weights converted to float32 (the output then float32),
+// and Y rounded to bfloat16 last where y_dtype asks for it.
 KernelFn fused_conv_reference() {
   KernelFn through_float = with_half_as_float(fused_conv_kernel);
   return [through_float](KernelContext& ctx) -> Status {
     const ir::Node& node = ctx.node();
-    const Tensor* x = ctx.input(0);
     const Tensor* w = ctx.input(1);
-    const bool bf16_x = x && w && x->dtype() == DataType::kBFloat16 && w->dtype() == DataType::kFloat32;
-    const bool bf16_y = node.attr_string("y_dtype", "") == dtype_name(DataType::kBFloat16);
-    if (!bf16_x && !bf16_y) return through_float(ctx);
-    RuntimeValue x_float;
+    auto bf16_activation = [&](int i) {
+      const Tensor* t = ctx.input(i);
+      return t && w && t->dtype() == DataType::kBFloat16 && w->dtype() == DataType::kFloat32;
+    };
+    KILN_ASSIGN_OR_RETURN(DataType y_dtype, y_dtype_attr(node, w ? w->dtype() : DataType::kUndefined));
+    const bool bf16_y = y_dtype == DataType::kBFloat16;
+    if (!bf16_activation(0) && !bf16_activation(3) && !bf16_y) return through_float(ctx);
+    RuntimeValue as_float[2];  // X's, Z's
     std::vector<const RuntimeValue*> inputs;
     for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.value(i));
-    if (bf16_x) {
-      x_float = half_to_float(*x);
-      inputs[0] = &x_float;
+    for (int i : {0, 3}) {
+      if (!bf16_activation(i)) continue;
+      RuntimeValue& v = as_float[i == 0 ? 0 : 1];
+      v = half_to_float(*ctx.input(i));
+      inputs[static_cast<size_t>(i)] = &v;
     }
     std::vector<RuntimeValue> outputs(1);
     KernelContext inner(node, std::move(inputs), &outputs, ctx.subgraphs());

@@ -716,9 +716,10 @@ TEST(OnednnConvTest, Bf16AndBf16x3MatchTheReference) {
   }
 }
 
-// bf16 convolutions between 16-channel blocked tensors that read a bfloat16 X (another such
-// convolution's output) and / or write a bfloat16 Y (y_dtype, precision_assignment): against
-// the reference, which computes in float32 on X as given and rounds Y to bfloat16 too. A
+// bf16 convolutions between 16-channel blocked tensors that read a bfloat16 X or Z (another
+// such convolution's output) and / or write a bfloat16 Y (y_dtype, precision_assignment):
+// against the reference, which computes in float32 on X and Z as given and rounds Y to
+// bfloat16 too. A
 // float32 result within the float32 bound of the reference's can round to the neighbouring
 // bfloat16, so a bfloat16 Y may also differ by one bfloat16 ulp (<= 2^-7 of the value).
 // Residuals (a bfloat16 Y takes Z through the binary post-op on any map, a float32 one on
@@ -727,7 +728,7 @@ TEST(OnednnConvTest, Bf16ActivationsMatchTheReference) {
   if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512-BF16";
   struct Case {
     ConvCase conv;
-    bool x_bf16, y_bf16;
+    bool x_bf16, y_bf16, z_bf16 = false;
   };
   auto conv = [](std::string name, std::vector<int64_t> x, std::vector<int64_t> w, ir::AttributeMap a, bool z,
                  std::string act) {
@@ -745,6 +746,12 @@ TEST(OnednnConvTest, Bf16ActivationsMatchTheReference) {
             "Relu"),
        true, true},
       {conv("bf16 X and Y, residual 16x15 1x1", {1, 32, 16, 15}, {16, 32, 1, 1}, {}, true, "Relu"), true, true},
+      {conv("bf16 X, Y and Z, residual 7x5", {1, 16, 7, 5}, {32, 16, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}}), true,
+            "Relu"),
+       true, true, true},
+      {conv("f32 X and Y, bf16 Z 15x17 stride2", {1, 32, 29, 33}, {16, 32, 3, 3},
+            attrs({{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}), true, ""),
+       false, false, true},
   };
   for (const Case& bc : cases) {
     const ConvCase& c = bc.conv;
@@ -757,6 +764,10 @@ TEST(OnednnConvTest, Bf16ActivationsMatchTheReference) {
     if (bc.x_bf16) {
       g.x = ops::float_to_half(g.x, DataType::kBFloat16);
       n->input(0)->type().dtype = DataType::kBFloat16;
+    }
+    if (bc.z_bf16) {
+      g.z = ops::float_to_half(g.z, DataType::kBFloat16);
+      n->input(3)->type().dtype = DataType::kBFloat16;
     }
     if (bc.y_bf16) n->attrs()["y_dtype"] = Attribute::from_string("bfloat16");
     ASSERT_TRUE(ops::infer_node(*n).ok());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/elementwise_common.h"
 #include "tensor_ops_test_util.h"
 
 namespace kiln::ops::testing {
@@ -396,6 +397,14 @@ TEST(FusedConvTest, Errors) {
   expect_error("FusedConv", {rnd({4, 5}, 1), rnd({6, 4}, 2)});
   // Integer input.
   expect_error("FusedConv", {make<int32_t>({1, 1, 1, 1}, {1}), make<int32_t>({1, 1, 1, 1}, {1})});
+  // y_dtype: float32 or bfloat16, with float32 weights only.
+  expect_error("FusedConv", {x, w}, {{"y_dtype", attr_s("float16")}});
+  expect_error("FusedConv", {x, w}, {{"y_dtype", attr_s("int8")}});
+  expect_error("FusedConv", {to_double(x), to_double(w)}, {{"y_dtype", attr_s("bfloat16")}});
+  // A bfloat16 X beside float32 weights is an activation; beside float64 ones a mismatch.
+  const Tensor x_bf16 = float_to_half(x, DataType::kBFloat16);
+  EXPECT_EQ(kiln1("FusedConv", {x_bf16, w}).dtype(), DataType::kFloat32);
+  expect_error("FusedConv", {x_bf16, to_double(w)});
 }
 
 // ---- FusedMatMul -------------------------------------------------------------------------

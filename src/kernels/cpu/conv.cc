@@ -12,9 +12,10 @@
 // blocks run oneDNN's jit_bf16 kernels on them as they are: X converted to bfloat16 in its own
 // layout (nChw16c, the layout bridge's reorder: 0.1 ns per element), Y and Z read and written
 // in place; on ResNet-50 (Zen 5, one thread) 26 ms per run against 29 through NHWC and 43 in
-// float32; an X stored in bfloat16 (another such convolution's output, y_dtype) is read as it
-// is, and a bfloat16 Y written by the primitive (a residual Z then always through the binary
-// post-op: the sum post-op would add Z rounded). Other bf16 / bf16x3 2-D convolutions compute
+// float32; an X or Z stored in bfloat16 (another such convolution's output, y_dtype) is read
+// as it is, and a bfloat16 Y written by the primitive (with a bfloat16 Y or Z the residual
+// always goes through the binary post-op: the sum post-op would add Z rounded, or need it in
+// Y's bytes). Other bf16 / bf16x3 2-D convolutions compute
 // in NHWC through Kiln's own conversions
 // (bf16_layout.h, run_nhwc). A plain source and destination stay plain
 // N C D... for the graph; the primitive picks its own layout (format "any") and the run
@@ -67,7 +68,7 @@ struct ConvPlan {
   int bf16_parts = 0;
   // X and Y are float32, or bfloat16 between bf16 convolutions on 16-channel blocks (X the
   // output of one, Y read only by them as X: precision_assignment's y_dtype).
-  DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32;
+  DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32, z_dtype = DataType::kFloat32;
 };
 
 bool is_static_f32(const ir::Value* v) {
@@ -162,10 +163,11 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   if (p.bf16_parts == 3 && rank != 4)
     return unsupported("node %s: bf16x3 for 2-D convolutions only", label.c_str());
   if (z) {
-    if (!is_static_f32(z) || z->shape().static_dims() != p.y_tensor_dims)
-      return unsupported("node %s: residual Z must be float32 with Y's static shape %s", label.c_str(),
+    if (!is_static_f32_or_bf16(z) || z->shape().static_dims() != p.y_tensor_dims)
+      return unsupported("node %s: residual Z must be float32 (or bfloat16) with Y's static shape %s", label.c_str(),
                          dims_to_string(p.y_tensor_dims).c_str());
     p.has_z = true;
+    p.z_dtype = z->dtype();
   }
   if (fused) {
     Expected<int> parts = ops::bf16_parts(node);
@@ -177,7 +179,8 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
     if (!onednn::activation_supported(p.act))
       return unsupported("node %s: activation has no oneDNN post-op", label.c_str());
   }
-  const bool bf16_tensors = p.x_dtype == DataType::kBFloat16 || p.y_dtype == DataType::kBFloat16;
+  const bool bf16_tensors =
+      p.x_dtype == DataType::kBFloat16 || p.y_dtype == DataType::kBFloat16 || p.z_dtype == DataType::kBFloat16;
   if (bf16_tensors && !(p.bf16_parts == 1 && rank == 4 && p.x_block == 16 && p.y_block == 16))
     return unsupported("node %s: bfloat16 X or Y only for precision bf16 between 16-channel blocks", label.c_str());
   return p;
@@ -203,7 +206,7 @@ class OnednnConvKernel final : public Kernel {
   memory weights;                // packed into the primitive's format at prepare
   memory bias;                   // empty when the node has none
   bool z_binary = false;         // Z read by a binary post-op (else summed onto a copy in Y)
-  memory::desc z_md;             // Z's layout: Y's, in float32
+  memory::desc z_md;             // Z's layout: Y's, in Z's dtype
 
   // 2-D bf16 / bf16x3 convolutions compute in NHWC (the layout of oneDNN's AMX and
   // AVX512-BF16 kernels): X converted (and split) into the workspace after the scratchpad,
@@ -225,7 +228,7 @@ bool OnednnConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
     return t && t->dtype() == dtype && t->dims() == dims;
   };
   if (!matches(0, plan.x_dtype, plan.x_tensor_dims) ||
-      (plan.has_z && !matches(3, DataType::kFloat32, plan.y_tensor_dims)))
+      (plan.has_z && !matches(3, plan.z_dtype, plan.y_tensor_dims)))
     return false;
   const Tensor* w = ctx.input(1);
   const Tensor* b = ctx.input(2);
@@ -377,7 +380,8 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
                                        tensor_tag(rank, p.x_block));
     k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), p.y_dtype == DataType::kBFloat16 ? bf16 : f32,
                                        tensor_tag(rank, p.y_block));
-    k->z_md = memory::desc(onednn::to_dims(p.y_dims), f32, tensor_tag(rank, p.y_block));
+    k->z_md = memory::desc(onednn::to_dims(p.y_dims), p.z_dtype == DataType::kBFloat16 ? bf16 : f32,
+                           tensor_tag(rank, p.y_block));
     const memory::desc user_w_md(w_dims, f32, onednn::plain_tag(w_rank));
     const auto compute = p.bf16_parts ? memory::data_type::bf16 : f32;  // X's and W's in the primitive
     const memory::desc any_src(onednn::to_dims(p.x_dims), compute, memory::format_tag::any);
@@ -450,9 +454,9 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       return onednn::implementation_name(d).rfind("onednn:ref", 0) == 0;
     };
     dnnl::convolution_forward::primitive_desc pd;
-    // A bfloat16 Y takes Z only through the binary post-op: the sum post-op would add Z
-    // rounded to bfloat16 (Z copied into Y first).
-    const bool bf16_y_with_z = p.has_z && p.y_dtype == DataType::kBFloat16;
+    // A bfloat16 Y or Z takes Z only through the binary post-op: the sum post-op adds Z
+    // copied into Y (rounded to a bfloat16 Y; a bfloat16 Z is not float32 Y's bytes).
+    const bool bf16_y_with_z = p.has_z && (p.y_dtype == DataType::kBFloat16 || p.z_dtype == DataType::kBFloat16);
     const bool try_binary = p.has_z && !k->nhwc.on && keep_blocked && p.y_block &&
                             (bf16_y_with_z || p.y_dims[2] * p.y_dims[3] >= kResidualBinaryMinPixels);
     for (dnnl::algorithm alg : {dnnl::algorithm::convolution_winograd, dnnl::algorithm::convolution_direct}) {
