@@ -212,6 +212,26 @@ class CompareTest(unittest.TestCase):
         r = kiln("compare", self.model, "--precision", "fp8", check=1)
         self.assertIn("expected fp32, bf16 or mixed", r.stderr)
 
+    def test_values_stored_in_bf16_are_compared_by_value(self):
+        # 32-channel convolutions in a chain: under bf16, with 16-channel blocks (AVX-512), the
+        # outputs that only bf16 convolutions read are stored in bfloat16 (precision.md); the
+        # comparison reads them as numbers, not as a dtype mismatch.
+        w = [numpy_helper.from_array((RNG.standard_normal((32, 32, 3, 3)) * 0.05).astype(np.float32), f"W{i}")
+             for i in range(4)]
+        nodes = [helper.make_node("Conv", ["x" if i == 0 else f"c{i - 1}", f"W{i}"], [f"c{i}"], name=f"conv{i}",
+                                  pads=[1, 1, 1, 1]) for i in range(4)]
+        nodes.append(helper.make_node("GlobalAveragePool", ["c3"], ["y"], name="gap"))
+        g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])], w)
+        path = os.path.join(WORK, "chain.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+        compiled = kiln("compile", path, "-o", os.path.join(WORK, "chain.kiln"), "--precision", "bf16", check=0)
+        r = kiln("compare", path, "--precision", "bf16", "--rtol", "1e-2", "--rows", "10", check=0)
+        self.assertIn("verdict: AGREE", r.stdout)
+        self.assertNotIn("dtype", r.stdout)
+        if "1 convolution outputs stored in bf16" in compiled.stdout + compiled.stderr:  # c1
+            self.assertIn("0 of 5 values diverge", r.stdout)
+
     def test_errors(self):
         r = kiln("compare", self.model, "--input", f"nope={self.x_path}", check=1)
         self.assertIn("no input named 'nope'", r.stderr)
