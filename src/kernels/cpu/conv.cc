@@ -15,9 +15,8 @@
 // float32; an X or Z stored in bfloat16 (another such convolution's output, y_dtype) is read
 // as it is, and a bfloat16 Y written by the primitive (with a bfloat16 Y or Z the residual
 // always goes through the binary post-op: the sum post-op would add Z rounded, or need it in
-// Y's bytes). Other bf16 / bf16x3 2-D convolutions compute
-// in NHWC through Kiln's own conversions
-// (bf16_layout.h, run_nhwc). A plain source and destination stay plain
+// Y's bytes). Other bf16 / bf16x3 2-D convolutions compute in NHWC through Kiln's own
+// conversions (bf16_layout.h, run_nhwc). A plain source and destination stay plain
 // N C D... for the graph; the primitive picks its own layout (format "any") and the run
 // reorders X into it and Y back, through the thread's workspace (a Z into the destination's
 // layout). Measured on ResNet-50 (-O3, batch 1; this machine's oneDNN runs its AVX2 kernels),
@@ -66,8 +65,8 @@ struct ConvPlan {
   // reads X and W as bfloat16 (W packed so at prepare) and accumulates, adds B and Z and
   // writes Y in float32; 3 "bf16x3", X and W split into bfloat16 pairs (bf16_layout.h).
   int bf16_parts = 0;
-  // X and Y are float32, or bfloat16 between bf16 convolutions on 16-channel blocks (X the
-  // output of one, Y read only by them as X: precision_assignment's y_dtype).
+  // X, Y and Z are float32, or bfloat16 between bf16 convolutions on 16-channel blocks (X and
+  // Z the output of one, Y read only by them, as X or Z: precision_assignment's y_dtype).
   DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32, z_dtype = DataType::kFloat32;
 };
 
@@ -182,7 +181,7 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   const bool bf16_tensors =
       p.x_dtype == DataType::kBFloat16 || p.y_dtype == DataType::kBFloat16 || p.z_dtype == DataType::kBFloat16;
   if (bf16_tensors && !(p.bf16_parts == 1 && rank == 4 && p.x_block == 16 && p.y_block == 16))
-    return unsupported("node %s: bfloat16 X or Y only for precision bf16 between 16-channel blocks", label.c_str());
+    return unsupported("node %s: bfloat16 X, Y or Z only for precision bf16 between 16-channel blocks", label.c_str());
   return p;
 }
 
