@@ -240,9 +240,6 @@ Status infer_fused_conv_plain(InferContext& ctx) {
   return check_addend_shape(ctx, 3, "residual Z", true);
 }
 
-// Y's dtype: X's; float32 for a bfloat16 X with float32 weights; y_dtype ("float32" or
-// "bfloat16", float32 weights only) where the node gives one: Y rounded to bfloat16 (to
-// nearest even) after the activation.
 // The node's y_dtype (kUndefined when it has none), checked against W's dtype.
 Expected<DataType> y_dtype_attr(const ir::Node& node, DataType w) {
   if (!node.has_attr("y_dtype")) return DataType::kUndefined;
@@ -255,6 +252,9 @@ Expected<DataType> y_dtype_attr(const ir::Node& node, DataType w) {
   return *t;
 }
 
+// Y's dtype: X's; float32 for a bfloat16 X with float32 weights; y_dtype ("float32" or
+// "bfloat16", float32 weights only) where the node gives one: Y rounded to bfloat16 (to
+// nearest even) after the activation.
 Status infer_conv_output_dtype(InferContext& ctx) {
   ir::TensorType& y = ctx.output(0);
   if (bf16_activation(ctx, 0)) y.dtype = DataType::kFloat32;
@@ -292,18 +292,18 @@ KernelFn fused_conv_reference() {
   return [through_float](KernelContext& ctx) -> Status {
     const ir::Node& node = ctx.node();
     const Tensor* w = ctx.input(1);
-    auto bf16_activation = [&](int i) {
+    auto bf16_input = [&](int i) {  // bf16_activation's test on the run's tensors
       const Tensor* t = ctx.input(i);
       return t && w && t->dtype() == DataType::kBFloat16 && w->dtype() == DataType::kFloat32;
     };
     KILN_ASSIGN_OR_RETURN(DataType y_dtype, y_dtype_attr(node, w ? w->dtype() : DataType::kUndefined));
     const bool bf16_y = y_dtype == DataType::kBFloat16;
-    if (!bf16_activation(0) && !bf16_activation(3) && !bf16_y) return through_float(ctx);
+    if (!bf16_input(0) && !bf16_input(3) && !bf16_y) return through_float(ctx);
     RuntimeValue as_float[2];  // X's, Z's
     std::vector<const RuntimeValue*> inputs;
     for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.value(i));
     for (int i : {0, 3}) {
-      if (!bf16_activation(i)) continue;
+      if (!bf16_input(i)) continue;
       RuntimeValue& v = as_float[i == 0 ? 0 : 1];
       v = half_to_float(*ctx.input(i));
       inputs[static_cast<size_t>(i)] = &v;

@@ -9,7 +9,7 @@
 //   "bf16x3": X and W each split into two bfloat16 (hi + lo), three bf16 products summed in
 //             float32 (kernels/cpu/bf16_layout.h): about 16 significant bits instead of 8,
 //             for three times the bf16 work (still 2-4x less time than float32 on AMX).
-// The bias, the residual, the activation and the output stay float32. Tensors between nodes
+// The bias, the residual and the activation are applied in float32. Tensors between nodes
 // stay float32, so every other op (Softmax, LayerNorm, reductions, exp / log, elementwise
 // chains) computes in float32 in every mode; the one exception: a bf16 convolution's output
 // that only bf16 convolutions read, as X or residual, is stored in bfloat16
