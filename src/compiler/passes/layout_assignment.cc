@@ -37,9 +37,6 @@ namespace {
 
 using fusion::is_op;
 
-// The channel block the compiling CPU's convolution kernels use.
-int64_t host_channel_block() { return __builtin_cpu_supports("avx512f") ? 16 : 8; }
-
 bool is_conv(const ir::Node& n) {
   return (n.domain() == ops::kOnnxDomain && n.op_type() == "Conv") ||
          (n.domain() == ops::kKilnDomain && n.op_type() == "FusedConv");
@@ -245,6 +242,11 @@ class LayoutAssigner {
 
 }  // namespace
 
+int64_t layout_channel_block(const PassContext& ctx) {
+  if (ctx.options().channel_block > 0) return ctx.options().channel_block;
+  return __builtin_cpu_supports("avx512f") ? 16 : 8;  // the compiling CPU's convolution kernels
+}
+
 PassInfo layout_assignment_pass() {
   PassInfo p;
   p.name = "layout_assignment";
@@ -255,8 +257,7 @@ PassInfo layout_assignment_pass() {
       ctx.note("layout_assignment: kiln FusedConv / TransData are not registered; nothing changed");
       return ok_status();
     }
-    const int64_t c0 = ctx.options().channel_block > 0 ? ctx.options().channel_block : host_channel_block();
-    LayoutAssigner a(g, ctx, c0);
+    LayoutAssigner a(g, ctx, layout_channel_block(ctx));
     return a.run();
   };
   return p;

@@ -21,10 +21,15 @@ PassInfo matmul_fusion_pass();          // MatMul/Gemm [+ Add] [+ act] -> FusedM
 PassInfo elementwise_fusion_pass();     // elementwise op trees -> kiln FusedElementwise (-O2)
 PassInfo cse_pass();                    // common-subexpression elimination (-O1)
 PassInfo dead_node_removal_pass();      // nodes reaching no output (-O0, optional)
+PassInfo channel_padding_pass();        // zero channels up to whole NC1HWC0 blocks (-O3)
 PassInfo layout_assignment_pass();      // blocked NC1HWC0 activations between convs (-O3)
 PassInfo precision_assignment_pass();    // bf16 convs / products (--precision; required)
 PassInfo memory_scheduling_pass();      // execution order lowering the arena (-O3)
 
 void register_builtin_passes(PassRegistry& registry);
+
+// The channels per block of the NC1HWC0 layout (PassOptions::channel_block, else the
+// compiling CPU's: 16 with AVX-512, 8 without); layout_assignment and channel_padding agree on it.
+int64_t layout_channel_block(const PassContext& ctx);
 
 }  // namespace kiln::compiler
