@@ -273,6 +273,16 @@ class RankBench {
     return ok_status();
   }
 
+  // Before the first size, as nccl-tests does: the warm-up iterations at the largest size,
+  // so the first sizes do not pay for what any process's first operations pay once (first
+  // touches of the buffers and the algorithms' scratch, the threads' first wake-ups).
+  Status warm_up(uint64_t largest) {
+    Counts c = counts_for(p_.op, largest, p_.type.size, n_);
+    KILN_RETURN_IF_ERROR(barrier());
+    for (int i = 0; i < p_.warmup; ++i) KILN_RETURN_IF_ERROR(once(c));
+    return ok_status();
+  }
+
   Expected<Row> run_size(uint64_t bytes) {
     size_t elem = p_.type.size;
     Counts c = counts_for(p_.op, bytes, elem, n_);
@@ -428,6 +438,7 @@ Expected<int64_t> run_rank(const Plan& p, kilnComm comm, int rank, int nranks, c
   RankBench bench(p, comm, rank, nranks);
   KILN_RETURN_IF_ERROR(bench.setup());
   if (rank == 0) print_header(p, nranks, how);
+  if (!p.sizes.empty()) KILN_RETURN_IF_ERROR(bench.warm_up(*std::max_element(p.sizes.begin(), p.sizes.end())));
   int64_t wrong = 0;
   double bus_sum = 0;
   for (uint64_t bytes : p.sizes) {
@@ -534,7 +545,7 @@ std::function<int()> setup(CLI::App& app) {
                  "(default fp32)");
   app.add_option("-o,--op", args->redop, "Reduce op: sum, prod, max, min (default sum)");
   app.add_option("-n,--iters", args->iters, "Timed iterations per size (default 20)");
-  app.add_option("-w,--warmup_iters", args->warmup, "Warm-up iterations per size (default 5)");
+  app.add_option("-w,--warmup_iters", args->warmup, "Warm-up iterations per size, and at the largest size before the first (default 5)");
   app.add_option("-c,--check", args->check,
                  "1: check every result against the exact expected values (default 0)");
   args->ranks_opt = app.add_option(

@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   long long total_wrong = 0;
+  /* As kiln comm-bench (and nccl-tests): the warm-up iterations at the largest size first. */
+  for (int i = 0; i < warmup; ++i)
+    MPI_Allreduce(send, recv, (int)max_count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   for (uint64_t bytes = lo;; bytes *= factor) {
     int count = (int)(bytes / sizeof(float));
     for (int i = 0; i < warmup; ++i)

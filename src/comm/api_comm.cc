@@ -160,7 +160,7 @@ kilnError launch(const char* api, const char* op, Communicator* c, rt::Stream* s
         [c, op, token = std::move(token), fn = std::forward<Fn>(fn)]() {
           return c->run(op, fn);
         },
-        op);
+        op, /*caller_may_run=*/true);
   } catch (const std::bad_alloc&) {
     return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing the operation",
                 api);

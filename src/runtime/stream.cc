@@ -87,17 +87,17 @@ std::string Stream::name() const {
   return str_format("stream %p on %s", static_cast<const void*>(this), device_.name().c_str());
 }
 
-uint64_t Stream::submit(Engine engine, Task task, const char* label) {
-  return enqueue(engine, std::move(task), /*always=*/false, label);
+uint64_t Stream::submit(Engine engine, Task task, const char* label, bool caller_may_run) {
+  return enqueue(engine, std::move(task), /*always=*/false, label, caller_may_run && engine == Engine::kHost);
 }
 
-uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* label) {
+uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* label, bool caller_may_run) {
   uint64_t seq;
   bool wake;
   {
     std::lock_guard lock(mutex_);
     seq = ++next_seq_;
-    queue_.push_back(Item{engine, std::move(task), seq, always, label});
+    queue_.push_back(Item{engine, std::move(task), seq, always, label, caller_may_run});
     published_.store(seq, std::memory_order_release);
     wake = worker_sleeping_;
   }
@@ -133,14 +133,14 @@ void Stream::worker() {
   std::atomic<uint64_t>* completed = completed_.get();
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (queue_.empty()) {
-      if (stopping_) return;
+    if (queue_.empty() || running_) {  // nothing to do, or a synchronizing caller runs a task
+      if (stopping_ && queue_.empty()) return;
       uint64_t seen = next_seq_;
       lock.unlock();
       bool arrived = spin_for_work(seen);
       lock.lock();
       if (!arrived) {
-        while (queue_.empty() && !stopping_) {
+        while ((queue_.empty() || running_) && !stopping_) {
           worker_sleeping_ = true;
           work_cv_.wait(lock);
           worker_sleeping_ = false;
@@ -150,10 +150,12 @@ void Stream::worker() {
     }
     // Take everything queued at once: one lock round trip per batch, not per task.
     batch.swap(queue_);
+    running_ = true;
     lock.unlock();
     for (Item& item : batch) run_item(item, completed);
     batch.clear();
     lock.lock();
+    running_ = false;
   }
 }
 
@@ -224,11 +226,35 @@ void Stream::run_item(Item& item, std::atomic<uint64_t>* completed) {
   }
 }
 
+void Stream::run_queued_on_caller() {
+  std::unique_lock lock(mutex_);
+  bool ran = false;
+  while (!running_ && !stopping_ && !queue_.empty() && queue_.front().caller_may_run) {
+    Item item = std::move(queue_.front());
+    queue_.erase(queue_.begin());
+    running_ = true;
+    lock.unlock();
+    // Inside the task this thread counts as the stream's (Stream::current, and waiting for
+    // the stream from the task is refused as on the stream's thread).
+    Stream* outer = t_worker_stream;
+    t_worker_stream = this;
+    run_item(item, completed_.get());
+    t_worker_stream = outer;
+    lock.lock();
+    running_ = false;
+    ran = true;
+  }
+  // What is left is the stream thread's, which may have gone to sleep meanwhile.
+  if (ran && !queue_.empty() && worker_sleeping_) work_cv_.notify_one();
+}
+
 Status Stream::wait_idle(int64_t timeout_ms) {
   if (on_worker_thread()) {
     return failed_precondition("%s: cannot wait for the stream from one of its own tasks",
                                name().c_str());
   }
+  // With a timeout the caller must be back in time, and a task may take longer.
+  if (timeout_ms < 0) run_queued_on_caller();
   const auto start = std::chrono::steady_clock::now();
   auto deadline = start + std::chrono::milliseconds(timeout_ms);
   {

@@ -601,6 +601,77 @@ TEST_F(StreamTest, FailedTaskPutsTheStreamInErrorStateUntilSynchronize) {
   EXPECT_EQ(ran_next.load(), 1);
 }
 
+// Tasks submitted `caller_may_run` (collectives) may run on a thread synchronizing the
+// stream instead of the stream's own: either way they run in stream order, one at a time,
+// with Stream::current() the stream, and their failure is the stream's.
+TEST_F(StreamTest, TasksTheCallerMayRunKeepStreamOrder) {
+  kilnrtStream s = make_stream();
+  kiln::rt::Stream* stream = internal_stream(s);
+  ASSERT_NE(stream, nullptr);
+  // A blocked ordinary task first: the caller may not run the next one before it ends.
+  Gate gate;
+  Log log;
+  std::atomic<int> overlapping{0}, inside{0};
+  auto logged = [&](int v) {
+    return [&, v] {
+      if (inside.fetch_add(1) != 0) overlapping = 1;
+      if (kiln::rt::Stream::current() != stream) overlapping = 2;
+      log.add(v);
+      inside.fetch_sub(1);
+      return kiln::Status();
+    };
+  };
+  stream->submit(kiln::rt::Engine::kHost, [&] {
+    gate.wait();
+    log.add(0);
+    return kiln::Status();
+  });
+  stream->submit(kiln::rt::Engine::kHost, logged(1), nullptr, /*caller_may_run=*/true);
+  stream->submit(kiln::rt::Engine::kHost, logged(2));
+  stream->submit(kiln::rt::Engine::kHost, logged(3), nullptr, /*caller_may_run=*/true);
+  std::thread opener([&] {
+    while (!gate.entered) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.release();
+  });
+  EXPECT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+  opener.join();
+  EXPECT_FALSE(gate.timed_out.load());
+  EXPECT_EQ(log.snapshot(), iota(4));
+  // Submit-and-synchronize, the way collectives are used: every task in order, never two at once.
+  for (int i = 4; i < 200; ++i) {
+    stream->submit(kiln::rt::Engine::kHost, logged(i), nullptr, /*caller_may_run=*/true);
+    if (i % 3 == 0) stream->submit(kiln::rt::Engine::kHost, logged(++i));
+    ASSERT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+  }
+  EXPECT_EQ(log.snapshot(), iota(200));
+  EXPECT_EQ(overlapping.load(), 0);
+  // A failing one is reported by synchronize like any task, once.
+  stream->submit(kiln::rt::Engine::kHost, [] { return kiln::internal_error("collective failed"); }, nullptr, true);
+  EXPECT_EQ(kilnrtSynchronizeStream(s), KILN_ERROR_RT_TASK_FAILED);
+  EXPECT_NE(last_error().find("collective failed"), std::string::npos) << last_error();
+  EXPECT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+}
+
+// A synchronize with a timeout must return by it, so it runs no task itself (a collective
+// may wait for its peers far longer).
+TEST_F(StreamTest, SynchronizeWithATimeoutRunsNoTaskOnTheCaller) {
+  kilnrtStream s = make_stream();
+  kiln::rt::Stream* stream = internal_stream(s);
+  ASSERT_NE(stream, nullptr);
+  Log log;
+  for (int i = 0; i < 50; ++i) {
+    stream->submit(kiln::rt::Engine::kHost, [&log, i] {
+      log.add(i);
+      return kiln::Status();
+    }, nullptr, /*caller_may_run=*/true);
+    ASSERT_EQ(kilnrtSynchronizeStreamWithTimeout(s, 5000), KILN_SUCCESS) << last_error();
+  }
+  EXPECT_EQ(log.snapshot(), iota(50));
+  std::lock_guard lock(log.mutex);
+  for (pthread_t t : log.threads) EXPECT_FALSE(pthread_equal(t, pthread_self()));
+}
+
 TEST_F(StreamTest, SynchronizeDeviceReportsAStreamError) {
   kilnrtStream s = make_stream();
   internal_stream(s)->submit(kiln::rt::Engine::kHost, [] { return kiln::internal_error("boom"); });
