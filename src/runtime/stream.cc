@@ -34,8 +34,10 @@ std::atomic<bool> event_waits_abandoned{false};
 
 // Set on each stream's own thread.
 thread_local Stream* t_worker_stream = nullptr;
-// The profiler's track per engine of this thread's stream (-1 until first profiled task).
+// The profiler's track per engine of this thread's stream (-1 until first profiled task),
+// and that stream: a thread synchronizing streams runs tasks of several (run_queued_on_caller).
 thread_local int t_profile_tracks[3] = {-1, -1, -1};
+thread_local const Stream* t_profile_stream = nullptr;
 
 const char* default_task_label(Engine engine) {
   switch (engine) {
@@ -169,6 +171,10 @@ void Stream::run_item(Item& item, std::atomic<uint64_t>* completed) {
     int64_t profile_start = -1;
     if (KILN_UNLIKELY(profiler::enabled())) {
       int e = static_cast<int>(item.engine);
+      if (t_profile_stream != this) {
+        t_profile_stream = this;
+        for (int& track : t_profile_tracks) track = -1;
+      }
       if (t_profile_tracks[e] < 0)
         t_profile_tracks[e] = profiler::stream_track(this, device_.id(), device_.name(),
                                                      device_.num_threads(),
