@@ -65,19 +65,22 @@ class ChannelPadder {
     drop_unmatched_residuals();
     if (widened_.empty()) return ok_status();
 
-    // Every conv next to a widened value, with how its weights grow.
-    std::map<ir::Node*, std::pair<int64_t, int64_t>> grow;  // node -> (output channels, input channels)
+    // Every conv next to a widened value, with how its weights grow; rewritten in graph order
+    // so the new initializers' names and order do not depend on where the nodes live in memory.
     std::vector<ir::Value*> values;
     for (const auto& n : g_.nodes())
       for (ir::Value* v : n->outputs())
         if (widened_.count(v)) values.push_back(v);
+    std::unordered_map<const ir::Node*, std::pair<int64_t, int64_t>> grow;  // (output, input channels)
     for (ir::Value* v : values) {
-      ir::Node* p = v->producer();
-      grow.emplace(p, std::make_pair(0, 0)).first->second.first = widened_[v];
+      grow[v->producer()].first = widened_[v];
       for (ir::Node* r : uses_.consumers(v))
-        if (r->input(0) == v) grow.emplace(r, std::make_pair(0, 0)).first->second.second = widened_[v];
+        if (r->input(0) == v) grow[r].second = widened_[v];
     }
-    for (auto& [node, g] : grow) KILN_RETURN_IF_ERROR(widen_weights(node, g.first, g.second));
+    for (const auto& n : g_.nodes()) {
+      auto it = grow.find(n.get());
+      if (it != grow.end()) KILN_RETURN_IF_ERROR(widen_weights(n.get(), it->second.first, it->second.second));
+    }
     for (ir::Value* v : values) rename_widened(v);
 
     ctx_.add_changed(static_cast<int>(values.size()));
