@@ -77,11 +77,12 @@ struct AlgoContext {
   Algo algo = Algo::kAuto;  // forced algorithm (kAuto: chosen per operation)
 };
 
-// One exchange within the group: peers are group indices, ops of 0 bytes are dropped.
+// One exchange within the group: peers (and RecvOp::forward) are group indices, ops of 0
+// bytes are dropped.
 Status group_exchange(const AlgoContext& ctx, std::span<const SendOp> sends,
                       std::span<const RecvOp> recvs);
 
-// Bytes per piece of the ring and chain pipelines (KILN_COMM_CHUNK_BYTES, default 512 KiB,
+// Bytes per piece of the ReduceScatter ring and the Broadcast chain (KILN_COMM_CHUNK_BYTES, default 512 KiB,
 // rounded to a multiple of 64), read once.
 size_t pipeline_chunk_bytes();
 

@@ -67,7 +67,8 @@ std::string read_link(const char* path) {
 }
 
 struct RecvState {
-  size_t done = 0;      // bytes delivered to (or reduced into) the destination
+  size_t done = 0;       // bytes delivered to (or reduced into) the destination
+  size_t forwarded = 0;  // bytes of the destination sent on to RecvOp::forward
   size_t stash_len = 0;  // bytes of an element split across pieces of the stream
   alignas(16) unsigned char stash[kMaxElemSize];
 };
@@ -103,21 +104,60 @@ Status progress_send(Link* link, const SendOp& op, size_t* done, bool* progresse
   return ok_status();
 }
 
-Status progress_recv(Link* link, const RecvOp& op, RecvState* st, bool* progressed) {
+// Combines `bytes` received bytes at `in` into the destination at offset `at`: with the
+// op's operand when it has one (data = operand op received), else in place.
+inline void reduce_piece(const RecvOp& op, size_t at, const void* in, size_t bytes) {
+  char* dst = static_cast<char*>(op.data) + at;
+  const char* x = static_cast<const char*>(op.operand);
+  if (x == nullptr || x == op.data) {
+    op.reduce->apply(dst, in, bytes);
+  } else {
+    op.reduce->apply_to(dst, x + at, in, bytes);
+  }
+}
+
+// Sends what the receive has written and not yet forwarded on to `fwd` (RecvOp::forward).
+Status progress_forward(Link* fwd, const RecvOp& op, RecvState* st, bool* progressed) {
+  const char* src = static_cast<const char*>(op.data);
+  while (st->forwarded < st->done) {
+    size_t sent = 0;
+    KILN_RETURN_IF_ERROR(fwd->try_send(src + st->forwarded, st->done - st->forwarded, &sent));
+    if (sent == 0) break;
+    st->forwarded += sent;
+    *progressed = true;
+  }
+  return ok_status();
+}
+
+// Progresses one receive. `fwd`: the link to forward to, or null while the op does not
+// forward or may not yet (earlier bytes to that peer are pending); a forwarding receive
+// takes a piece at a time and passes each on at once. On error *failed_peer is the peer
+// whose link failed.
+Status progress_recv(Link* link, Link* fwd, const RecvOp& op, RecvState* st, bool* progressed,
+                     int* failed_peer) {
+  auto forward = [&]() -> Status {
+    if (fwd == nullptr) return ok_status();
+    Status s = progress_forward(fwd, op, st, progressed);
+    if (!s.ok()) *failed_peer = op.forward;
+    return s;
+  };
+  *failed_peer = op.peer;
+  KILN_RETURN_IF_ERROR(forward());
   char* dst = static_cast<char*>(op.data);
+  const size_t step = op.forward >= 0 ? kPiece : kVisitBudget;
+  const size_t stop = st->done + std::min(op.bytes - st->done, kVisitBudget);
   if (op.reduce == nullptr) {
-    const size_t stop = st->done + std::min(op.bytes - st->done, kVisitBudget);
     while (st->done < stop) {
       size_t got = 0;
-      KILN_RETURN_IF_ERROR(link->try_recv(dst + st->done, stop - st->done, &got));
+      KILN_RETURN_IF_ERROR(link->try_recv(dst + st->done, std::min(stop - st->done, step), &got));
       if (got == 0) break;
       st->done += got;
       *progressed = true;
+      KILN_RETURN_IF_ERROR(forward());
     }
     return ok_status();
   }
   const size_t es = op.reduce->elem_size;
-  const size_t stop = st->done + std::min(op.bytes - st->done, kVisitBudget);
   while (st->done + st->stash_len < op.bytes && st->done < stop) {
     const char* p = nullptr;
     size_t len = 0;
@@ -132,7 +172,7 @@ Status progress_recv(Link* link, const RecvOp& op, RecvState* st, bool* progress
       link->consume(take);
       st->stash_len += take;
       if (st->stash_len == es) {
-        op.reduce->apply(dst + st->done, st->stash, es);
+        reduce_piece(op, st->done, st->stash, es);
         st->done += es;
         st->stash_len = 0;
       }
@@ -140,16 +180,17 @@ Status progress_recv(Link* link, const RecvOp& op, RecvState* st, bool* progress
     }
     size_t whole = std::min(len, kPiece) / es * es;
     if (whole > 0) {
-      op.reduce->apply(dst + st->done, p, whole);  // straight out of the link's buffer
+      reduce_piece(op, st->done, p, whole);  // straight out of the link's buffer
       link->consume(whole);
       st->done += whole;
+      KILN_RETURN_IF_ERROR(forward());
       continue;
     }
     std::memcpy(st->stash, p, len);  // fewer than one element before the buffer wraps
     link->consume(len);
     st->stash_len = len;
   }
-  return ok_status();
+  return forward();  // the last piece (stash) too
 }
 
 }  // namespace
@@ -662,9 +703,38 @@ Status LinkTransport::check_ops(std::span<const SendOp> sends, std::span<const R
                               "elements",
                               op, r.bytes, r.peer, r.reduce->elem_size);
     }
+    if (r.operand != nullptr && r.operand != r.data &&
+        (r.reduce == nullptr || r.reduce->apply_to == nullptr)) {
+      return invalid_argument("%s: receive from rank %d with an operand but no reducer that "
+                              "writes to a third buffer",
+                              op, r.peer);
+    }
+    if (r.forward >= n || (r.forward >= 0 && links_[static_cast<size_t>(r.forward)] == nullptr)) {
+      return invalid_argument("%s: receive forwarded to rank %d of a world of %d ranks", op,
+                              r.forward, n);
+    }
   }
   return ok_status();
 }
+
+namespace {
+
+// Whether receive i may forward now: in its forward peer's stream its bytes follow every
+// send of the exchange to that peer and the bytes earlier receives forward to it.
+template <typename Sent, typename Received>
+bool forward_ready(std::span<const SendOp> sends, Sent& sent, std::span<const RecvOp> recvs,
+                   Received& recvd, size_t i) {
+  const int to = recvs[i].forward;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    if (sends[k].peer == to && sent[k] < sends[k].bytes) return false;
+  }
+  for (size_t j = 0; j < i; ++j) {
+    if (recvs[j].forward == to && recvd[j].forwarded < recvs[j].bytes) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                                const Deadline& deadline) {
@@ -697,16 +767,22 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
       if (!s.ok()) return peer_error(op, sends[i].peer, s);
     }
     for (size_t i = 0; i < recvs.size(); ++i) {
-      if (recvd[i].done == recvs[i].bytes) continue;
+      const RecvOp& r = recvs[i];
+      if (recvd[i].done == r.bytes && (r.forward < 0 || recvd[i].forwarded == r.bytes)) continue;
       all_done = false;
       bool earlier_pending = false;
       for (size_t j = 0; j < i && !earlier_pending; ++j) {
-        earlier_pending = recvs[j].peer == recvs[i].peer && recvd[j].done < recvs[j].bytes;
+        earlier_pending = recvs[j].peer == r.peer && recvd[j].done < recvs[j].bytes;
       }
-      if (earlier_pending) continue;
-      Status s = progress_recv(links_[static_cast<size_t>(recvs[i].peer)].get(), recvs[i],
-                               &recvd[i], &progressed);
-      if (!s.ok()) return peer_error(op, recvs[i].peer, s);
+      if (earlier_pending) continue;  // nothing received, so nothing to forward either
+      Link* fwd = nullptr;
+      if (r.forward >= 0 && forward_ready(sends, sent, recvs, recvd, i)) {
+        fwd = links_[static_cast<size_t>(r.forward)].get();
+      }
+      int failed_peer = r.peer;
+      Status s = progress_recv(links_[static_cast<size_t>(r.peer)].get(), fwd, r, &recvd[i],
+                               &progressed, &failed_peer);
+      if (!s.ok()) return peer_error(op, failed_peer, s);
     }
     if (all_done) return ok_status();
     if (aborted_.load(std::memory_order_relaxed)) return fail(cancelled_error(op));
@@ -738,6 +814,13 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
         if (sent[i] < sends[i].bytes) {
           culprit = &peers_[static_cast<size_t>(sends[i].peer)];
           detail = str_format("it took %zu of %zu bytes sent to it", sent[i], sends[i].bytes);
+        }
+      }
+      for (size_t i = 0; i < recvs.size() && culprit == nullptr; ++i) {
+        if (recvs[i].forward >= 0 && recvd[i].forwarded < recvs[i].bytes) {
+          culprit = &peers_[static_cast<size_t>(recvs[i].forward)];
+          detail = str_format("it took %zu of %zu bytes forwarded to it", recvd[i].forwarded,
+                              recvs[i].bytes);
         }
       }
       // The rank waited on may itself be waiting on the one at fault: a stopped or dead
@@ -794,6 +877,11 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
         Status s = links_[static_cast<size_t>(sends[i].peer)]->check_peer();
         if (!s.ok()) return peer_error(op, sends[i].peer, s);
       }
+      for (size_t i = 0; i < recvs.size(); ++i) {
+        if (recvs[i].forward < 0 || recvd[i].forwarded == recvs[i].bytes) continue;
+        Status s = links_[static_cast<size_t>(recvs[i].forward)]->check_peer();
+        if (!s.ok()) return peer_error(op, recvs[i].forward, s);
+      }
     }
     auto waited = now - idle_since;
     if (waited < spin_time_) {
@@ -814,6 +902,12 @@ Status LinkTransport::exchange(std::span<const SendOp> sends, std::span<const Re
       for (size_t i = 0; i < sends.size() && all_fds; ++i) {
         if (sent[i] == sends[i].bytes) continue;
         int fd = links_[static_cast<size_t>(sends[i].peer)]->poll_fd();
+        if (fd < 0 || nfds == 16) all_fds = false;
+        else fds[nfds++] = pollfd{fd, POLLOUT, 0};
+      }
+      for (size_t i = 0; i < recvs.size() && all_fds; ++i) {
+        if (recvs[i].forward < 0 || recvd[i].forwarded == recvd[i].done) continue;
+        int fd = links_[static_cast<size_t>(recvs[i].forward)]->poll_fd();
         if (fd < 0 || nfds == 16) all_fds = false;
         else fds[nfds++] = pollfd{fd, POLLOUT, 0};
       }

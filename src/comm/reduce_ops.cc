@@ -1,6 +1,7 @@
-// Reduce kernels (acc = acc op in) for every kilnCommDataType x kilnReduceOp. The loops are
-// plain element-wise loops over __restrict pointers so GCC vectorises them for the target
-// (-march=native); fp16 uses the F16C conversions when the target has them.
+// Reduce kernels (acc = acc op in, and out = x op in) for every kilnCommDataType x
+// kilnReduceOp. The loops are plain element-wise loops over __restrict pointers so GCC
+// vectorises them for the target (-march=native); fp16 uses the F16C conversions when the
+// target has them.
 #include "comm/reduce_ops.h"
 
 #include <cstdint>
@@ -43,12 +44,24 @@ inline T combine(T a, T b) {
   }
 }
 
+// Each family has an in-place form (acc op= in) and a three-buffer form (out = x op in):
+// with __restrict on every pointer GCC vectorises both without run-time overlap checks,
+// which an in-place call of the three-buffer form would fail (and run scalar).
 template <Op kOp, typename T>
 void apply_plain(void* acc, const void* in, size_t bytes) {
   T* __restrict a = static_cast<T*>(acc);
   const T* __restrict b = static_cast<const T*>(in);
   size_t n = bytes / sizeof(T);
   for (size_t i = 0; i < n; ++i) a[i] = combine<kOp>(a[i], b[i]);
+}
+
+template <Op kOp, typename T>
+void apply_plain_to(void* out, const void* x, const void* in, size_t bytes) {
+  T* __restrict o = static_cast<T*>(out);
+  const T* __restrict a = static_cast<const T*>(x);
+  const T* __restrict b = static_cast<const T*>(in);
+  size_t n = bytes / sizeof(T);
+  for (size_t i = 0; i < n; ++i) o[i] = combine<kOp>(a[i], b[i]);
 }
 
 // bfloat16: widening is a shift; narrowing rounds to nearest even, NaN kept quiet (as
@@ -69,13 +82,25 @@ inline float bf16_widen(uint16_t h) {
 }
 
 template <Op kOp>
+inline uint16_t combine_bf16(uint16_t a, uint16_t b) {
+  return static_cast<uint16_t>(bf16_round(combine<kOp>(bf16_widen(a), bf16_widen(b))));
+}
+
+template <Op kOp>
 void apply_bf16(void* acc, const void* in, size_t bytes) {
   uint16_t* __restrict a = static_cast<uint16_t*>(acc);
   const uint16_t* __restrict b = static_cast<const uint16_t*>(in);
   size_t n = bytes / 2;
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = static_cast<uint16_t>(bf16_round(combine<kOp>(bf16_widen(a[i]), bf16_widen(b[i]))));
-  }
+  for (size_t i = 0; i < n; ++i) a[i] = combine_bf16<kOp>(a[i], b[i]);
+}
+
+template <Op kOp>
+void apply_bf16_to(void* out, const void* x, const void* in, size_t bytes) {
+  uint16_t* __restrict o = static_cast<uint16_t*>(out);
+  const uint16_t* __restrict a = static_cast<const uint16_t*>(x);
+  const uint16_t* __restrict b = static_cast<const uint16_t*>(in);
+  size_t n = bytes / 2;
+  for (size_t i = 0; i < n; ++i) o[i] = combine_bf16<kOp>(a[i], b[i]);
 }
 
 #ifdef KILN_COMM_HAVE_F16C
@@ -90,36 +115,48 @@ inline __m256 combine8(__m256 a, __m256 b) {
 }
 #endif
 
+// out = x op in; out may be x (explicit vector code: each group of 8 is loaded before it
+// is stored, so one function serves both forms).
 template <Op kOp>
-void apply_fp16(void* acc, const void* in, size_t bytes) {
-  uint16_t* __restrict a = static_cast<uint16_t*>(acc);
-  const uint16_t* __restrict b = static_cast<const uint16_t*>(in);
+void apply_fp16_to(void* out, const void* x, const void* in, size_t bytes) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* a = static_cast<const uint16_t*>(x);
+  const uint16_t* b = static_cast<const uint16_t*>(in);
   size_t n = bytes / 2;
   size_t i = 0;
 #ifdef KILN_COMM_HAVE_F16C
   for (; i + 8 <= n; i += 8) {
-    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
-    __m128i r = _mm256_cvtps_ph(combine8<kOp>(x, y), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + i), r);
+    __m256 va = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256 vb = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    __m128i r = _mm256_cvtps_ph(combine8<kOp>(va, vb), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), r);
   }
 #endif
-  for (; i < n; ++i) a[i] = float_to_fp16(combine<kOp>(fp16_to_float(a[i]), fp16_to_float(b[i])));
+  for (; i < n; ++i) o[i] = float_to_fp16(combine<kOp>(fp16_to_float(a[i]), fp16_to_float(b[i])));
+}
+
+template <Op kOp>
+void apply_fp16(void* acc, const void* in, size_t bytes) {
+  apply_fp16_to<kOp>(acc, acc, in, bytes);
 }
 
 template <typename T>
 struct PlainKernels {
-  static constexpr Reducer kSumR{sizeof(T), &apply_plain<kSum, T>};
-  static constexpr Reducer kProdR{sizeof(T), &apply_plain<kProd, T>};
-  static constexpr Reducer kMaxR{sizeof(T), &apply_plain<kMax, T>};
-  static constexpr Reducer kMinR{sizeof(T), &apply_plain<kMin, T>};
+  static constexpr Reducer kSumR{sizeof(T), &apply_plain<kSum, T>, &apply_plain_to<kSum, T>};
+  static constexpr Reducer kProdR{sizeof(T), &apply_plain<kProd, T>, &apply_plain_to<kProd, T>};
+  static constexpr Reducer kMaxR{sizeof(T), &apply_plain<kMax, T>, &apply_plain_to<kMax, T>};
+  static constexpr Reducer kMinR{sizeof(T), &apply_plain<kMin, T>, &apply_plain_to<kMin, T>};
   static constexpr const Reducer* kAll[4] = {&kSumR, &kProdR, &kMaxR, &kMinR};
 };
 
-constexpr Reducer kFp16[4] = {{2, &apply_fp16<kSum>}, {2, &apply_fp16<kProd>},
-                              {2, &apply_fp16<kMax>}, {2, &apply_fp16<kMin>}};
-constexpr Reducer kBf16[4] = {{2, &apply_bf16<kSum>}, {2, &apply_bf16<kProd>},
-                              {2, &apply_bf16<kMax>}, {2, &apply_bf16<kMin>}};
+constexpr Reducer kFp16[4] = {{2, &apply_fp16<kSum>, &apply_fp16_to<kSum>},
+                              {2, &apply_fp16<kProd>, &apply_fp16_to<kProd>},
+                              {2, &apply_fp16<kMax>, &apply_fp16_to<kMax>},
+                              {2, &apply_fp16<kMin>, &apply_fp16_to<kMin>}};
+constexpr Reducer kBf16[4] = {{2, &apply_bf16<kSum>, &apply_bf16_to<kSum>},
+                              {2, &apply_bf16<kProd>, &apply_bf16_to<kProd>},
+                              {2, &apply_bf16<kMax>, &apply_bf16_to<kMax>},
+                              {2, &apply_bf16<kMin>, &apply_bf16_to<kMin>}};
 
 }  // namespace
 

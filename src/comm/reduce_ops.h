@@ -1,5 +1,6 @@
-// Reduce kernels of the collectives: one Reducer (acc = acc op in, element-wise) per
-// kilnCommDataType x kilnReduceOp, and the names and sizes of those enums for messages.
+// Reduce kernels of the collectives: one Reducer (acc = acc op in, or out = x op in,
+// element-wise) per kilnCommDataType x kilnReduceOp, and the names and sizes of those enums
+// for messages.
 #pragma once
 
 #include <cstddef>

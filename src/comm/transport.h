@@ -21,10 +21,12 @@ namespace kiln::comm {
 using Clock = std::chrono::steady_clock;
 
 // Combines received bytes into an accumulator: acc[i] = acc[i] (op) in[i] for the
-// elements of one data type. `bytes` is a multiple of elem_size.
+// elements of one data type; apply_to writes out[i] = x[i] (op) in[i] to a third buffer
+// (out must not overlap x or in). `bytes` is a multiple of elem_size.
 struct Reducer {
   size_t elem_size = 1;
   void (*apply)(void* acc, const void* in, size_t bytes) = nullptr;
+  void (*apply_to)(void* out, const void* x, const void* in, size_t bytes) = nullptr;
 };
 
 struct SendOp {
@@ -36,11 +38,21 @@ struct SendOp {
 // Receives the next `bytes` bytes the peer sent into `data`; with a reducer, combines them
 // into `data` instead of overwriting it (the transport hands the reducer whole elements,
 // straight from its buffers where it can: one pass over the data, no staging copy).
+//
+// `operand` (with a reducer): data = operand (op) received, so an out-of-place reduction
+// needs no copy of its input first; null or equal to data: data (op)= received.
+//
+// `forward` >= 0: the bytes written to `data` are also sent on to that peer, piece by piece
+// as they land (while still in cache), the way a ring passes a block on: a receive-reduce-
+// send in one pass. In that peer's stream the forwarded bytes follow every SendOp of the
+// exchange to it and the bytes forwarded by earlier RecvOps.
 struct RecvOp {
   int peer;
   void* data;
   size_t bytes;
   const Reducer* reduce = nullptr;
+  const void* operand = nullptr;
+  int forward = -1;
 };
 
 // Where an exchange gives up, and what to call the operation in the error.

@@ -38,7 +38,17 @@ void add_i32(void* acc, const void* in, size_t bytes) {
     std::memcpy(static_cast<char*>(acc) + 4 * i, &a, 4);
   }
 }
-const Reducer kSumI32{4, add_i32};
+void add_i32_to(void* out, const void* x, const void* in, size_t bytes) {
+  for (size_t i = 0; i < bytes / 4; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, static_cast<const char*>(x) + 4 * i, 4);
+    std::memcpy(&b, static_cast<const char*>(in) + 4 * i, 4);
+    a += b;
+    std::memcpy(static_cast<char*>(out) + 4 * i, &a, 4);
+  }
+}
+const Reducer kSumI32{4, add_i32, add_i32_to};
+const Reducer kSumI32InPlaceOnly{4, add_i32};
 
 void add_f64(void* acc, const void* in, size_t bytes) {
   for (size_t i = 0; i < bytes / 8; ++i) {
@@ -200,6 +210,95 @@ TEST(InProcessTransport, ReduceOfDoublesThroughLoopback) {
 
 // A large in-process send goes by address; when the sender gives up half way, it takes
 // its buffer back (and may free it) and the receiver gets an error, never stale memory.
+// The way a ring passes blocks on: a chain 0 -> 1 -> 2 -> 3 of forwarding receives. Rank 1
+// sends a header of its own to rank 2 first, then reduces what rank 0 sends with an operand
+// into a third buffer and forwards the sums; rank 2 sends a trailer of its own to rank 3
+// and forwards the header and the sums, but not the last message. 12 MiB of sums: more
+// than the rings hold, in by-address sends and in ring pieces whose elements straddle the
+// ring's end (after odd-sized messages).
+TEST(InProcessTransport, ForwardingReceivesPassDataDownAChainInStreamOrder) {
+  auto world = make_in_process_world(4);
+  const size_t count = (3u << 20) + 5;
+  std::vector<int32_t> a(count), operand(count), sums(count, 0), expect(count);
+  for (size_t i = 0; i < count; ++i) {
+    a[i] = static_cast<int32_t>(i * 2654435761u);
+    operand[i] = static_cast<int32_t>(i * 40503u + 7);
+    expect[i] = static_cast<int32_t>(static_cast<uint32_t>(a[i]) + static_cast<uint32_t>(operand[i]));
+  }
+  const std::vector<int32_t> operand_before = operand;
+  std::vector<char> header = pattern(1001, 1, 2), trailer = pattern(3, 2, 3);
+  std::vector<char> last = pattern(70001, 0, 1);
+  std::vector<char> last_at1(last.size()), header_at2(header.size()), last_at2(last.size());
+  std::vector<int32_t> sums_at2(count), sums_at3(count);
+  std::vector<char> header_at3(header.size()), trailer_at3(trailer.size());
+  const size_t sum_bytes = count * 4;
+  Status st[4];
+  std::thread t0([&] {
+    SendOp sends[] = {{1, a.data(), sum_bytes}, {1, last.data(), last.size()}};
+    st[0] = world[0]->exchange(sends, {}, in(milliseconds(20000)));
+  });
+  std::thread t1([&] {
+    SendOp send{2, header.data(), header.size()};
+    RecvOp recvs[2] = {{0, sums.data(), sum_bytes, &kSumI32}, {0, last_at1.data(), last.size()}};
+    recvs[0].operand = operand.data();
+    recvs[0].forward = 2;
+    recvs[1].forward = 2;
+    st[1] = world[1]->exchange({&send, 1}, recvs, in(milliseconds(20000)));
+  });
+  std::thread t2([&] {
+    SendOp send{3, trailer.data(), trailer.size()};
+    RecvOp recvs[3] = {{1, header_at2.data(), header.size()},
+                       {1, sums_at2.data(), sum_bytes},
+                       {1, last_at2.data(), last.size()}};
+    recvs[0].forward = 3;
+    recvs[1].forward = 3;
+    st[2] = world[2]->exchange({&send, 1}, recvs, in(milliseconds(20000)));
+  });
+  RecvOp recvs3[3] = {{2, trailer_at3.data(), trailer.size()},
+                      {2, header_at3.data(), header.size()},
+                      {2, sums_at3.data(), sum_bytes}};
+  st[3] = world[3]->exchange({}, recvs3, in(milliseconds(20000)));
+  t0.join();
+  t1.join();
+  t2.join();
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+  EXPECT_TRUE(sums == expect);
+  EXPECT_TRUE(operand == operand_before);  // the operand is read, never written
+  EXPECT_TRUE(last_at1 == last);
+  EXPECT_TRUE(header_at2 == header);
+  EXPECT_TRUE(sums_at2 == expect);
+  EXPECT_TRUE(last_at2 == last);
+  EXPECT_TRUE(trailer_at3 == trailer);
+  EXPECT_TRUE(header_at3 == header);
+  EXPECT_TRUE(sums_at3 == expect);
+  // Rank 2 did not forward `last`: rank 3's stream from rank 2 is empty.
+  char extra = 0;
+  RecvOp none{2, &extra, 1};
+  Status more = world[3]->exchange({}, {&none, 1}, in(milliseconds(100)));
+  EXPECT_EQ(more.code(), StatusCode::kDeadlineExceeded) << more.to_string();
+}
+
+// A rank that never takes the bytes forwarded to it is the one the deadline names, even
+// though everything the forwarding rank had to receive arrived.
+TEST(InProcessTransport, ForwardThatIsNeverTakenTimesOutNamingItsTarget) {
+  auto world = make_in_process_world(3);
+  std::vector<char> big = pattern(16u << 20, 0, 1), got(big.size());
+  Status s0;
+  std::thread t0([&] {
+    SendOp s{1, big.data(), big.size()};
+    s0 = world[0]->exchange({&s, 1}, {}, in(milliseconds(20000)));
+  });
+  RecvOp r{0, got.data(), got.size()};
+  r.forward = 2;
+  Status s1 = world[1]->exchange({}, {&r, 1}, in(milliseconds(400), "AllGather"));
+  t0.join();
+  ASSERT_TRUE(s0.ok()) << s0.to_string();
+  EXPECT_TRUE(got == big);
+  ASSERT_EQ(s1.code(), StatusCode::kDeadlineExceeded) << s1.to_string();
+  EXPECT_NE(s1.message().find("AllGather: rank 2"), std::string::npos) << s1.message();
+  EXPECT_NE(s1.message().find("forwarded"), std::string::npos) << s1.message();
+}
+
 TEST(InProcessTransport, SenderGivingUpOnDirectSendRevokesItsBuffer) {
   auto world = make_in_process_world(2);
   auto big = std::make_unique<std::vector<char>>(pattern(8u << 20, 0, 1));
@@ -323,6 +422,19 @@ TEST(InProcessTransport, BadOpsAreInvalidArguments) {
             StatusCode::kInvalidArgument);
   RecvOp bad_reduce{1, c, 6, &kSumI32};  // not a whole number of elements
   EXPECT_EQ(world[0]->exchange({}, {&bad_reduce, 1}, in(milliseconds(100))).code(),
+            StatusCode::kInvalidArgument);
+  int32_t x[2] = {}, y[2] = {};
+  RecvOp no_apply_to{1, x, 8, &kSumI32InPlaceOnly};
+  no_apply_to.operand = y;  // a third buffer needs Reducer::apply_to
+  EXPECT_EQ(world[0]->exchange({}, {&no_apply_to, 1}, in(milliseconds(100))).code(),
+            StatusCode::kInvalidArgument);
+  RecvOp operand_without_reducer{1, x, 8};
+  operand_without_reducer.operand = y;
+  EXPECT_EQ(world[0]->exchange({}, {&operand_without_reducer, 1}, in(milliseconds(100))).code(),
+            StatusCode::kInvalidArgument);
+  RecvOp forward_out_of_range{1, x, 8};
+  forward_out_of_range.forward = 2;
+  EXPECT_EQ(world[0]->exchange({}, {&forward_out_of_range, 1}, in(milliseconds(100))).code(),
             StatusCode::kInvalidArgument);
   // Bad arguments do not break the transport.
   SendOp ok_send{0, c, 1};

@@ -110,7 +110,9 @@ Status group_exchange(const AlgoContext& ctx, std::span<const SendOp> sends,
   for (const RecvOp& op : recvs) {
     if (op.bytes == 0) continue;
     r[nr] = op;
-    r[nr++].peer = g.rank_of(op.peer);
+    r[nr].peer = g.rank_of(op.peer);
+    if (op.forward >= 0) r[nr].forward = g.rank_of(op.forward);
+    ++nr;
   }
   if (ns == 0 && nr == 0) return Status();
   return g.transport().exchange(std::span<const SendOp>(s, ns), std::span<const RecvOp>(r, nr),

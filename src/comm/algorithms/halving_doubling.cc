@@ -27,8 +27,8 @@ Status halving_doubling_all_reduce(const AlgoContext& ctx, const void* send, voi
     if (in != acc && bytes > 0) std::memcpy(acc, in, bytes);
     return Status();
   }
-  // Out of place, the input is copied into recv only where and when a partial result is
-  // first reduced into it; what is sent before that goes out from the input directly.
+  // Out of place, the first partial result reduced into recv is combined with the input
+  // on the way (RecvOp::operand), and what is sent before that goes out from the input.
   bool copied = in == acc;
   auto ensure_copied = [&] {
     if (!copied) std::memcpy(acc, in, bytes);
@@ -46,8 +46,9 @@ Status halving_doubling_all_reduce(const AlgoContext& ctx, const void* send, voi
       if (Status st = group_exchange(ctx, {&so, 1}, {}); !st.ok()) return st;
       vrank = -1;
     } else {
-      ensure_copied();
       RecvOp ro{me - 1, acc, bytes, &reducer};
+      ro.operand = in;  // acc = the input (op) the partner's, no copy first
+      copied = true;
       if (Status st = group_exchange(ctx, {}, {&ro, 1}); !st.ok()) return st;
       vrank = me / 2;
     }
@@ -94,14 +95,12 @@ Status halving_doubling_all_reduce(const AlgoContext& ctx, const void* send, voi
           keep_lo = mid, keep_hi = cur_hi, give_lo = cur_lo, give_hi = mid;
         }
         // The first step gives away half the input untouched: send it from the input, and
-        // copy only the kept half.
+        // reduce the kept half of the input with the partner's straight into acc.
         const char* give_src = copied ? acc : in;
-        if (!copied) {
-          std::memcpy(acc + keep_lo * elem, in + keep_lo * elem, (keep_hi - keep_lo) * elem);
-          copied = true;
-        }
         SendOp so{partner, give_src + give_lo * elem, (give_hi - give_lo) * elem};
         RecvOp ro{partner, acc + keep_lo * elem, (keep_hi - keep_lo) * elem, &reducer};
+        if (!copied) ro.operand = in + keep_lo * elem;
+        copied = true;
         if (Status st = group_exchange(ctx, {&so, 1}, {&ro, 1}); !st.ok()) return st;
         lo[steps] = cur_lo = keep_lo;
         hi[steps] = cur_hi = keep_hi;

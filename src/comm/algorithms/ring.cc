@@ -1,62 +1,57 @@
 // Ring algorithms: AllReduce as reduce-scatter + all-gather, ReduceScatter, AllGather,
-// Reduce (reduce-scatter, then a gather at the root) and the chained broadcast. Each ring
-// step is split into pieces, one exchange per piece, so a rank forwards the first piece of
-// a block it just reduced while the rest of the step is still arriving: the next step's
-// send overlaps the current step's receive-reduce, and a piece is still in cache when it
-// is forwarded.
+// Reduce (reduce-scatter, then a gather at the root) and the chained broadcast.
+//
+// AllReduce, AllGather and Reduce's reduce-scatter run as one exchange: a rank sends its
+// first block, and every block it receives after that is forwarded to the next rank as it
+// lands (RecvOp::forward), 64 KiB at a time while the piece is still in cache: receive,
+// reduce and send in one pass over the data, with no step boundaries where the ring would
+// drain. An out-of-place reduction reduces the received partial sum with its own input
+// straight into the output (RecvOp::operand), so the input is never copied first.
 #include <cstring>
+#include <vector>
 
 #include "comm/algorithms.h"
 
 namespace kiln::comm {
 namespace {
 
-// The reduce-scatter phase over `acc` (count elements in n blocks): step s sends block
-// me-s-1 and receives block me-s-2, reducing it into acc; after n-1 steps block `me` of
-// acc is the full reduction. `send` is the input; when it differs from acc, each piece is
-// copied into acc right before the partial sum is reduced into it, and block me-1 goes out
-// from `send` directly (acc's copy of it is never needed).
-Status ring_rs_phase(const AlgoContext& ctx, const char* send, char* acc, const Blocks& bl,
-                     const Reducer& reducer) {
+// The reduce-scatter receives over `acc` (count elements in n blocks), in the order they
+// arrive from the previous rank: step s brings block me-s-2 and reduces it with this rank's
+// input `send` into acc (in place when send is acc), forwarding it to the next rank; after
+// n-1 steps block `me` of acc is the full reduction, forwarded too when `forward_last`.
+// The first block sent, me-1, goes out of `send` (see ring_first_send).
+void ring_rs_recvs(const AlgoContext& ctx, const char* send, char* acc, const Blocks& bl,
+                   const Reducer& reducer, bool forward_last, std::vector<RecvOp>* recvs) {
   const int n = ctx.group->size(), me = ctx.group->me();
   const int next = mod(me + 1, n), prev = mod(me - 1, n);
-  const size_t pieces = pipeline_pieces(bl.bytes(0));
-  const bool in_place = send == acc;
   for (int s = 0; s < n - 1; ++s) {
-    const int sb = mod(me - s - 1, n), rb = mod(me - s - 2, n);
-    const char* src_block = (s == 0 ? send : acc) + bl.offset(sb);
-    char* dst_block = acc + bl.offset(rb);
-    for (size_t k = 0; k < pieces; ++k) {
-      size_t soff, slen, roff, rlen;
-      piece_of(bl.bytes(sb), bl.elem, k, pieces, &soff, &slen);
-      piece_of(bl.bytes(rb), bl.elem, k, pieces, &roff, &rlen);
-      if (!in_place && rlen > 0) std::memcpy(dst_block + roff, send + bl.offset(rb) + roff, rlen);
-      SendOp so{next, src_block + soff, slen};
-      RecvOp ro{prev, dst_block + roff, rlen, &reducer};
-      if (Status st = group_exchange(ctx, {&so, 1}, {&ro, 1}); !st.ok()) return st;
-    }
+    const int rb = mod(me - s - 2, n);
+    RecvOp r{prev, acc + bl.offset(rb), bl.bytes(rb), &reducer};
+    if (send != acc) r.operand = send + bl.offset(rb);
+    r.forward = s < n - 2 || forward_last ? next : -1;
+    recvs->push_back(r);
   }
-  return Status();
 }
 
-// The all-gather phase over `buf` whose block `me` is complete: step s sends block me-s and
-// receives block me-s-1.
-Status ring_ag_phase(const AlgoContext& ctx, char* buf, const Blocks& bl) {
+// The all-gather receives over `buf`, whose block `me` is complete (and sent first): step s
+// brings block me-s-1 from the previous rank, forwarded to the next but for the last.
+void ring_ag_recvs(const AlgoContext& ctx, char* buf, const Blocks& bl,
+                   std::vector<RecvOp>* recvs) {
   const int n = ctx.group->size(), me = ctx.group->me();
   const int next = mod(me + 1, n), prev = mod(me - 1, n);
-  const size_t pieces = pipeline_pieces(bl.bytes(0));
   for (int s = 0; s < n - 1; ++s) {
-    const int sb = mod(me - s, n), rb = mod(me - s - 1, n);
-    for (size_t k = 0; k < pieces; ++k) {
-      size_t soff, slen, roff, rlen;
-      piece_of(bl.bytes(sb), bl.elem, k, pieces, &soff, &slen);
-      piece_of(bl.bytes(rb), bl.elem, k, pieces, &roff, &rlen);
-      SendOp so{next, buf + bl.offset(sb) + soff, slen};
-      RecvOp ro{prev, buf + bl.offset(rb) + roff, rlen, nullptr};
-      if (Status st = group_exchange(ctx, {&so, 1}, {&ro, 1}); !st.ok()) return st;
-    }
+    const int rb = mod(me - s - 1, n);
+    RecvOp r{prev, buf + bl.offset(rb), bl.bytes(rb), nullptr};
+    r.forward = s < n - 2 ? next : -1;
+    recvs->push_back(r);
   }
-  return Status();
+}
+
+// The reduce-scatter's first send: this rank's input block me-1, to the next rank.
+SendOp ring_first_send(const AlgoContext& ctx, const char* send, const Blocks& bl) {
+  const int n = ctx.group->size(), me = ctx.group->me();
+  const int first = mod(me - 1, n);
+  return SendOp{mod(me + 1, n), send + bl.offset(first), bl.bytes(first)};
 }
 
 }  // namespace
@@ -71,8 +66,12 @@ Status ring_all_reduce(const AlgoContext& ctx, const void* send, void* recv, siz
     return Status();
   }
   Blocks bl{count, reducer.elem_size, n};
-  if (Status st = ring_rs_phase(ctx, in, out, bl, reducer); !st.ok()) return st;
-  return ring_ag_phase(ctx, out, bl);
+  const SendOp first = ring_first_send(ctx, in, bl);
+  std::vector<RecvOp> recvs;
+  recvs.reserve(2 * static_cast<size_t>(n - 1));
+  ring_rs_recvs(ctx, in, out, bl, reducer, /*forward_last=*/true, &recvs);
+  ring_ag_recvs(ctx, out, bl, &recvs);
+  return group_exchange(ctx, {&first, 1}, recvs);
 }
 
 Status ring_all_gather(const AlgoContext& ctx, const void* send, void* recv,
@@ -85,7 +84,11 @@ Status ring_all_gather(const AlgoContext& ctx, const void* send, void* recv,
   if (n == 1) return Status();
   // Byte blocks: elem 1, every block bytes_per_rank long.
   Blocks bl{bytes_per_rank * n, 1, n};
-  return ring_ag_phase(ctx, out, bl);
+  const SendOp first{mod(me + 1, n), mine, bytes_per_rank};
+  std::vector<RecvOp> recvs;
+  recvs.reserve(static_cast<size_t>(n - 1));
+  ring_ag_recvs(ctx, out, bl, &recvs);
+  return group_exchange(ctx, {&first, 1}, recvs);
 }
 
 Status ring_reduce_scatter(const AlgoContext& ctx, const void* send, void* recv,
@@ -119,9 +122,9 @@ Status ring_reduce_scatter(const AlgoContext& ctx, const void* send, void* recv,
     for (size_t k = 0; k < pieces; ++k) {
       size_t off, len;
       piece_of(block, reducer.elem_size, k, pieces, &off, &len);
-      if (dst != dst_input && len > 0) std::memcpy(dst + off, dst_input + off, len);
       SendOp so{next, src + off, len};
       RecvOp ro{prev, dst + off, len, &reducer};
+      ro.operand = dst_input + off;  // dst = this rank's input (op) the partial sum
       if (Status st = group_exchange(ctx, {&so, 1}, {&ro, 1}); !st.ok()) return st;
     }
   }
@@ -146,7 +149,11 @@ Status ring_reduce(const AlgoContext& ctx, const void* send, void* recv, size_t 
                               bytes);
   }
   Blocks bl{count, reducer.elem_size, n};
-  if (Status st = ring_rs_phase(ctx, in, acc, bl, reducer); !st.ok()) return st;
+  const SendOp first = ring_first_send(ctx, in, bl);
+  std::vector<RecvOp> rs;
+  rs.reserve(static_cast<size_t>(n - 1));
+  ring_rs_recvs(ctx, in, acc, bl, reducer, /*forward_last=*/false, &rs);
+  if (Status st = group_exchange(ctx, {&first, 1}, rs); !st.ok()) return st;
   // Rank b holds block b reduced: gather the blocks at the root.
   if (me == root) {
     std::vector<RecvOp> recvs;
