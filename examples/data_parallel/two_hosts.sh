@@ -8,6 +8,9 @@
 #   two_hosts.sh DATA_PARALLEL [RATE] [data_parallel options...]
 #   e.g. two_hosts.sh build/release/examples/data_parallel/data_parallel 1gbit --batch 256
 #
+# RANKS_PER_HOST=2 (default 1) runs two ranks in each namespace: 4 ranks, shared memory
+# within a "host" and TCP across, so the all-reduce is the hierarchical one.
+#
 # Needs root, iproute2 (ip, tc) and util-linux (unshare); cleans up after itself.
 set -uo pipefail
 
@@ -19,6 +22,9 @@ for cmd in ip tc unshare; do
   command -v $cmd >/dev/null || { echo "two_hosts.sh: $cmd is not installed"; exit 1; }
 done
 [[ -x $bin ]] || { echo "two_hosts.sh: no data_parallel at $bin"; exit 1; }
+per_host=${RANKS_PER_HOST:-1}
+[[ $per_host =~ ^[1-9][0-9]*$ ]] || { echo "two_hosts.sh: RANKS_PER_HOST=$per_host is not a count"; exit 1; }
+world=$((2 * per_host))
 
 id=$$
 ns=(kiln-dp-a-$id kiln-dp-b-$id)
@@ -46,21 +52,24 @@ for i in 0 1; do
   ip netns exec "${ns[$i]}" tc qdisc add dev "$v" root tbf rate "$rate" burst 256kb latency 100ms
 done
 set +e
-echo "two hosts: ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), veth rate-limited to $rate each way"
+echo "two hosts: ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), veth rate-limited to $rate each way, $per_host rank(s) each"
 
 port=$((20000 + RANDOM % 20000))
 out=$(mktemp)
-for rank in 0 1; do
-  ip netns exec "${ns[$rank]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "dp-host-$rank" \
-    env KILN_RANK=$rank KILN_WORLD_SIZE=2 KILN_ROOT_ADDR="${addr[0]}:$port" KILN_COMM_TIMEOUT=60 \
+for ((rank = 0; rank < world; rank++)); do
+  host=$((rank / per_host))
+  ip netns exec "${ns[$host]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "dp-host-$host" \
+    env KILN_RANK=$rank KILN_WORLD_SIZE=$world KILN_ROOT_ADDR="${addr[0]}:$port" KILN_COMM_TIMEOUT=60 \
     KILN_NUM_THREADS=${KILN_NUM_THREADS:-1} \
     timeout -s KILL 600 "$bin" --processes "$@" >"$out.$rank" 2>&1 &
   pids+=($!)
 done
 status=0
-for i in 0 1; do wait "${pids[$i]}" || status=1; done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 pids=()
 cat "$out.0"
-[[ $status == 0 ]] || { echo "--- rank 1:"; cat "$out.1"; }
-rm -f "$out" "$out.0" "$out.1"
+if [[ $status != 0 ]]; then
+  for ((rank = 1; rank < world; rank++)); do echo "--- rank $rank:"; cat "$out.$rank"; done
+fi
+rm -f "$out" "$out".*
 exit $status

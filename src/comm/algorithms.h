@@ -1,5 +1,5 @@
 // The collective algorithms, written against Transport::exchange only: ring (chunked and
-// pipelined), recursive halving-doubling, binomial tree, pipelined chain broadcast,
+// pipelined), recursive halving-doubling, one-shot, binomial tree, pipelined chain broadcast,
 // pairwise exchange, dissemination barrier, and hierarchical (per host, then across hosts).
 // The entry points at the bottom choose one by message size, rank count and topology
 // unless KILN_COMM_ALGO forced one; the family functions are exposed for tests and
@@ -20,10 +20,10 @@
 
 namespace kiln::comm {
 
-enum class Algo { kAuto, kRing, kHalvingDoubling, kTree, kPairwise, kHierarchical };
+enum class Algo { kAuto, kRing, kHalvingDoubling, kTree, kPairwise, kHierarchical, kOneShot };
 
-// KILN_COMM_ALGO's names: "ring", "halving_doubling", "tree", "pairwise", "hierarchical";
-// "" and "auto" are kAuto. False for anything else.
+// KILN_COMM_ALGO's names: "ring", "halving_doubling", "tree", "pairwise", "hierarchical",
+// "oneshot"; "" and "auto" are kAuto. False for anything else.
 bool algo_from_name(std::string_view name, Algo* out);
 const char* algo_name(Algo algo);
 
@@ -96,6 +96,9 @@ Status ring_all_reduce(const AlgoContext& ctx, const void* send, void* recv, siz
 // in first and hand them the result at the end.
 Status halving_doubling_all_reduce(const AlgoContext& ctx, const void* send, void* recv,
                                    size_t count, const Reducer& reducer);
+// Every rank sends its input to every other and reduces all n in rank order (one round).
+Status oneshot_all_reduce(const AlgoContext& ctx, const void* send, void* recv, size_t count,
+                          const Reducer& reducer);
 // Binomial-tree reduce to index 0, then binomial-tree broadcast.
 Status tree_all_reduce(const AlgoContext& ctx, const void* send, void* recv, size_t count,
                        const Reducer& reducer);

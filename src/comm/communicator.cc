@@ -22,7 +22,7 @@ Expected<CommSettings> comm_settings_from_environment() {
     if (!algo_from_name(env, &settings.algo)) {
       return invalid_argument(
           "KILN_COMM_ALGO='%s' is not one of ring, halving_doubling, tree, pairwise, "
-          "hierarchical, auto",
+          "hierarchical, oneshot, auto",
           env);
     }
   }

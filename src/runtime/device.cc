@@ -174,6 +174,7 @@ Status Device::synchronize(int64_t timeout_ms) {
     return failed_precondition("%s: cannot wait for the device from a task of its %s",
                                name().c_str(), s->name().c_str());
   }
+  Stream::wake_deferred(nullptr);  // no task left waiting for a poll of its worker
   // Fences rather than calls into the streams: a stream may be destroyed meanwhile,
   // and its completed counter outlives it.
   std::vector<StreamFence> fences = fence_all_streams();

@@ -103,6 +103,12 @@ class Stream {
   void run_item(Item& item, std::atomic<uint64_t>* completed);
   // Spins a few microseconds for a task after `seen`; false if none came.
   bool spin_for_work(uint64_t seen) const;
+  // Wakes the workers of every stream whose task was queued without a wake-up (enqueue()),
+  // but `except`'s: a thread about to wait for several streams (one thread driving the
+  // ranks of several devices) must not wait a poll interval for each.
+  static void wake_deferred(const Stream* except);
+  // Wakes the worker if it sleeps while a task waits for it.
+  void wake_if_waiting();
 
   Device& device_;
   Context* context_;
@@ -119,6 +125,15 @@ class Stream {
   Status error_;       // first failure since the last synchronize
   bool stopping_ = false;
   bool worker_sleeping_ = false;
+  // The sleeping worker wakes by itself every kPollInterval (stream.cc), so a task a caller
+  // may run can be queued without a wake-up: see enqueue().
+  bool worker_polling_ = false;
+  // Until when the sleeping worker polls instead of sleeping for good: a while after the
+  // stream was last given a task.
+  std::chrono::steady_clock::time_point poll_until_{};
+  // In the list of streams with a task queued without a wake-up (guarded by that list's
+  // mutex, stream.cc).
+  bool deferred_listed_ = false;
   // A thread runs tasks of this stream (the worker its batch, or a synchronizing caller one
   // task): the other waits, which keeps the tasks in order.
   bool running_ = false;

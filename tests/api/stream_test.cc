@@ -653,6 +653,62 @@ TEST_F(StreamTest, TasksTheCallerMayRunKeepStreamOrder) {
   EXPECT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
 }
 
+// A task the caller may run is queued without waking a polling stream thread (the next
+// synchronize runs it); one that nobody synchronizes must still run, on the stream's thread,
+// and soon. And a thread driving several streams (the ranks of several devices) that waits
+// for one of them must not leave the others' tasks waiting: here stream A's task needs
+// stream B's to have run, as a collective needs its peers.
+TEST_F(StreamTest, TasksTheCallerMayRunButNobodySynchronizesStillRun) {
+  kilnrtStream s = make_stream();
+  kiln::rt::Stream* stream = internal_stream(s);
+  ASSERT_NE(stream, nullptr);
+  for (int i = 0; i < 3; ++i) {  // the stream in use: its thread polls while it sleeps
+    stream->submit(kiln::rt::Engine::kHost, [] { return kiln::Status(); }, nullptr, true);
+    ASSERT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // asleep by now
+  std::atomic<bool> ran{false};
+  pthread_t ran_on{};
+  auto start = std::chrono::steady_clock::now();
+  stream->submit(kiln::rt::Engine::kHost, [&] {
+    ran_on = pthread_self();
+    ran = true;
+    return kiln::Status();
+  }, nullptr, /*caller_may_run=*/true);
+  while (!ran && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(ran.load()) << "a task nobody synchronized did not run within 5 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_FALSE(pthread_equal(ran_on, pthread_self()));
+  EXPECT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+
+  kilnrtStream s2 = make_stream();
+  kiln::rt::Stream* other = internal_stream(s2);
+  ASSERT_NE(other, nullptr);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<bool> b_ran{false}, a_timed_out{false};
+    stream->submit(kiln::rt::Engine::kHost, [&] {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!b_ran) {
+        if (std::chrono::steady_clock::now() > until) {
+          a_timed_out = true;
+          break;
+        }
+        std::this_thread::yield();
+      }
+      return kiln::Status();
+    }, nullptr, true);
+    other->submit(kiln::rt::Engine::kHost, [&] {
+      b_ran = true;
+      return kiln::Status();
+    }, nullptr, true);
+    ASSERT_EQ(kilnrtSynchronizeStream(s), KILN_SUCCESS) << last_error();
+    ASSERT_EQ(kilnrtSynchronizeStream(s2), KILN_SUCCESS) << last_error();
+    ASSERT_FALSE(a_timed_out.load()) << "round " << round;
+  }
+}
+
 // A synchronize with a timeout must return by it, so it runs no task itself (a collective
 // may wait for its peers far longer).
 TEST_F(StreamTest, SynchronizeWithATimeoutRunsNoTaskOnTheCaller) {

@@ -244,7 +244,7 @@ const size_t kCounts[] = {0, 1, 7, 1003};
 // ---- AllReduce -------------------------------------------------------------------------------
 
 TEST_F(CollectivesTest, AllReduceEveryTypeOpRankCountAndAlgorithm) {
-  const char* algos[] = {"", "ring", "halving_doubling", "tree", "hierarchical"};
+  const char* algos[] = {"", "ring", "halving_doubling", "oneshot", "tree", "hierarchical"};
   for (int n : kRankCounts) {
     for (const char* algo : algos) {
       const std::vector<kilnComm>& comms = world(n, algo);
@@ -330,7 +330,7 @@ TEST_F(CollectivesTest, AllReduceOfArbitraryFloatsIsBitIdenticalOnEveryRank) {
   // Rounding makes the result depend on the order of combination, but every rank must get
   // the same bits, and the sum is within n * eps * sum|x| of the exact one.
   const size_t count = 4099;
-  for (const char* algo : {"", "ring", "halving_doubling", "tree"}) {
+  for (const char* algo : {"", "ring", "halving_doubling", "oneshot", "tree"}) {
     const int n = 4;
     const std::vector<kilnComm>& comms = world(n, algo);
     std::vector<std::vector<float>> data(n, std::vector<float>(count));

@@ -20,7 +20,8 @@ bool algo_from_name(std::string_view name, Algo* out) {
                 {"halving_doubling", Algo::kHalvingDoubling},
                 {"tree", Algo::kTree},
                 {"pairwise", Algo::kPairwise},
-                {"hierarchical", Algo::kHierarchical}};
+                {"hierarchical", Algo::kHierarchical},
+                {"oneshot", Algo::kOneShot}};
   for (const auto& entry : kNames) {
     if (name == entry.name) {
       *out = entry.algo;
@@ -38,6 +39,7 @@ const char* algo_name(Algo algo) {
     case Algo::kTree: return "tree";
     case Algo::kPairwise: return "pairwise";
     case Algo::kHierarchical: return "hierarchical";
+    case Algo::kOneShot: return "oneshot";
   }
   return "?";
 }

@@ -2,8 +2,9 @@
 // topology (or take the one KILN_COMM_ALGO forced, where it applies), then run it.
 //
 // Choices: AllReduce over several hosts with several ranks on a host is hierarchical;
-// otherwise halving-doubling up to kHalvingDoublingMaxBytes (few steps; latency-bound
-// sizes) and the pipelined ring above (bandwidth-optimal, every link busy). Broadcast and
+// otherwise one-shot up to kOneShotMaxBytes among up to kOneShotMaxRanks ranks (one round),
+// halving-doubling up to kHalvingDoublingMaxBytes (few steps; latency-bound sizes) and the
+// pipelined ring above (bandwidth-optimal, every link busy). Broadcast and
 // Reduce use binomial trees up to kTreeMaxBytes and the chain / ring above. AllGather and
 // ReduceScatter use the ring, AlltoAll pairwise exchange.
 #include <cstring>
@@ -14,6 +15,9 @@ namespace kiln::comm {
 namespace {
 
 constexpr size_t kHalvingDoublingMaxBytes = 512 << 10;
+// One-shot up to this size and rank count: one round of n-1 messages per rank.
+constexpr size_t kOneShotMaxBytes = 1 << 10;
+constexpr int kOneShotMaxRanks = 8;
 constexpr size_t kTreeMaxBytes = 64 << 10;
 
 // Several hosts, and at least one with more than one rank: the case hierarchical helps.
@@ -30,11 +34,13 @@ Algo choose_all_reduce(const AlgoContext& ctx, size_t bytes) {
     case Algo::kHalvingDoubling:
     case Algo::kTree:
     case Algo::kHierarchical:
+    case Algo::kOneShot:
       return ctx.algo;
     default:
       break;
   }
   if (ctx.group->size() > 2 && multi_host(*ctx.group)) return Algo::kHierarchical;
+  if (bytes <= kOneShotMaxBytes && ctx.group->size() <= kOneShotMaxRanks) return Algo::kOneShot;
   return bytes <= kHalvingDoublingMaxBytes ? Algo::kHalvingDoubling : Algo::kRing;
 }
 
@@ -59,6 +65,7 @@ Status all_reduce(const AlgoContext& ctx, const void* send, void* recv, size_t c
     case Algo::kRing: return ring_all_reduce(ctx, send, recv, count, reducer);
     case Algo::kTree: return tree_all_reduce(ctx, send, recv, count, reducer);
     case Algo::kHierarchical: return hierarchical_all_reduce(ctx, send, recv, count, reducer);
+    case Algo::kOneShot: return oneshot_all_reduce(ctx, send, recv, count, reducer);
     default: return halving_doubling_all_reduce(ctx, send, recv, count, reducer);
   }
 }
