@@ -1042,7 +1042,9 @@ TEST(HierarchicalAllReduce, ChosenAndCorrectForRanksSpreadOverHosts) {
       {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1, 1}, {0, 1, 1, 2, 2, 2, 2, 0}};
   for (const std::vector<int>& hosts : layouts) {
     const int n = static_cast<int>(hosts.size());
-    for (size_t count : {size_t{1}, size_t{7}, size_t{20000}}) {
+    // 300001 elements: the ring (with forwarding between group indices that are not
+    // transport ranks) for the leaders' AllReduce and the hosts' Reduce.
+    for (size_t count : {size_t{1}, size_t{7}, size_t{20000}, size_t{300001}}) {
       for (const TypeInfo* t : {&kTypes[2], &kTypes[9]}) {
         for (kilnReduceOp op : {KILN_REDUCE_SUM, KILN_REDUCE_MIN}) {
           std::vector<Bytes> send(n), recv(n);
