@@ -124,7 +124,6 @@ uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* labe
     // Alone in the queue and the worker polling: left to the synchronizing caller (see
     // kPollInterval), and the worker keeps polling.
     deferred = caller_may_run && worker_polling_ && queue_.size() == 1;
-    poll_until_ = std::chrono::steady_clock::now() + kPollLinger;
     wake = worker_sleeping_ && !deferred;
   }
   if (deferred) {
@@ -193,7 +192,14 @@ void Stream::worker() {
       if (!arrived) {
         while ((queue_.empty() || running_) && !stopping_) {
           worker_sleeping_ = true;
-          if (std::chrono::steady_clock::now() < poll_until_) {
+          // Tasks given since the last look (run here, by a caller, or still queued) keep
+          // the worker polling; the clock is read here rather than on every submit.
+          const auto now = std::chrono::steady_clock::now();
+          if (next_seq_ != poll_seen_) {
+            poll_seen_ = next_seq_;
+            poll_until_ = now + kPollLinger;
+          }
+          if (now < poll_until_) {
             worker_polling_ = true;
             work_cv_.wait_for(lock, kPollInterval);
             worker_polling_ = false;

@@ -128,9 +128,10 @@ class Stream {
   // The sleeping worker wakes by itself every kPollInterval (stream.cc), so a task a caller
   // may run can be queued without a wake-up: see enqueue().
   bool worker_polling_ = false;
-  // Until when the sleeping worker polls instead of sleeping for good: a while after the
-  // stream was last given a task.
+  // Until when the sleeping worker polls instead of sleeping for good: a while after it
+  // last saw the stream given a task (next_seq_ past poll_seen_). Worker only.
   std::chrono::steady_clock::time_point poll_until_{};
+  uint64_t poll_seen_ = 0;
   // In the list of streams with a task queued without a wake-up (guarded by that list's
   // mutex, stream.cc).
   bool deferred_listed_ = false;
