@@ -41,23 +41,29 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, int device,
 Communicator::~Communicator() { wait_operations(); }
 
 std::shared_ptr<void> Communicator::begin_operation() {
-  {
-    std::lock_guard lock(ops_mutex_);
-    ++ops_in_flight_;
-  }
+  ops_in_flight_.fetch_add(1, std::memory_order_relaxed);
   // The deleter runs when the last copy of the token goes: after the task ran, or when the
-  // stream dropped it unrun (error state, shutdown). It counts down and notifies under the
-  // lock, so a waiter that sees zero (and may then free the communicator) runs only after
-  // the deleter is done with it.
+  // stream dropped it unrun (error state, shutdown). Above 1 it counts down without the
+  // lock; the last step (only once wait_operations dropped the communicator's own count)
+  // is taken and notified under the lock, so a waiter that sees zero (and may then free the
+  // communicator) runs only after the deleter is done with it.
   return std::shared_ptr<void>(this, [](Communicator* c) {
+    int64_t n = c->ops_in_flight_.load(std::memory_order_relaxed);
+    while (n > 1) {
+      if (c->ops_in_flight_.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) return;
+    }
     std::lock_guard lock(c->ops_mutex_);
-    if (--c->ops_in_flight_ == 0) c->ops_cv_.notify_all();
+    if (c->ops_in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) c->ops_cv_.notify_all();
   });
 }
 
 void Communicator::wait_operations() {
   std::unique_lock lock(ops_mutex_);
-  ops_cv_.wait(lock, [&] { return ops_in_flight_ == 0; });
+  if (!released_own_count_) {
+    released_own_count_ = true;
+    ops_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  ops_cv_.wait(lock, [&] { return ops_in_flight_.load(std::memory_order_acquire) == 0; });
 }
 
 kilnError Communicator::error_code(const Status& status) const {

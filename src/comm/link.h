@@ -109,14 +109,19 @@ struct DirectSlot {
 struct RingControl {
   alignas(64) std::atomic<uint64_t> head{0};  // bytes ever written (producer)
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes ever read (consumer)
+  // Read by the consumer on every look at an empty ring, written only when a side goes away:
+  // the line stays in both sides' caches.
   alignas(64) std::atomic<uint32_t> producer_closed{0};
   std::atomic<uint32_t> consumer_closed{0};
   std::atomic<int32_t> producer_culprit{-1};  // see Link::close
   std::atomic<int32_t> consumer_culprit{-1};
-  std::atomic<uint64_t> producer_collectives{0};  // see Link::publish_collectives
-  char pad_[40];
+  // Written by the producer at every collective, read by the consumer only when a wait times
+  // out: on a line of its own, or each collective would take the line above from the
+  // consumer's cache (one more cross-core miss per peer per operation).
+  alignas(64) std::atomic<uint64_t> producer_collectives{0};  // see Link::publish_collectives
+  char pad_[56];
 };
-static_assert(sizeof(RingControl) == 192);
+static_assert(sizeof(RingControl) == 256);
 
 // A link over two rings (ours to send, the peer's to receive); capacity a power of two.
 // peer_pid > 0: check_peer() sees whether that process still runs (shared memory);

@@ -59,20 +59,38 @@ class Context {
 };
 
 // Live handles of one kind, so a destroyed or foreign handle is an error code.
+// Every API call on a stream or communicator checks its handle; a thread asking again for
+// the handle it last found, with no handle of any set removed since, gets the answer
+// without the lock (an 8-byte collective and its synchronize check three handles, and a
+// shared lock is two locked instructions). Per kind of handle: one count of removals.
 template <typename T>
 class HandleSet {
  public:
+  HandleSet() = default;
+  HandleSet(const HandleSet&) = delete;
+  HandleSet& operator=(const HandleSet&) = delete;
+  ~HandleSet() { handle_removals().fetch_add(1, std::memory_order_release); }
   void add(const T* p) {
     std::unique_lock lock(mutex_);
     live_.insert(p);
   }
   bool remove(const T* p) {
     std::unique_lock lock(mutex_);
+    handle_removals().fetch_add(1, std::memory_order_release);
     return live_.erase(p) > 0;
   }
   bool contains(const void* p) const {
+    static thread_local LastFound last;
+    if (last.set == this && last.handle == p &&
+        last.removals == handle_removals().load(std::memory_order_acquire)) {
+      return true;
+    }
     std::shared_lock lock(mutex_);
-    return live_.count(static_cast<const T*>(p)) > 0;
+    if (live_.count(static_cast<const T*>(p)) == 0) return false;
+    // Removals take the lock exclusively: none runs now, so the count read here is the one
+    // this answer is good for.
+    last = LastFound{this, p, handle_removals().load(std::memory_order_acquire)};
+    return true;
   }
   std::vector<const T*> all() const {
     std::shared_lock lock(mutex_);
@@ -80,6 +98,18 @@ class HandleSet {
   }
 
  private:
+  struct LastFound {
+    const HandleSet* set = nullptr;
+    const void* handle = nullptr;
+    uint64_t removals = 0;
+  };
+  // Removals of handles from any set of this kind, and such sets destroyed (a new set may
+  // reuse the address).
+  static std::atomic<uint64_t>& handle_removals() {
+    static std::atomic<uint64_t> removals{0};
+    return removals;
+  }
+
   mutable std::shared_mutex mutex_;
   std::unordered_set<const T*> live_;
 };

@@ -37,9 +37,12 @@ constexpr auto kSyncSpin = std::chrono::microseconds(20);
 constexpr auto kPollInterval = std::chrono::milliseconds(1);
 constexpr auto kPollLinger = std::chrono::milliseconds(50);
 
-// The streams with a task queued without a wake-up (see Stream::wake_deferred).
+// The streams with a task queued without a wake-up (see Stream::wake_deferred), and their
+// number, read without the lock: a caller submitting and synchronizing one stream in a loop
+// takes the list's lock only once (its stream stays listed), not twice per task.
 std::mutex deferred_mutex;
 std::vector<Stream*> deferred_streams;
+std::atomic<size_t> deferred_count{0};
 
 // A waiting task re-checks the abandon flag this often (only while blocked).
 constexpr int64_t kAbandonPollMs = 50;
@@ -98,8 +101,9 @@ Stream::~Stream() {
   thread_.join();  // the worker drains the queue first
   {
     std::lock_guard deferred(deferred_mutex);
-    if (deferred_listed_) {
+    if (deferred_listed_.load(std::memory_order_relaxed)) {
       deferred_streams.erase(std::find(deferred_streams.begin(), deferred_streams.end(), this));
+      deferred_count.store(deferred_streams.size(), std::memory_order_release);
     }
   }
   device_.remove_stream(this);
@@ -126,11 +130,12 @@ uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* labe
     deferred = caller_may_run && worker_polling_ && queue_.size() == 1;
     wake = worker_sleeping_ && !deferred;
   }
-  if (deferred) {
+  if (deferred && !deferred_listed_.load(std::memory_order_acquire)) {
     std::lock_guard lock(deferred_mutex);
-    if (!deferred_listed_) {
-      deferred_listed_ = true;
+    if (!deferred_listed_.load(std::memory_order_relaxed)) {
+      deferred_listed_.store(true, std::memory_order_release);
       deferred_streams.push_back(this);
+      deferred_count.store(deferred_streams.size(), std::memory_order_release);
     }
   }
   // A spinning or busy worker finds the task without a wake-up.
@@ -139,12 +144,26 @@ uint64_t Stream::enqueue(Engine engine, Task task, bool always, const char* labe
 }
 
 void Stream::wake_deferred(const Stream* except) {
+  // Nothing listed but `except` (whose tasks the caller runs itself): it stays listed, so
+  // its next deferred task need not list it again. A stream listed concurrently and missed
+  // here is run by its worker's next poll.
+  const size_t listed = deferred_count.load(std::memory_order_acquire);
+  if (listed == 0) return;
+  if (listed == 1 && except != nullptr && except->deferred_listed_.load(std::memory_order_acquire))
+    return;
   std::lock_guard lock(deferred_mutex);  // before any stream's mutex (see enqueue)
+  bool keep_except = false;
   for (Stream* s : deferred_streams) {
-    s->deferred_listed_ = false;
-    if (s != except) s->wake_if_waiting();
+    if (s == except) {
+      keep_except = true;
+      continue;
+    }
+    s->deferred_listed_.store(false, std::memory_order_release);
+    s->wake_if_waiting();
   }
   deferred_streams.clear();
+  if (keep_except) deferred_streams.push_back(const_cast<Stream*>(except));
+  deferred_count.store(deferred_streams.size(), std::memory_order_release);
 }
 
 void Stream::wake_if_waiting() {
@@ -182,13 +201,23 @@ void Stream::worker() {
   std::vector<Item> batch;
   std::atomic<uint64_t>* completed = completed_.get();
   std::unique_lock lock(mutex_);
+  // Spin only right after a batch of its own: a task that arrives while the worker spins
+  // but is run by a synchronizing caller must not start another spin. A caller submitting
+  // and running a collective every few microseconds would otherwise keep this thread
+  // spinning for good, taking a core from the ranks (4 processes on 2 cores: all four
+  // ranks on one core, the spinning stream threads on the other, 8-byte AllReduce ~8 us).
+  bool may_spin = false;
   for (;;) {
     if (queue_.empty() || running_) {  // nothing to do, or a synchronizing caller runs a task
       if (stopping_ && queue_.empty()) return;
-      uint64_t seen = next_seq_;
-      lock.unlock();
-      bool arrived = spin_for_work(seen);
-      lock.lock();
+      bool arrived = false;
+      if (may_spin) {
+        may_spin = false;
+        uint64_t seen = next_seq_;
+        lock.unlock();
+        arrived = spin_for_work(seen);
+        lock.lock();
+      }
       if (!arrived) {
         while ((queue_.empty() || running_) && !stopping_) {
           worker_sleeping_ = true;
@@ -219,6 +248,7 @@ void Stream::worker() {
     batch.clear();
     lock.lock();
     running_ = false;
+    may_spin = true;
   }
 }
 
@@ -324,7 +354,12 @@ Status Stream::wait_idle(int64_t timeout_ms) {
   // (waiting forever) or on its own.
   wake_deferred(timeout_ms < 0 ? this : nullptr);
   // With a timeout the caller must be back in time, and a task may take longer.
-  if (timeout_ms < 0) run_queued_on_caller();
+  if (timeout_ms < 0) {
+    run_queued_on_caller();
+    // All done here (the common case of a caller running its stream's tasks): no lock.
+    if (completed_->load(std::memory_order_acquire) >= published_.load(std::memory_order_acquire))
+      return Status();
+  }
   const auto start = std::chrono::steady_clock::now();
   auto deadline = start + std::chrono::milliseconds(timeout_ms);
   {
@@ -363,6 +398,9 @@ Status Stream::wait_idle(int64_t timeout_ms) {
 }
 
 Status Stream::take_error() {
+  // A task that failed set has_error_ before its completion was published: a caller that
+  // waited for it sees the flag without the lock.
+  if (!has_error_.load(std::memory_order_acquire)) return Status();
   std::lock_guard lock(mutex_);
   Status error = std::move(error_);
   error_ = Status();

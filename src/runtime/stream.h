@@ -132,9 +132,9 @@ class Stream {
   // last saw the stream given a task (next_seq_ past poll_seen_). Worker only.
   std::chrono::steady_clock::time_point poll_until_{};
   uint64_t poll_seen_ = 0;
-  // In the list of streams with a task queued without a wake-up (guarded by that list's
-  // mutex, stream.cc).
-  bool deferred_listed_ = false;
+  // In the list of streams with a task queued without a wake-up (set and cleared under that
+  // list's mutex, stream.cc; read without it to skip the lock when already listed).
+  std::atomic<bool> deferred_listed_{false};
   // A thread runs tasks of this stream (the worker its batch, or a synchronizing caller one
   // task): the other waits, which keeps the tasks in order.
   bool running_ = false;

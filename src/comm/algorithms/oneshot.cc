@@ -26,10 +26,11 @@ Status oneshot_all_reduce(const AlgoContext& ctx, const void* send, void* recv, 
     return resource_exhausted("%s: out of memory for %d x %zu bytes", ctx.deadline.op, n, bytes);
   }
   auto input_of = [&](int r) { return inputs + static_cast<size_t>(r) * bytes; };
-  std::vector<SendOp> sends;
-  std::vector<RecvOp> recvs;
-  sends.reserve(static_cast<size_t>(n - 1));
-  recvs.reserve(static_cast<size_t>(n - 1));
+  // Kept per thread: at a few bytes, two allocations are a good part of the operation.
+  static thread_local std::vector<SendOp> sends;
+  static thread_local std::vector<RecvOp> recvs;
+  sends.clear();
+  recvs.clear();
   // Peers in the order me+1, me+2, ...: each rank's first message goes to a different one.
   for (int k = 1; k < n; ++k) {
     const int to = mod(me + k, n), from = mod(me - k, n);
