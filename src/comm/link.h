@@ -71,6 +71,13 @@ class Link {
   // carries payload only; LinkTransport asks the peer's StatusChannel instead).
   virtual void publish_collectives(uint64_t started) {}
   virtual int64_t peer_collectives() const { return -1; }
+  // A mailbox for small messages beside the byte stream (SendOp::small); both ends of a link
+  // have one or neither. Without one, small ops go through the byte stream.
+  virtual bool has_mailbox() const { return false; }
+  // Posts one message of n <= kSmallMessageBytes bytes; *sent false: no free slot now.
+  virtual Status try_send_small(const char* p, size_t n, bool* sent);
+  // Takes the next message, which must be n bytes, into dst; *got false: none yet.
+  virtual Status try_recv_small(char* dst, size_t n, bool* got);
 };
 
 // A rank's side channel for what its TCP links cannot carry in band: it tells any peer that
@@ -120,8 +127,22 @@ struct RingControl {
   // consumer's cache (one more cross-core miss per peer per operation).
   alignas(64) std::atomic<uint64_t> producer_collectives{0};  // see Link::publish_collectives
   char pad_[56];
+  // The mailbox (Link::has_mailbox): message m (from 1) goes to mail[(m - 1) % kMailSlots],
+  // its payload and length first, then seq = m. The consumer counts the messages it took in
+  // mail_taken, on a line of its own that the producer reads only when it has filled every
+  // slot since it last looked.
+  static constexpr size_t kMailSlots = 8;
+  struct MailSlot {
+    alignas(64) std::atomic<uint64_t> seq{0};
+    uint32_t len = 0;
+    char payload[kSmallMessageBytes];
+  };
+  MailSlot mail[kMailSlots];
+  alignas(64) std::atomic<uint64_t> mail_taken{0};
+  char mail_pad_[56];
 };
-static_assert(sizeof(RingControl) == 256);
+static_assert(sizeof(RingControl::MailSlot) == 64);
+static_assert(sizeof(RingControl) == 256 + 64 * RingControl::kMailSlots + 64);
 
 // A link over two rings (ours to send, the peer's to receive); capacity a power of two.
 // peer_pid > 0: check_peer() sees whether that process still runs (shared memory);
@@ -147,6 +168,9 @@ class RingLink : public Link {
   void cancel_sends() override;
   void publish_collectives(uint64_t started) override;
   int64_t peer_collectives() const override;
+  bool has_mailbox() const override { return true; }
+  Status try_send_small(const char* p, size_t n, bool* sent) override;
+  Status try_recv_small(char* dst, size_t n, bool* got) override;
 
   static constexpr size_t kDirectMinBytes = 64 << 10;
 
@@ -164,6 +188,9 @@ class RingLink : public Link {
   uint64_t send_tail_seen_ = 0;       // last tail of the consumer we read
   uint64_t recv_tail_ = 0;            // our copy of recv_.control->tail
   uint64_t recv_head_seen_ = 0;       // last head of the producer we read
+  uint64_t mail_sent_ = 0;            // small messages posted (producer)
+  uint64_t mail_taken_seen_ = 0;      // last mail_taken of the consumer we read
+  uint64_t mail_received_ = 0;        // small messages taken (consumer)
   bool closed_ = false;
   // Direct sends (see DirectSlot).
   DirectSlot* send_direct_ = nullptr;

@@ -18,11 +18,12 @@
 namespace kiln::comm {
 namespace {
 
-constexpr uint64_t kShmMagic = 0x4b494c4e53484d31ull;  // "KILNSHM1"
+constexpr uint64_t kShmMagic = 0x4b494c4e53484d32ull;  // "KILNSHM2" (RingControl with a mailbox)
 constexpr size_t kHeaderBytes = 8192;  // header page + the two rings' control blocks
 constexpr size_t kControlOffset = 4096;
 constexpr size_t kMaxCapacity = 4u << 20;
 constexpr size_t kMinCapacity = 64u << 10;
+static_assert(kControlOffset + 2 * sizeof(RingControl) <= kHeaderBytes);
 
 struct SegmentHeader {
   std::atomic<uint64_t> magic;  // kShmMagic ^ nonce, stored last by the creator

@@ -29,10 +29,24 @@ struct Reducer {
   void (*apply_to)(void* out, const void* x, const void* in, size_t bytes) = nullptr;
 };
 
+// The most bytes of a `small` send or receive (see SendOp).
+constexpr size_t kSmallMessageBytes = 48;
+
+// Sends `bytes` bytes of `data` to the peer.
+//
+// `small`: the op is one whole message of at most kSmallMessageBytes that the peer receives
+// with a RecvOp marked small of the same size (both sides decide alike, by the size). Links
+// with a mailbox beside their byte stream (ring links: shared memory, in process) carry it
+// there, one cache line written and read per message instead of the ring's data and counter
+// lines: where ranks outnumber cores each cross-core miss is paid in a rank's time slice, and
+// an 8-byte AllReduce is made of little else. Other links send it in the byte stream. Small
+// messages keep their order among themselves; a receive marked small takes the next small
+// message of that peer, whatever its byte stream holds.
 struct SendOp {
   int peer;
   const void* data;
   size_t bytes;
+  bool small = false;
 };
 
 // Receives the next `bytes` bytes the peer sent into `data`; with a reducer, combines them
@@ -46,6 +60,8 @@ struct SendOp {
 // as they land (while still in cache), the way a ring passes a block on: a receive-reduce-
 // send in one pass. In that peer's stream the forwarded bytes follow every SendOp of the
 // exchange to it and the bytes forwarded by earlier RecvOps.
+//
+// `small`: see SendOp; a small receive is a plain copy (no reducer, operand or forward).
 struct RecvOp {
   int peer;
   void* data;
@@ -53,6 +69,7 @@ struct RecvOp {
   const Reducer* reduce = nullptr;
   const void* operand = nullptr;
   int forward = -1;
+  bool small = false;
 };
 
 // Where an exchange gives up, and what to call the operation in the error.

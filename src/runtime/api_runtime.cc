@@ -579,7 +579,11 @@ kilnError kilnrtStreamQuery(kilnrtStream stream, kilnrtStreamStatus* status) {
   if (status == nullptr) return kiln::rt::null_param(kApi, "status");
   Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
   if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-  *status = (*s)->idle() ? KILN_STREAM_STATUS_COMPLETE : KILN_STREAM_STATUS_NOT_READY;
+  const bool idle = (*s)->idle();
+  // A task queued for a synchronizing caller (a collective) runs on the stream's thread
+  // once somebody asks about it, rather than at the thread's next poll.
+  if (!idle) Stream::wake_deferred_workers();
+  *status = idle ? KILN_STREAM_STATUS_COMPLETE : KILN_STREAM_STATUS_NOT_READY;
   return KILN_SUCCESS;
 }
 

@@ -31,10 +31,14 @@ constexpr auto kSyncSpin = std::chrono::microseconds(20);
 // worker when the worker polls: the caller that synchronizes next runs it with no thread
 // hand-over, and a wake-up is the costliest part of a small collective where ranks outnumber
 // cores (the woken worker preempts a rank mid-operation: 8-byte AllReduce of 4 processes on
-// 2 cores, ~22 -> ~8 us). A caller that does not synchronize still gets its task run within
-// kPollInterval by the polling worker. The worker polls for kPollLinger after the stream was
-// last given a task, then sleeps until woken (the first task after an idle spell wakes it).
-constexpr auto kPollInterval = std::chrono::milliseconds(1);
+// 2 cores, ~22 -> ~8 us). The next task queued behind it, a synchronize of another stream or
+// the device, and a query of the stream wake the worker; a caller that does none of these
+// still gets its task run within kPollInterval by the polling worker. Each poll is a wake-up
+// that preempts a rank on a full core: 5 ms rather than 1 took an 8-byte AllReduce of 4
+// processes on 2 cores from ~5.8 to ~5.2 us (median of 8 runs, with spin_polls_ 2 in the
+// comm's LinkTransport). The worker polls for kPollLinger after the stream was last given a
+// task, then sleeps until woken (the first task after an idle spell wakes it).
+constexpr auto kPollInterval = std::chrono::milliseconds(5);
 constexpr auto kPollLinger = std::chrono::milliseconds(50);
 
 // The streams with a task queued without a wake-up (see Stream::wake_deferred), and their

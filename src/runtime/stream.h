@@ -76,6 +76,9 @@ class Stream {
   static Stream* current();
   // True when every submitted task has finished.
   bool idle() const;
+  // Wakes the threads of streams holding a task queued for a synchronizing caller (see
+  // submit()): for a caller that asks about progress instead of synchronizing.
+  static void wake_deferred_workers() { wake_deferred(nullptr); }
   uint64_t submitted() const;
   StreamFence fence() const;
 

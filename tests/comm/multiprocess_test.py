@@ -146,7 +146,7 @@ def mpirun_case(n):
 FAULT_LINE = re.compile(r"^FAULT rank=(\d+) code=(-?\d+) async=(-?\d+) seconds=([0-9.]+) message=(.*)$")
 
 
-def fault_case(n, transport, kind, victim):
+def fault_case(n, transport, kind, victim, count=None):
     """Every survivor must fail within the timeout with an error naming the victim and the
     operation. A hung victim (alive and running, its stream blocked) never starts the
     collective: over shared memory its peers see that in the links' control blocks, over TCP
@@ -160,7 +160,8 @@ def fault_case(n, transport, kind, victim):
             env["KILN_COMM_TRANSPORT"] = "tcp"
         start = time.monotonic()
         # The stalled victim never exits by itself: it is killed once the others are done.
-        outs, timed_out = launch(n, ["fault", kind, str(victim)], env, timeout=FAULT_TIMEOUT + 25, last=victim)
+        args = ["fault", kind, str(victim)] + ([str(count)] if count else [])
+        outs, timed_out = launch(n, args, env, timeout=FAULT_TIMEOUT + 25, last=victim)
         wall = time.monotonic() - start
         problems = ["timed out: a surviving rank hung (processes killed)"] if timed_out else []
         saw_behind = False
@@ -206,6 +207,9 @@ CASES = [
     ("mpirun4", mpirun_case(4)),
     ("kill_shm4", fault_case(4, "shm", "kill", 2)),
     ("stall_shm3", fault_case(3, "shm", "stall", 1)),
+    # 8-byte AllReduces back to back: the one-shot path through the links' mailboxes.
+    ("kill_shm4_small", fault_case(4, "shm", "kill", 2, count=2)),
+    ("stall_shm4_small", fault_case(4, "shm", "stall", 3, count=2)),
     ("kill_tcp3", fault_case(3, "tcp", "kill", 1)),
     ("stall_tcp2", fault_case(2, "tcp", "stall", 0)),
     ("stall_tcp4", fault_case(4, "tcp", "stall", 2)),

@@ -122,6 +122,85 @@ TEST(InProcessTransport, StreamKeepsOrderAcrossOpsOfDifferentSplits) {
   EXPECT_TRUE(got == all);
 }
 
+// Small messages go through the ring links' mailboxes beside the byte stream: interleaved
+// with stream ops to the same peer, more of them in one exchange than the mailbox has slots
+// (the sender waits for the receiver to take them), each arrives whole and in order, and the
+// stream's bytes are intact around them. Over shared memory and TCP (no mailbox: the small
+// ops travel in the byte stream) as well as in process.
+void exchange_small_between_stream_ops(Transport& t, int peer, Status* st) {
+  const int me = t.rank();
+  constexpr int kSmall = 3 * static_cast<int>(RingControl::kMailSlots);
+  std::vector<std::vector<char>> out, got;
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  out.reserve(kSmall + 2);
+  got.reserve(kSmall + 2);
+  for (int i = 0; i < kSmall + 2; ++i) {
+    // A stream op first and last (100 KiB + 1, 3 bytes), small ones of 0..48 bytes between.
+    const bool small = i > 0 && i <= kSmall;
+    const size_t n = i == 0 ? (100u << 10) + 1 : !small ? 3 : static_cast<size_t>(i) % 49;
+    out.push_back(pattern(n, me, peer, i));
+    got.emplace_back(n, 0);
+    sends.push_back(SendOp{peer, out.back().data(), n, small});
+    RecvOp r{peer, got.back().data(), n};
+    r.small = small;
+    recvs.push_back(r);
+  }
+  *st = t.exchange(sends, recvs, in(milliseconds(20000)));
+  for (int i = 0; i < kSmall + 2 && st->ok(); ++i) {
+    if (got[static_cast<size_t>(i)] != pattern(got[static_cast<size_t>(i)].size(), peer, me, i))
+      *st = data_loss("rank %d: op %d from rank %d arrived wrong", me, i, peer);
+  }
+}
+
+TEST(InProcessTransport, SmallMessagesArriveWholeAndInOrderBesideTheStream) {
+  auto world = make_in_process_world(2);
+  Status st[2];
+  std::thread t0([&] { exchange_small_between_stream_ops(*world[0], 1, &st[0]); });
+  std::thread t1([&] { exchange_small_between_stream_ops(*world[1], 0, &st[1]); });
+  t0.join();
+  t1.join();
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(InProcessTransport, SmallMessageOfTheWrongSizeIsAnErrorNotCorruption) {
+  auto world = make_in_process_world(2);
+  char out[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[64] = {};
+  // Too large for a mailbox, or reduced: rejected before anything moves.
+  SendOp big{0, got, kSmallMessageBytes + 1, /*small=*/true};
+  EXPECT_EQ(world[1]->exchange({&big, 1}, {}, in(milliseconds(100))).code(),
+            StatusCode::kInvalidArgument);
+  int32_t acc[2] = {};
+  RecvOp reduced{1, acc, 8, &kSumI32};
+  reduced.small = true;
+  EXPECT_EQ(world[0]->exchange({}, {&reduced, 1}, in(milliseconds(100))).code(),
+            StatusCode::kInvalidArgument);
+  // Sizes that disagree (a bug, or ranks out of step) fail the receive.
+  SendOp s{1, out, 8, /*small=*/true};
+  ASSERT_TRUE(world[0]->exchange({&s, 1}, {}, in(milliseconds(1000))).ok());
+  RecvOp r{0, got, 4};
+  r.small = true;
+  Status st = world[1]->exchange({}, {&r, 1}, in(milliseconds(1000), "Recv"));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("8 bytes where this rank expects 4"), std::string::npos)
+      << st.to_string();
+}
+
+TEST(InProcessTransport, SmallMessageFromAClosedPeerFailsNamingIt) {
+  auto world = make_in_process_world(2);
+  char out[8] = {9}, got[8] = {};
+  SendOp s{0, out, 8, /*small=*/true};
+  ASSERT_TRUE(world[1]->exchange({&s, 1}, {}, in(milliseconds(1000))).ok());
+  world[1].reset();
+  RecvOp r{1, got, 8};
+  r.small = true;
+  ASSERT_TRUE(world[0]->exchange({}, {&r, 1}, in(milliseconds(1000))).ok());  // posted before
+  EXPECT_EQ(got[0], 9);
+  Status st = world[0]->exchange({}, {&r, 1}, in(milliseconds(5000), "AllReduce"));
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("AllReduce: rank 1"), std::string::npos) << st.message();
+}
+
 TEST(InProcessTransport, RingStepLargerThanBuffersDoesNotDeadlock) {
   const int n = 4;
   auto world = make_in_process_world(n);
@@ -607,6 +686,19 @@ TEST(Bootstrap, ThreadsJoinAndExchangeThroughSharedMemoryAndTcp) {
       ASSERT_TRUE(st[r].ok()) << (tcp ? "tcp: " : "shm: ") << st[r].to_string();
       EXPECT_EQ(world[r]->peers()[(r + 1) % n].pid, static_cast<int64_t>(getpid()));
     }
+  }
+}
+
+TEST(Bootstrap, SmallMessagesBesideTheStreamOverSharedMemoryAndTcp) {
+  for (bool tcp : {false, true}) {
+    std::vector<std::unique_ptr<Transport>> world;
+    std::vector<Status> st;
+    join_threads(2, tcp, &world, &st, [&](int r, Transport& t) {
+      Status status;
+      exchange_small_between_stream_ops(t, 1 - r, &status);
+      return status;
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(st[r].ok()) << (tcp ? "tcp: " : "shm: ") << st[r].to_string();
   }
 }
 

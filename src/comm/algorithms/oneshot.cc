@@ -32,10 +32,14 @@ Status oneshot_all_reduce(const AlgoContext& ctx, const void* send, void* recv, 
   sends.clear();
   recvs.clear();
   // Peers in the order me+1, me+2, ...: each rank's first message goes to a different one.
+  // The smallest inputs go as small messages (SendOp::small): one cache line per peer.
+  const bool small = bytes <= kSmallMessageBytes;
   for (int k = 1; k < n; ++k) {
     const int to = mod(me + k, n), from = mod(me - k, n);
-    sends.push_back(SendOp{to, send, bytes});
-    recvs.push_back(RecvOp{from, input_of(from), bytes, nullptr});
+    sends.push_back(SendOp{to, send, bytes, small});
+    RecvOp r{from, input_of(from), bytes};
+    r.small = small;
+    recvs.push_back(r);
   }
   std::memcpy(input_of(me), send, bytes);
   if (Status st = group_exchange(ctx, sends, recvs); !st.ok()) return st;

@@ -3,8 +3,11 @@
 //   comm_worker matrix [--quick]        every collective x dtype x reduce op x count x in-place,
 //                                       compared with a serial computation of the expected
 //                                       result from every rank's deterministic data;
-//   comm_worker fault kill|stall|hang V rank V SIGKILLs / SIGSTOPs itself in the middle of
-//                                       a large AllReduce, or (hang) stays alive and running
+//   comm_worker fault kill|stall|hang V [COUNT]
+//                                       rank V SIGKILLs / SIGSTOPs itself in the middle of
+//                                       a large AllReduce (of COUNT fp32, default 4 Mi; a
+//                                       small COUNT: among many back to back, the one-shot
+//                                       path through the links' mailboxes), or (hang) stays alive and running
 //                                       but its stream stops before its third one (a blocking
 //                                       host callback that never returns, like a hung kernel);
 //                                       every other rank must fail with an error naming rank
@@ -468,8 +471,7 @@ void hang_forever(void*) {
 // The fault test: a few good AllReduces, then a large one during which `victim` kills or
 // stops itself; the others report how their operation ended.
 int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::string& mode,
-              int victim) {
-  const uint64_t kCount = 4 << 20;  // 16 MiB of fp32: long enough to be interrupted
+              int victim, uint64_t kCount) {
   void *send = nullptr, *recv = nullptr;
   if (kilnrtMalloc(&send, kCount * 4, KILN_MEM_MALLOC_NORMAL_ONLY) != KILN_SUCCESS ||
       kilnrtMalloc(&recv, kCount * 4, KILN_MEM_MALLOC_NORMAL_ONLY) != KILN_SUCCESS) {
@@ -478,7 +480,8 @@ int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::st
   }
   kilnrtMemset(send, kCount * 4, 0, kCount * 4);
   for (int i = 0; i < 3; ++i) {
-    if (kilnAllReduce(send, recv, 1024, KILN_COMM_FP32, KILN_REDUCE_SUM, comm, stream) !=
+    if (kilnAllReduce(send, recv, std::min<uint64_t>(kCount, 1024), KILN_COMM_FP32,
+                      KILN_REDUCE_SUM, comm, stream) !=
             KILN_SUCCESS ||
         kilnrtSynchronizeStream(stream) != KILN_SUCCESS) {
       std::fprintf(stderr, "rank %d: warm-up AllReduce failed: %s\n", rank, kilnGetRecentErrMsg());
@@ -527,7 +530,7 @@ int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::st
 
 int usage() {
   std::fprintf(stderr,
-               "usage: comm_worker matrix [--quick] | comm_worker fault kill|stall|hang VICTIM_RANK\n");
+               "usage: comm_worker matrix [--quick] | comm_worker fault kill|stall|hang VICTIM_RANK [COUNT]\n");
   return 2;
 }
 
@@ -539,10 +542,13 @@ int main(int argc, char** argv) {
   bool quick = argc >= 3 && std::string(argv[2]) == "--quick";
   std::string fault_kind;
   int victim = -1;
+  uint64_t fault_count = 4 << 20;  // 16 MiB of fp32: long enough to be interrupted
   if (mode == "fault") {
-    if (argc != 4) return usage();
+    if (argc != 4 && argc != 5) return usage();
     fault_kind = argv[2];
     victim = std::atoi(argv[3]);
+    if (argc == 5) fault_count = std::strtoull(argv[4], nullptr, 10);
+    if (fault_count == 0) return usage();
     if (fault_kind != "kill" && fault_kind != "stall" && fault_kind != "hang") return usage();
   } else if (mode != "matrix") {
     return usage();
@@ -568,7 +574,8 @@ int main(int argc, char** argv) {
   if (mode == "fault") {
     if (victim < 0 || victim >= static_cast<int>(size)) return usage();
     rc =
-        run_fault(comm, static_cast<int>(rank), static_cast<int>(size), stream, fault_kind, victim);
+        run_fault(comm, static_cast<int>(rank), static_cast<int>(size), stream, fault_kind, victim,
+                  fault_count);
   } else {
     rc = run_matrix(comm, static_cast<int>(rank), static_cast<int>(size), stream, quick);
   }
