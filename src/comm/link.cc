@@ -195,9 +195,23 @@ Status progress_recv(Link* link, Link* fwd, const RecvOp& op, RecvState* st, boo
 
 }  // namespace
 
+namespace {
+// Only AMD's `rep movsb` has the cliff (link.h); elsewhere glibc's memcpy is the faster copy
+// (on an Intel Xeon VM, 64 KiB pieces through a 4 MiB ring: 16.5 GB/s against the loop's 12.2
+// at 16 MiB, 9.3 against 7.0 at 64 MiB).
+#if defined(__x86_64__) || defined(__i386__)
+const bool kCopyWithLoop = [] {
+  __builtin_cpu_init();  // may run before libgcc's own constructor does it
+  return __builtin_cpu_is("amd") != 0;
+}();
+#else
+constexpr bool kCopyWithLoop = false;
+#endif
+}  // namespace
+
 void copy_bytes(void* dst_v, const void* src_v, size_t n) {
 #if defined(__AVX__) || defined(__SSE2__)
-  if (n >= 512) {
+  if (n >= 512 && kCopyWithLoop) {
     char* dst = static_cast<char*>(dst_v);
     const char* src = static_cast<const char*>(src_v);
 #if defined(__AVX__)

@@ -33,7 +33,8 @@ PeerInfo local_peer_info(int rank);
 // memcpy for the bulk copies of the transports. glibc's memcpy uses `rep movsb` for large
 // copies, which on some x86 CPUs (AMD Zen here) runs >10x slower when the destination sits
 // 1..63 bytes past the source modulo 4 KiB, exactly the case of a malloc'ed buffer (page
-// offset 16) and a page-aligned ring. This is a plain vector loop without that cliff.
+// offset 16) and a page-aligned ring. There this is a plain vector loop without that cliff;
+// on other CPUs it is memcpy.
 void copy_bytes(void* dst, const void* src, size_t n);
 
 // "rank R (host H, pid P)", the way errors name a peer.
