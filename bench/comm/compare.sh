@@ -6,9 +6,15 @@
 #
 #   bench/comm/compare.sh [BUILD_DIR]      (default: build/release of this checkout)
 #
+# Then, per rank count, the 8-byte latency on its own: LAT_ROUNDS (default 8) alternating runs
+# of LAT_ITERS (default 20000) back-to-back AllReduces per side (20 iterations of 8 bytes are
+# 0.1 ms, less than one scheduler tick where ranks outnumber cores), with each side's best
+# and median run.
+#
 # Environment: ROUNDS (default 2), RANKS (default "2 4"), MAXBYTES (default 256M),
-# ITERS / WARMUP (default 20 / 5), KILN_BIN (the kiln command), MPI_BASELINE (a built
-# mpi_allreduce; otherwise it is compiled with mpicc into a temporary directory).
+# ITERS / WARMUP (default 20 / 5), LAT_ROUNDS / LAT_ITERS, KILN_BIN (the kiln command),
+# MPI_BASELINE (a built mpi_allreduce; otherwise it is compiled with mpicc into a temporary
+# directory).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +26,8 @@ ranks_list=${RANKS:-"2 4"}
 maxbytes=${MAXBYTES:-256M}
 iters=${ITERS:-20}
 warmup=${WARMUP:-5}
+lat_rounds=${LAT_ROUNDS:-8}
+lat_iters=${LAT_ITERS:-20000}
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 command -v mpirun >/dev/null || die "mpirun not found (install openmpi-bin)"
@@ -75,9 +83,31 @@ for n in $ranks_list; do
       if ($1 == 8) { lat_k = $2; lat_m = $4 }
       if ($1 >= 1048576) { big++; if (ratio >= 1.0) ok++; if (min == "" || ratio < min) min = ratio }
       wrong += $3 + $5 }
-    END { printf "8-byte AllReduce latency (enqueue + synchronise for kiln): kiln %.2f us, OpenMPI %.2f us\n",
+    END { printf "8-byte AllReduce latency (enqueue + synchronise for kiln), table above: kiln %.2f us, OpenMPI %.2f us\n",
                  lat_k, lat_m
           printf "sizes >= 1 MiB with kiln busbw >= OpenMPI: %d of %d (lowest ratio %.2f)\n", ok, big, min
           if (wrong > 0) { printf "WRONG RESULTS: %d elements\n", wrong; exit 1 } }' || status=1
+  # The 8-byte latency from long runs, alternating sides.
+  for ((round = 1; round <= lat_rounds; round++)); do
+    "${launcher[@]}" -np "$n" "$kiln" comm-bench allreduce -b 8 -e 8 -d fp32 -o sum -n "$lat_iters" \
+      -w 200 -c 1 2>"$tmp/lat.err" | rows /dev/stdin | awk '{ print "kiln", $2, $4 }' >>"$tmp/lat.$n" ||
+      { cat "$tmp/lat.err" >&2; die "kiln comm-bench (latency) failed with $n ranks"; }
+    "${launcher[@]}" -np "$n" "$baseline" -b 8 -e 8 -n "$lat_iters" -w 200 -c 1 2>"$tmp/lat.err" |
+      rows /dev/stdin | awk '{ print "mpi", $2, $4 }' >>"$tmp/lat.$n" ||
+      { cat "$tmp/lat.err" >&2; die "mpi_allreduce (latency) failed with $n ranks"; }
+  done
+  for side in kiln mpi; do
+    awk -v s="$side" '$1 == s { print $2 }' "$tmp/lat.$n" | sort -n | awk -v s="$side" -v it="$lat_iters" '
+      { t[NR] = $1 }
+      END { m = NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2
+            printf "8-byte AllReduce, %d runs of %d: %-7s best %.2f us, median %.2f us, runs:", NR, it,
+                   s == "kiln" ? "kiln" : "OpenMPI", t[1], m
+            for (i = 1; i <= NR; i++) printf " %.2f", t[i]
+            printf "\n" }'
+  done
+  if awk '$3 > 0 { bad = 1 } END { exit !bad }' "$tmp/lat.$n"; then
+    echo "WRONG RESULTS in the latency runs"
+    status=1
+  fi
 done
 exit $status
