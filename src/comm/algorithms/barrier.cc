@@ -10,8 +10,10 @@ Status dissemination_barrier(const AlgoContext& ctx) {
   for (int d = 1; d < n; d *= 2) {
     const char token = 1;
     char got = 0;
-    SendOp so{mod(me + d, n), &token, 1};
-    RecvOp ro{mod(me - d, n), &got, 1, nullptr};
+    // A whole one-byte message each way: a small message (one mailbox line on ring links).
+    SendOp so{mod(me + d, n), &token, 1, /*small=*/true};
+    RecvOp ro{mod(me - d, n), &got, 1};
+    ro.small = true;
     if (Status st = group_exchange(ctx, {&so, 1}, {&ro, 1}); !st.ok()) return st;
   }
   return Status();
