@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -332,17 +333,26 @@ Status Link::try_recv_small(char*, size_t, bool*) {
   return internal_error("this link has no mailbox for small messages");
 }
 
+Status Link::recv_piece(char* dst, size_t n, size_t* got) {
+  const char* p = nullptr;
+  size_t len = 0;
+  *got = 0;
+  KILN_RETURN_IF_ERROR(peek(&p, &len));
+  if (len == 0) return ok_status();
+  len = std::min({len, n, kPiece});
+  copy_bytes(dst, p, len);
+  consume(len);
+  *got = len;
+  return ok_status();
+}
+
 Status Link::try_recv(char* dst, size_t n, size_t* got) {
   *got = 0;
   while (*got < n) {
-    const char* p = nullptr;
-    size_t len = 0;
-    KILN_RETURN_IF_ERROR(peek(&p, &len));
-    if (len == 0) break;
-    len = std::min({len, n - *got, kPiece});
-    copy_bytes(dst + *got, p, len);
-    consume(len);
-    *got += len;
+    size_t k = 0;
+    KILN_RETURN_IF_ERROR(recv_piece(dst + *got, n - *got, &k));
+    if (k == 0) break;
+    *got += k;
   }
   return ok_status();
 }
@@ -395,19 +405,26 @@ Status RingLink::peer_gone(const char* what) const {
   return unavailable("%s %s", describe_peer(peer_).c_str(), what);
 }
 
-void RingLink::enable_direct(DirectSlot* send_direct, DirectSlot* recv_direct) {
+void RingLink::enable_direct(DirectSlot* send_direct, DirectSlot* recv_direct,
+                             int64_t remote_pid) {
   send_direct_ = send_direct;
   recv_direct_ = recv_direct;
-  direct_posted_ = send_direct->posted.load(std::memory_order_relaxed);
-  direct_handled_ = recv_direct->posted.load(std::memory_order_acquire);
+  direct_remote_pid_ = remote_pid;
+  // Both slots are new (posted 0): the peer may post its first send before this runs.
+  direct_posted_ = 0;
+  direct_handled_ = 0;
 }
 
 void RingLink::cancel_sends() {
   if (!direct_active_) return;
   send_direct_->revoked.store(1, std::memory_order_seq_cst);
-  // The receiver holds `reading` only while it copies one piece: wait that out.
-  while (send_direct_->reading.load(std::memory_order_seq_cst) != 0) sched_yield();
   direct_active_ = false;
+  // A receiver in another process checks `revoked` after each read and drops what it read
+  // (reading a buffer the sender has reused or freed harms only the receiver's copy, and
+  // waiting here on a process that may be stopped mid-read could hang). One in this process
+  // holds `reading` only while it copies one piece: wait that out.
+  if (direct_remote_pid_ > 0) return;
+  while (send_direct_->reading.load(std::memory_order_seq_cst) != 0) sched_yield();
 }
 
 Status RingLink::try_send(const char* p, size_t n, size_t* sent) {
@@ -465,14 +482,75 @@ Status RingLink::try_send(const char* p, size_t n, size_t* sent) {
   return ok_status();
 }
 
+bool RingLink::direct_next() {
+  if (recv_direct_ == nullptr || recv_head_seen_ != recv_tail_ ||
+      recv_direct_->posted.load(std::memory_order_acquire) <= direct_handled_) {
+    return false;
+  }
+  // The sender wrote the ring up to the descriptor's position before posting it: the head
+  // read after the descriptor shows every byte that precedes the direct ones.
+  recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
+  return recv_head_seen_ == recv_tail_;
+}
+
+void RingLink::advance_direct(size_t n) {
+  DirectSlot* d = recv_direct_;
+  direct_off_ += n;
+  const uint64_t len = d->len;
+  bool done = direct_off_ == len;
+  if (done) {
+    ++direct_handled_;
+    direct_off_ = 0;
+  }
+  d->taken.store(done ? len : direct_off_, std::memory_order_release);
+}
+
+Status RingLink::read_remote_direct(char* dst, size_t n, size_t* got) {
+  DirectSlot* d = recv_direct_;
+  n = std::min(n, static_cast<size_t>(d->len - direct_off_));
+  iovec local{dst, n};
+  iovec remote{const_cast<char*>(d->data) + direct_off_, n};
+  ssize_t k = process_vm_readv(static_cast<pid_t>(direct_remote_pid_), &local, 1, &remote, 1, 0);
+  int err = errno;
+  // After the read: bytes the sender took back while they were read are not delivered.
+  if (d->revoked.load(std::memory_order_seq_cst) != 0) {
+    return peer_gone("gave up on a transfer to this rank");
+  }
+  if (k <= 0) {
+    if (process_exited(direct_remote_pid_)) return peer_gone("exited");
+    return unavailable("cannot read the send buffer of %s (cross-memory attach): %s",
+                       describe_peer(peer_).c_str(), std::strerror(err));
+  }
+  *got = static_cast<size_t>(k);
+  advance_direct(*got);
+  return ok_status();
+}
+
 Status RingLink::peek(const char** p, size_t* len) {
+  if (stage_pos_ < stage_len_) {  // a direct send's bytes read before
+    *p = stage_.get() + stage_pos_;
+    *len = stage_len_ - stage_pos_;
+    in_stage_ = true;
+    return ok_status();
+  }
   size_t avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
   if (avail == 0) {
-    recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
-    avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
-    if (avail == 0 && recv_direct_ != nullptr &&
-        recv_direct_->posted.load(std::memory_order_acquire) > direct_handled_) {
+    if (direct_next()) {
       DirectSlot* d = recv_direct_;
+      if (direct_remote_pid_ > 0) {
+        if (stage_ == nullptr) {
+          stage_.reset(static_cast<char*>(std::aligned_alloc(64, kPiece)));
+          if (stage_ == nullptr) return resource_exhausted("no memory for a staging buffer");
+        }
+        size_t got = 0;
+        KILN_RETURN_IF_ERROR(read_remote_direct(stage_.get(), kPiece, &got));
+        stage_pos_ = 0;
+        stage_len_ = got;
+        *p = stage_.get();
+        *len = got;
+        in_stage_ = true;
+        return ok_status();
+      }
       // Dekker with cancel_sends(): announce the read, then make sure the buffer is still
       // lent; the sender waits for `reading` to drop before it takes the buffer back.
       d->reading.store(1, std::memory_order_seq_cst);
@@ -485,6 +563,8 @@ Status RingLink::peek(const char** p, size_t* len) {
       in_direct_ = true;
       return ok_status();
     }
+    recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
+    avail = static_cast<size_t>(recv_head_seen_ - recv_tail_);
     if (avail == 0 && recv_.control->producer_closed.load(std::memory_order_acquire) != 0) {
       // Bytes written before the close are still delivered; only an empty ring fails.
       recv_head_seen_ = recv_.control->head.load(std::memory_order_acquire);
@@ -499,21 +579,36 @@ Status RingLink::peek(const char** p, size_t* len) {
 }
 
 void RingLink::consume(size_t n) {
+  if (in_stage_) {
+    in_stage_ = false;
+    stage_pos_ += n;
+    return;
+  }
   if (in_direct_) {
     in_direct_ = false;
-    DirectSlot* d = recv_direct_;
-    direct_off_ += n;
-    bool done = direct_off_ == d->len;
-    if (done) {
-      ++direct_handled_;
-      direct_off_ = 0;
-    }
-    d->taken.store(done ? d->len : direct_off_, std::memory_order_release);
-    d->reading.store(0, std::memory_order_release);
+    advance_direct(n);
+    recv_direct_->reading.store(0, std::memory_order_release);
     return;
   }
   recv_tail_ += n;
   recv_.control->tail.store(recv_tail_, std::memory_order_release);
+}
+
+Status RingLink::try_recv(char* dst, size_t n, size_t* got) {
+  if (direct_remote_pid_ == 0) return Link::try_recv(dst, n, got);
+  // A direct send of another process is read straight into the destination: one copy.
+  *got = 0;
+  while (*got < n) {
+    size_t k = 0;
+    if (stage_pos_ == stage_len_ && direct_next()) {
+      KILN_RETURN_IF_ERROR(read_remote_direct(dst + *got, n - *got, &k));
+    } else {
+      KILN_RETURN_IF_ERROR(recv_piece(dst + *got, n - *got, &k));
+      if (k == 0) break;
+    }
+    *got += k;
+  }
+  return ok_status();
 }
 
 Status RingLink::check_peer() {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -79,6 +80,10 @@ class Link {
   virtual Status try_send_small(const char* p, size_t n, bool* sent);
   // Takes the next message, which must be n bytes, into dst; *got false: none yet.
   virtual Status try_recv_small(char* dst, size_t n, bool* got);
+
+ protected:
+  // One peek, copy and consume of at most n bytes into dst (*got 0: nothing there yet).
+  Status recv_piece(char* dst, size_t n, size_t* got);
 };
 
 // A rank's side channel for what its TCP links cannot carry in band: it tells any peer that
@@ -99,8 +104,12 @@ class StatusChannel {
   virtual void stop() = 0;
 };
 
-// A large send of a rank in this process, handed over by address: the receiver copies or
-// reduces straight out of the sender's buffer (one copy instead of two through a ring).
+// A large send handed over by address: the receiver copies or reduces straight out of the
+// sender's buffer (one copy instead of two through a ring). A receiver in the sender's
+// process reads by pointer; one in another process of the host reads with
+// process_vm_readv (cross-memory attach), into its destination or, for a reduction, into a
+// piece-sized staging buffer. The slot then lives in the pair's shared-memory segment and
+// `data` is an address of the sender's process.
 struct DirectSlot {
   alignas(64) std::atomic<uint64_t> posted{0};  // descriptors posted so far (sender)
   uint64_t at = 0;                              // ring position the bytes follow
@@ -157,12 +166,15 @@ class RingLink : public Link {
   RingLink(End send, End recv, size_t capacity, PeerInfo peer, int64_t peer_pid,
            std::shared_ptr<void> keep_alive);
   ~RingLink() override;
-  // Peers in this process: sends of at least kDirectMinBytes go by address through these
-  // slots (send_direct: ours, recv_direct: the peer's).
-  void enable_direct(DirectSlot* send_direct, DirectSlot* recv_direct);
+  // Sends of at least kDirectMinBytes go by address through `send_direct` (ours; null: the
+  // peer cannot read our memory), and the peer's through `recv_direct` (null: it sends none).
+  // `remote_pid` 0: the peer is in this process (by pointer); > 0: the peer is that process
+  // (cross-memory attach, see DirectSlot). The slots must be new (nothing posted yet).
+  void enable_direct(DirectSlot* send_direct, DirectSlot* recv_direct, int64_t remote_pid = 0);
   Status try_send(const char* p, size_t n, size_t* sent) override;
   Status peek(const char** p, size_t* len) override;
   void consume(size_t n) override;
+  Status try_recv(char* dst, size_t n, size_t* got) override;
   Status check_peer() override;
   void close(int culprit = -1) override;
   int reported_culprit() override;
@@ -177,6 +189,14 @@ class RingLink : public Link {
 
  private:
   Status peer_gone(const char* what) const;
+  // Whether the next bytes of the incoming stream are a direct send's (the ring holds none
+  // and a descriptor is posted).
+  bool direct_next();
+  // Reads up to n bytes of the posted direct send from the peer process into dst (*got says
+  // how many) and marks them taken.
+  Status read_remote_direct(char* dst, size_t n, size_t* got);
+  // The receiver is done with n more bytes of the posted direct send.
+  void advance_direct(size_t n);
 
   End send_;
   End recv_;
@@ -203,6 +223,12 @@ class RingLink : public Link {
   uint64_t direct_handled_ = 0;   // receiver: descriptors finished
   uint64_t direct_off_ = 0;       // receiver: bytes of the current one consumed
   bool in_direct_ = false;        // receiver: the last peek pointed into the sender's buffer
+  int64_t direct_remote_pid_ = 0;  // the peer's process when it is not this one
+  // Receiver, peer in another process: a direct send's bytes read for a peek (reductions).
+  std::unique_ptr<char, void (*)(void*)> stage_{nullptr, std::free};
+  size_t stage_pos_ = 0;
+  size_t stage_len_ = 0;
+  bool in_stage_ = false;  // the last peek pointed into stage_
 };
 
 // Whether process `pid` has exited (gone, or a zombie nobody reaped yet).

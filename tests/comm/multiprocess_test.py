@@ -109,11 +109,17 @@ def check_matrix(name, n, outs, timed_out):
     return problems
 
 
+def transport_env(transport):
+    """shm: shared memory on the host; shm1c: the same with large sends read out of the
+    sender's memory (KILN_COMM_SHM_SINGLE_COPY; where the kernel refuses, the ring again);
+    tcp: TCP between all ranks."""
+    return {"shm": {}, "shm1c": {"KILN_COMM_SHM_SINGLE_COPY": "1"},
+            "tcp": {"KILN_COMM_TRANSPORT": "tcp"}}[transport]
+
+
 def matrix_case(n, transport, quick):
     def run():
-        env = {"KILN_COMM_TIMEOUT": "20"}
-        if transport == "tcp":
-            env["KILN_COMM_TRANSPORT"] = "tcp"
+        env = {"KILN_COMM_TIMEOUT": "20", **transport_env(transport)}
         args = ["matrix"] + (["--quick"] if quick else [])
         outs, timed_out = launch(n, args, env, timeout=90)
         return check_matrix("%s%d" % (transport, n), n, outs, timed_out)
@@ -155,9 +161,7 @@ def fault_case(n, transport, kind, victim, count=None):
     from a rank that gave up before them. (Naming alone would not show that the counts work:
     a rank waiting on the victim directly names it anyway and passes the name on.)"""
     def run():
-        env = {"KILN_COMM_TIMEOUT": str(FAULT_TIMEOUT)}
-        if transport == "tcp":
-            env["KILN_COMM_TRANSPORT"] = "tcp"
+        env = {"KILN_COMM_TIMEOUT": str(FAULT_TIMEOUT), **transport_env(transport)}
         start = time.monotonic()
         # The stalled victim never exits by itself: it is killed once the others are done.
         args = ["fault", kind, str(victim)] + ([str(count)] if count else [])
@@ -200,12 +204,14 @@ CASES = [
     ("shm3", matrix_case(3, "shm", False)),
     ("shm4", matrix_case(4, "shm", False)),
     ("shm8", matrix_case(8, "shm", True)),
+    ("shm1c3", matrix_case(3, "shm1c", False)),
     ("tcp2", matrix_case(2, "tcp", False)),
     ("tcp3", matrix_case(3, "tcp", False)),
     ("tcp4", matrix_case(4, "tcp", True)),
     ("tcp8", matrix_case(8, "tcp", True)),
     ("mpirun4", mpirun_case(4)),
     ("kill_shm4", fault_case(4, "shm", "kill", 2)),
+    ("kill_shm1c4", fault_case(4, "shm1c", "kill", 2)),
     ("stall_shm3", fault_case(3, "shm", "stall", 1)),
     # 8-byte AllReduces back to back: the one-shot path through the links' mailboxes.
     ("kill_shm4_small", fault_case(4, "shm", "kill", 2, count=2)),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -817,10 +818,11 @@ uint64_t joined_world_id = 0;
 
 std::vector<ChildResult> run_world(int n, bool force_tcp,
                                    const std::function<std::string(int, Transport&)>& body,
-                                   int limit_s = 15) {
+                                   int limit_s = 15, bool single_copy = false) {
   return run_processes(
       n,
       [&](int r, const std::vector<int>& pipes) -> std::string {
+        setenv("KILN_COMM_SHM_SINGLE_COPY", single_copy ? "1" : "0", 1);
         kilnRootInfo blob;
         if (r == 0) {
           Expected<RootInfo> root = start_root("127.0.0.1:0");
@@ -905,6 +907,74 @@ TEST(ProcessTransport, SharedMemoryStreamsIntactUpTo16MiB) {
 TEST(ProcessTransport, ForcedTcpStreamsIntactUpTo16MiB) {
   auto results = run_world(3, true, stream_body);
   for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ": " << r.message;
+}
+
+// Whether this process may read process `pid`'s memory with process_vm_readv (the single
+// copy path needs it; a hardened kernel or container may refuse).
+const volatile uint64_t kCrossMemoryWord = 0x6b696c6e;
+bool can_read_memory_of(pid_t pid) {
+  uint64_t word = 0;
+  iovec local{&word, sizeof word};
+  iovec remote{const_cast<uint64_t*>(&kCrossMemoryWord), sizeof word};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof word &&
+         word == kCrossMemoryWord;
+}
+
+TEST(ProcessTransport, SharedMemoryStreamsIntactWithSingleCopy) {
+  auto results = run_world(
+      3, false,
+      [](int rank, Transport& t) -> std::string {
+        if (!can_read_memory_of(static_cast<pid_t>(t.peers()[(rank + 1) % 3].pid))) {
+          return "skip";
+        }
+        return stream_body(rank, t);
+      },
+      15, /*single_copy=*/true);
+  for (const auto& r : results) {
+    if (r.message == "skip") GTEST_SKIP() << "process_vm_readv is not allowed here";
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ": " << r.message;
+  }
+}
+
+// The sender gives up half-way through a single-copy send and frees its buffer: the
+// receiver keeps what it read before, then fails naming the sender; it never delivers
+// bytes read after the sender took the buffer back.
+TEST(ProcessTransport, SenderGivingUpOnASingleCopySendFailsTheReceiverNamingIt) {
+  auto results = run_world(
+      2, false,
+      [](int rank, Transport& t) -> std::string {
+        if (!can_read_memory_of(static_cast<pid_t>(t.peers()[1 - rank].pid))) return "skip";
+        const size_t half = 4u << 20;
+        if (rank == 0) {
+          auto big = std::make_unique<std::vector<char>>(pattern(2 * half, 0, 1));
+          SendOp s{1, big->data(), big->size()};
+          Status st = t.exchange({&s, 1}, {}, in(milliseconds(400), "Send"));
+          if (st.code() != StatusCode::kDeadlineExceeded) return "send: " + st.to_string();
+          std::fill(big->begin(), big->end(), 0);  // reused, then freed
+          big.reset();
+          std::this_thread::sleep_for(milliseconds(1500));
+          return "";
+        }
+        std::vector<char> got(half);
+        RecvOp r{0, got.data(), got.size()};
+        Status st = t.exchange({}, {&r, 1}, in(milliseconds(5000), "Recv"));
+        if (!st.ok()) return "first half: " + st.to_string();
+        std::vector<char> want = pattern(2 * half, 0, 1);
+        if (!std::equal(got.begin(), got.end(), want.begin())) return "first half differs";
+        std::this_thread::sleep_for(milliseconds(800));
+        st = t.exchange({}, {&r, 1}, in(milliseconds(2000), "Recv"));
+        if (st.code() != StatusCode::kUnavailable ||
+            st.message().find("Recv: rank 0") == std::string::npos ||
+            st.message().find("gave up") == std::string::npos) {
+          return "second half: " + st.to_string();
+        }
+        return "";
+      },
+      15, /*single_copy=*/true);
+  for (const auto& r : results) {
+    if (r.message == "skip") GTEST_SKIP() << "process_vm_readv is not allowed here";
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ": " << r.message;
+  }
 }
 
 // Rank 1 dies by SIGKILL in the middle of an exchange; the others must fail promptly with
