@@ -47,15 +47,6 @@ double mb(const nlohmann::json& bytes) { return bytes.get<double>() / 1e6; }
 
 }  // namespace
 
-std::string kernel_implementation(const ir::Node& node) { return kernels::planned_implementation(node); }
-
-std::string kernel_key(const ir::Node& node) {
-  std::string op = node.domain().empty() ? node.op_type() : node.domain() + "." + node.op_type();
-  return op + "/" + kernel_implementation(node);
-}
-
-bool runs_on_reference_kernel(const ir::Node& node) { return kernel_implementation(node) == "reference"; }
-
 nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, double compile_ms) {
   const ir::Graph& graph = *compiled.graph;
   nlohmann::json j;
@@ -76,12 +67,22 @@ nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, doub
 
   std::map<std::string, int> kernels;
   nlohmann::json fallbacks = nlohmann::json::array();
+  nlohmann::json reasons = nlohmann::json::array();
+  int per_shape = 0;
   for_each_node(graph, [&](const ir::Node& n) {
-    ++kernels[kernel_key(n)];
-    if (runs_on_reference_kernel(n)) fallbacks.push_back(n.name());
+    const kernels::KernelPlan plan = kernels::plan_kernel(n);
+    std::string op = n.domain().empty() ? n.op_type() : n.domain() + "." + n.op_type();
+    ++kernels[op + "/" + plan.implementation];
+    if (plan.per_shape) ++per_shape;
+    if (plan.implementation != "reference") return;
+    fallbacks.push_back(n.name());
+    reasons.push_back({{"node", n.name()}, {"op", op}, {"reason", plan.reason}, {"shape_related", plan.shape_related}});
   });
   j["kernels"] = kernels;
+  // Nodes with open dims on fast kernels prepared per concrete shape at run time.
+  j["per_shape_kernels"] = per_shape;
   j["reference_fallbacks"] = std::move(fallbacks);
+  j["reference_fallback_reasons"] = std::move(reasons);
 
   // Which convolutions and products compute in which precision (--precision; the nodes'
   // `precision` attribute, float32 when absent), with the pass's reasons for those kept fp32.
@@ -172,6 +173,27 @@ void print_compile_summary(std::FILE* out, const compiler::CompiledModel& compil
     std::string kinds;
     for (const auto& [key, count] : fast) kinds += str_format("%s%s x%d", kinds.empty() ? "" : ", ", key.c_str(), count);
     std::fprintf(out, "kernels: %d of %d nodes on fast kernels (%s)\n", fast_nodes, total_nodes, kinds.c_str());
+  }
+
+  if (int per_shape = report["per_shape_kernels"].get<int>(); per_shape > 0)
+    std::fprintf(out, "open dims: %d nodes on fast kernels prepared per input shape at run time\n", per_shape);
+  // The trap of graph compilers: a node that silently runs an order of magnitude slower
+  // because a dim is open. Say which and what would fix it.
+  std::vector<const nlohmann::json*> shape_fallbacks;
+  for (const auto& r : report["reference_fallback_reasons"])
+    if (r["shape_related"].get<bool>()) shape_fallbacks.push_back(&r);
+  if (!shape_fallbacks.empty()) {
+    std::fprintf(out, "warning: %zu nodes run on reference kernels because of open dims; fix the shapes with "
+                      "--input-shape or compile shape buckets with --dynamic-dims:\n",
+                 shape_fallbacks.size());
+    constexpr size_t kListed = 10;
+    for (size_t i = 0; i < shape_fallbacks.size() && i < kListed; ++i)
+      std::fprintf(out, "  '%s' (%s): %s\n", (*shape_fallbacks[i])["node"].get<std::string>().c_str(),
+                   (*shape_fallbacks[i])["op"].get<std::string>().c_str(),
+                   (*shape_fallbacks[i])["reason"].get<std::string>().c_str());
+    if (shape_fallbacks.size() > kListed)
+      std::fprintf(out, "  ... %zu more in the report's reference_fallback_reasons (--report)\n",
+                   shape_fallbacks.size() - kListed);
   }
 
   if (report.contains("memory")) {

@@ -12,20 +12,12 @@
 
 namespace kiln::tools {
 
-// The kernel implementation `node` will run on: the family name of the first fast kernel
-// whose `applicable` accepts it (kernels::planned_implementation, e.g. "onednn"), or
-// "reference" (also for every node under KILN_KERNELS=reference).
-std::string kernel_implementation(const ir::Node& node);
-// "OpType/implementation" with the op type domain-qualified, as the report's `kernels`
-// counts it: "Conv/reference", "kiln.FusedConv/onednn".
-std::string kernel_key(const ir::Node& node);
-// True when `node` runs on a reference kernel (the report's `reference_fallbacks`).
-bool runs_on_reference_kernel(const ir::Node& node);
-
 // The report as JSON:
 //   compile_ms; nodes {before, after}; passes [{name, changed, ms, notes?, fusions?}];
 //   fusions {pattern: count} (summed over passes); kernels {"Op/impl": count};
-//   reference_fallbacks [node names]; memory {arena_bytes, naive_bytes, lower_bound_bytes,
+//   per_shape_kernels (nodes with open dims on fast kernels prepared per input shape at run
+//   time); reference_fallbacks [node names]; reference_fallback_reasons [{node, op, reason,
+//   shape_related}] (kernels::plan_kernel: shape_related when open dims are why); memory {arena_bytes, naive_bytes, lower_bound_bytes,
 //   weights_bytes, dynamic_values} (of `compiled.graph`; absent when it cannot be planned);
 //   variants [{shapes {input: dims}, arena_bytes}] (one per shape bucket, or one entry with
 //   the model's input shapes for a model compiled for one set of shapes).

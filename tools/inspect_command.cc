@@ -7,6 +7,7 @@
 
 #include "frontend/onnx/onnx_importer.h"
 #include "tools/model_source.h"
+#include "tools/node_table.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -15,6 +16,7 @@ namespace {
 struct InspectArgs {
   std::string model;
   bool json = false;
+  bool nodes = false;  // --nodes: the node table (tools/node_table.h)
 };
 
 // Op type -> nodes; a node computing in reduced precision (kiln compile --precision) counts
@@ -104,6 +106,7 @@ int run_inspect(const InspectArgs& args) {
     } else {
       j["unsupported_nodes"] = unsupported;
     }
+    if (args.nodes) j["node_table"] = node_table_json(*graph);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -152,6 +155,11 @@ int run_inspect(const InspectArgs& args) {
     std::printf("unsupported operators (%zu nodes):\n", unsupported.size());
     for (const auto& line : unsupported) std::printf("  %s\n", line.c_str());
   }
+  if (args.nodes) {
+    std::printf("node table (kernel: fast family, per shape when open dims are prepared at run time, or "
+                "reference and why):\n");
+    print_node_table(stdout, *graph);
+  }
   return 0;
 }
 
@@ -159,6 +167,8 @@ std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   app.add_option("model", args->model, "Model file (.onnx or .kiln)")->required();
   app.add_flag("--json", args->json, "Print the result as one JSON object");
+  app.add_flag("--nodes", args->nodes,
+               "List every node: op, kernel (fast, per shape, or reference and why), shapes and layout");
   return [args] { return run_inspect(*args); };
 }
 

@@ -55,6 +55,9 @@ class Value {
   const Tensor* initializer() const { return initializer_.get(); }
   void set_initializer(Tensor t) { initializer_ = std::make_shared<Tensor>(std::move(t)); }
   void clear_initializer() { initializer_.reset(); }
+  // Makes this value's initializer the very tensor `other` holds (no copy): for the one-node
+  // twins the kernel layer builds at concrete shapes (kernels/shape_specialized_kernel.h).
+  void share_initializer(const Value& other) { initializer_ = other.initializer_; }
 
   // A value defined in an enclosing graph, read by a subgraph.
   bool is_outer_scope() const { return outer_scope_; }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "kernels/shape_specialized_kernel.h"
 
 namespace kiln::kernels {
 
@@ -48,8 +49,20 @@ void set_fast_kernels_enabled(bool enabled) { fast_kernels_override.store(enable
 
 void reset_fast_kernels_enabled() { fast_kernels_override.store(-1); }
 
+namespace {
+
+// The first factory whose `applicable` accepts `node` as it is, or null.
+const KernelFactory* first_applicable(const ir::Node& node, DeviceKind device) {
+  for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device))
+    if (!f->applicable || f->applicable(node)) return f;
+  return nullptr;
+}
+
+}  // namespace
+
 std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device) {
   if (!fast_kernels_enabled()) return nullptr;
+  if (has_open_dims(node)) return make_shape_specialized_kernel(node, device);
   for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device)) {
     if (f->applicable && !f->applicable(node)) continue;
     auto k = f->prepare(node);
@@ -61,17 +74,53 @@ std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device) {
   return nullptr;
 }
 
+KernelPlan plan_kernel(const ir::Node& node, DeviceKind device) {
+  KernelPlan plan;
+  if (!fast_kernels_enabled()) {
+    plan.reason = "fast kernels are off (KILN_KERNELS=reference or --reference-kernels)";
+    return plan;
+  }
+  const auto candidates = KernelRegistry::instance().candidates(node.domain(), node.op_type(), device);
+  if (candidates.empty()) {
+    plan.reason = "no fast kernel for this op";
+    return plan;
+  }
+  if (!has_open_dims(node)) {
+    if (const KernelFactory* f = first_applicable(node, device)) plan.implementation = f->name;
+    else plan.reason = "no fast kernel accepts its dtypes, shapes or attributes";
+    return plan;
+  }
+  auto probe = probe_twin(node);
+  if (!probe.ok() || has_open_dims(*probe->node)) {
+    // The probe cannot stand for the run-time shapes (dims of unknown name whose extents
+    // relate in ways the probe does not know, or dims inference cannot tell): the kernel is
+    // chosen per shape when the node runs.
+    plan.implementation = candidates.front()->name;
+    plan.per_shape = true;
+    plan.reason = "chosen per shape at run time (" +
+                  (probe.ok() ? std::string("open dims inference cannot tell") : probe.status().message()) + ")";
+    return plan;
+  }
+  if (const KernelFactory* f = first_applicable(*probe->node, device)) {
+    plan.implementation = f->name;
+    plan.per_shape = true;
+    return plan;
+  }
+  // No fast kernel takes the node at representative extents; with the shapes fixed at
+  // compile time, constant folding may still make it take it (a Reshape's computed target).
+  plan.shape_related = true;
+  plan.reason = "open dims: no fast kernel accepts the node at representative extents";
+  return plan;
+}
+
 std::string planned_implementation(const ir::Node& node, DeviceKind device) {
-  if (fast_kernels_enabled())
-    for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device))
-      if (!f->applicable || f->applicable(node)) return f->name;
-  return "reference";
+  return plan_kernel(node, device).implementation;
 }
 
 bool has_fast_kernel(const ir::Node& node, DeviceKind device) {
-  for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device))
-    if (!f->applicable || f->applicable(node)) return true;
-  return false;
+  if (!has_open_dims(node)) return first_applicable(node, device) != nullptr;
+  auto probe = probe_twin(node);
+  return probe.ok() && !has_open_dims(*probe->node) && first_applicable(*probe->node, device) != nullptr;
 }
 
 }  // namespace kiln::kernels

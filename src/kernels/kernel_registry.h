@@ -82,15 +82,28 @@ void set_fast_kernels_enabled(bool enabled);
 // Drops the override: the environment decides again.
 void reset_fast_kernels_enabled();
 
-// The fast kernel for `node`, or null when the node runs on its reference kernel.
+// The fast kernel for `node`, or null when the node runs on its reference kernel. A node
+// with open dims (kernels/shape_specialized_kernel.h) gets a kernel that prepares the fast
+// kernel per concrete input shape when it runs, if a fast kernel accepts the node at
+// representative extents.
 std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 
+// What `node` will run on and why, without preparing anything (compile report, `kiln
+// inspect --nodes`, layout decisions).
+struct KernelPlan {
+  std::string implementation = "reference";  // the fast kernel family ("onednn"), or "reference"
+  bool per_shape = false;      // open dims: prepared per concrete shape at run time
+  bool shape_related = false;  // reference because of open dims that fixed shapes would remove
+  std::string reason;          // why the reference kernel, when it is
+};
+KernelPlan plan_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
+
 // The implementation `node` would run with, without preparing anything: the first applicable
-// factory's name, or "reference". For the compile report.
+// factory's name (for a node with open dims: at representative extents), or "reference".
 std::string planned_implementation(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 
-// Whether some fast kernel's `applicable` accepts `node`, whatever fast_kernels_enabled()
-// says: what the target offers, for compile-time decisions (layout_assignment) that must not
+// Whether some fast kernel's `applicable` accepts `node` (for a node with open dims: at
+// representative extents), whatever fast_kernels_enabled() says: what the target offers, for compile-time decisions (layout_assignment) that must not
 // depend on a debugging switch.
 bool has_fast_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 

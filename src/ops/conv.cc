@@ -70,7 +70,8 @@ Status infer_conv(InferContext& ctx) {
   }
   KILN_ASSIGN_OR_RETURN(ConvShape cs, conv_shape(ctx.node(), dims_or_unknown(xt.shape), dims_or_unknown(wt.shape)));
   std::vector<Dim> dims{xt.shape[0], wt.shape[0]};
-  for (int64_t o : cs.geo.out) dims.push_back(dim_or_unknown(o));
+  for (size_t d = 0; d < cs.geo.out.size(); ++d)
+    dims.push_back(window_output_dim(ctx.node(), xt.shape[static_cast<int>(d) + 2], cs.geo, d));
   ctx.set_output(0, xt.dtype, Shape(std::move(dims)));
   return ok_status();
 }

@@ -17,7 +17,6 @@ using ir::AttrKind;
 
 enum class PoolKind { kMax, kAverage, kLp };
 
-Dim dim_or_unknown(int64_t v) { return v >= 0 ? Dim(v) : Dim(); }
 
 Status infer_pool(InferContext& ctx) {
   const ir::TensorType& xt = ctx.input_type(0);
@@ -31,7 +30,8 @@ Status infer_pool(InferContext& ctx) {
                             ctx.node().label().c_str(), xt.shape.rank());
   KILN_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(ctx.node(), spatial_extents(xt.shape), {}, true));
   std::vector<Dim> dims{xt.shape[0], xt.shape[1]};
-  for (int64_t o : g.out) dims.push_back(dim_or_unknown(o));
+  for (size_t d = 0; d < g.out.size(); ++d)
+    dims.push_back(window_output_dim(ctx.node(), xt.shape[static_cast<int>(d) + 2], g, d));
   ctx.set_output(0, xt.dtype, Shape(dims));
   if (ctx.num_outputs() > 1) ctx.set_output(1, DataType::kInt64, Shape(dims));
   return ok_status();

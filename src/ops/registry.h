@@ -96,6 +96,10 @@ class KernelContext {
   // lifetime) are not copied, and outputs come from `recycler` where it has storage.
   KernelContext(const ir::Node& node, const RuntimeValue* const* inputs, size_t num_inputs,
                 std::vector<RuntimeValue>* outputs, SubgraphRunner* subgraphs, OutputRecycler* recycler);
+  // The same inputs, outputs, subgraph runner and recycler as `base`, seen as the inputs of
+  // `node` (a concrete twin of base's node: kernels/shape_specialized_kernel.h).
+  KernelContext(const ir::Node& node, const KernelContext& base)
+      : KernelContext(node, base.inputs_, base.num_inputs_, base.outputs_, base.subgraphs_, base.recycler_) {}
   KernelContext(const KernelContext&) = delete;
   KernelContext& operator=(const KernelContext&) = delete;
 

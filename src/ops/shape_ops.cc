@@ -143,6 +143,45 @@ std::vector<int64_t> maybe_dims(const Shape& s) {
   return out;
 }
 
+// The one open output dim of a Reshape whose input has named open dims: what is left of the
+// input's extents once the output's known ones are divided out. [B, S, 12, 64] -> [0, 0, -1]
+// gives [B, S, 768]; [B, 120, 1, W] -> [0, 120, -1] gives [B, 120, W]. Left unknown unless
+// exactly one symbol (and no static factor) or only a static extent remains.
+void resolve_symbolic_infer_dim(const Shape& in, Shape* out) {
+  if (!in.has_rank()) return;
+  int open_at = -1;
+  for (int i = 0; i < out->rank(); ++i) {
+    const Dim& d = (*out)[i];
+    if (d.is_static() || !d.symbol.empty()) continue;
+    if (open_at >= 0) return;  // two unknown dims
+    open_at = i;
+  }
+  if (open_at < 0) return;
+  std::vector<std::string> symbols;  // the input's open dims, by name
+  int64_t in_static = 1;
+  for (const Dim& d : in.dims()) {
+    if (d.is_static()) in_static *= d.value;
+    else if (d.symbol.empty()) return;
+    else symbols.push_back(d.symbol);
+  }
+  int64_t out_static = 1;
+  for (int i = 0; i < out->rank(); ++i) {
+    if (i == open_at) continue;
+    const Dim& d = (*out)[i];
+    if (d.is_static()) {
+      out_static *= d.value;
+      continue;
+    }
+    auto it = std::find(symbols.begin(), symbols.end(), d.symbol);
+    if (it == symbols.end()) return;  // an output symbol the input does not have
+    symbols.erase(it);
+  }
+  if (out_static == 0 || in_static % out_static != 0) return;
+  const int64_t rest = in_static / out_static;
+  if (symbols.empty()) (*out)[open_at] = Dim(rest);
+  else if (symbols.size() == 1 && rest == 1) (*out)[open_at] = Dim::symbolic(symbols[0]);
+}
+
 // Opsets 1-4 take the target shape from the `shape` attribute instead of input 1.
 std::optional<std::vector<int64_t>> reshape_target(const InferContext& ctx) {
   if (ctx.node().opset() < 5) return ctx.node().attr_ints("shape");
@@ -161,6 +200,7 @@ Status infer_reshape(InferContext& ctx) {
     for (size_t i = 0; i < target->size(); ++i)
       if ((*target)[i] == 0 && !allowzero && in.shape.has_rank() && static_cast<int>(i) < in.shape.rank())
         s[static_cast<int>(i)] = in.shape[static_cast<int>(i)];
+    resolve_symbolic_infer_dim(in.shape, &s);
     ctx.set_output(0, in.dtype, std::move(s));
     return ok_status();
   }

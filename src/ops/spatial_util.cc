@@ -83,6 +83,22 @@ Expected<WindowGeometry> window_geometry(const ir::Node& node, const std::vector
   return g;
 }
 
+Dim window_output_dim(const ir::Node& node, const Dim& in, const WindowGeometry& g, size_t d) {
+  if (g.out[d] >= 0) return Dim(g.out[d]);
+  if (in.symbol.empty()) return Dim();
+  const size_t n = g.kernel.size();
+  const int64_t dk = (g.kernel[d] - 1) * g.dilations[d] + 1;
+  const int64_t s = g.strides[d];
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")  // ceil(in / s)
+    return s == 1 ? in : Dim::symbolic(str_format("ceil(%s/%lld)", in.symbol.c_str(), (long long)s));
+  const int64_t pb = auto_pad == "VALID" ? 0 : g.pads[d], pe = auto_pad == "VALID" ? 0 : g.pads[d + n];
+  const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
+  if (s == 1 && pb + pe == dk - 1) return in;
+  return Dim::symbolic(str_format("win(%s,k%lld,s%lld,p%lld+%lld%s)", in.symbol.c_str(), (long long)dk,
+                                  (long long)s, (long long)pb, (long long)pe, ceil_mode ? ",ceil" : ""));
+}
+
 Status check_float_input(const ir::Node& node, const Tensor& t, const char* what, int min_rank) {
   if (t.rank() < min_rank)
     return invalid_argument("node %s: %s has rank %d (%s), expected rank >= %d", node.label().c_str(), what,

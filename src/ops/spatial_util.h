@@ -32,6 +32,14 @@ struct WindowGeometry {
 Expected<WindowGeometry> window_geometry(const ir::Node& node, const std::vector<int64_t>& in,
                                          std::vector<int64_t> kernel, bool allow_ceil_mode);
 
+// Output spatial dim d of a window op whose input spatial dim d is `in`: the extent when
+// known; for a symbolic input, the same symbol when the window keeps the extent (stride 1,
+// padding that covers the dilated window: the common "same" convolution), else a new symbol
+// named after the input's and the window's parameters, so that two values computed the same
+// way from the same open dim carry the same name (fusions compare shapes by name); unknown
+// when the input is unnamed.
+Dim window_output_dim(const ir::Node& node, const Dim& in, const WindowGeometry& g, size_t d);
+
 // Spatial extents of a shape of rank >= 3 (-1 for symbolic ones).
 std::vector<int64_t> spatial_extents(const Shape& shape);
 

@@ -41,9 +41,10 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
     if (p.min_level <= 1) level1.push_back(p.name);
   }
   EXPECT_EQ(names_run(*o3), all);
-  std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference", "gradient_lowering",
-                                           "constant_folding",      "algebraic_simplify", "batchnorm_folding",
-                                           "cse",                   "dead_node_removal",  "precision_assignment"};
+  std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference",        "gradient_lowering",
+                                           "constant_folding",      "reshape_target_folding", "algebraic_simplify",
+                                           "batchnorm_folding",     "cse",                    "dead_node_removal",
+                                           "precision_assignment"};
   EXPECT_EQ(level1, expected_level1);
   auto o1 = testing::compile_text(kModel, 1);
   ASSERT_TRUE(o1.ok());

@@ -19,7 +19,7 @@
 // pays where the widening is small beside the speed of the blocked kernels: C' <= 1.5 C
 // (24 -> 32; not 8 -> 16). The pass's note says how many values it widened.
 //
-// Conditions: V float32, static 4-D, not a graph output or a name a subgraph reads; the
+// Conditions: V float32, 4-D with known channels, not a graph output or a name a subgraph reads; the
 // convolutions 2-D, ungrouped, with constant float32 weights (and bias), on fast kernels
 // (the kernel registry says so), their formats not yet assigned.
 #include <algorithm>
@@ -41,11 +41,6 @@ namespace {
 
 // Widen only while the extra channels cost at most half the value's own (see the header).
 constexpr double kMaxGrowth = 1.5;
-
-bool static_f32_4d(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().rank() == 4 &&
-         v->shape().is_static();
-}
 
 class ChannelPadder {
  public:
@@ -101,7 +96,7 @@ class ChannelPadder {
                   n.attr_string("y_format", ops::kFormatPlain) != ops::kFormatPlain ||
                   !n.attr_string("precision", "").empty()))
       return false;
-    if (!static_f32_4d(n.input(0)) || !static_f32_4d(n.output(0))) return false;
+    if (!fusion::f32_4d_known_channels(n.input(0)) || !fusion::f32_4d_known_channels(n.output(0))) return false;
     const ir::Value* w = n.input(1);
     if (!fusion::constant(g_, w) || w->initializer()->dtype() != DataType::kFloat32 || w->initializer()->rank() != 4)
       return false;

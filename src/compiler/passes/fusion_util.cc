@@ -21,6 +21,11 @@ bool known_float_tensor(const ir::Value* v) {
   return true;
 }
 
+bool f32_4d_known_channels(const ir::Value* v) {
+  return v && v->type().is_tensor() && v->dtype() == DataType::kFloat32 && v->shape().has_rank() &&
+         v->shape().rank() == 4 && v->shape()[1].is_static();
+}
+
 bool constant(const ir::Graph& g, const ir::Value* v) {
   if (!v || !v->has_initializer() || v->is_outer_scope()) return false;
   return std::find(g.inputs().begin(), g.inputs().end(), v) == g.inputs().end();

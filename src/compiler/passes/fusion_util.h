@@ -16,6 +16,9 @@ bool fusable_dtype(DataType t);
 // A tensor value with a fusable dtype and a shape of known rank whose every extent is
 // known or named.
 bool known_float_tensor(const ir::Value* v);
+// A float32 tensor [N, C, H, W] whose channel count is known (N, H and W may be open: a
+// model compiled with open dims still keeps its convolutions' activations blocked).
+bool f32_4d_known_channels(const ir::Value* v);
 // A constant the compiled model owns: an initializer the user cannot feed.
 bool constant(const ir::Graph& g, const ir::Value* v);
 // The value of a one-element float constant.

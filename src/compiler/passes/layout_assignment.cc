@@ -4,7 +4,7 @@
 // its input from NCHW into the blocked layout and its output back (about a tenth of
 // ResNet-50's time at one thread, measured in src/kernels/cpu/conv.cc).
 //
-// The rule, per value V (float32, static 4-D, C a multiple of the block, not a graph output
+// The rule, per value V (float32, 4-D with C known, C a multiple of the block, not a graph output
 // or a name a subgraph reads): V is stored blocked when its producer is a blockable
 // convolution and at least one consumer reads it blocked (a blockable convolution reading V
 // as X, or as the residual Z of a convolution whose output can be blocked, or a blockable
@@ -40,11 +40,6 @@ using fusion::is_op;
 bool is_conv(const ir::Node& n) {
   return (n.domain() == ops::kOnnxDomain && n.op_type() == "Conv") ||
          (n.domain() == ops::kKilnDomain && n.op_type() == "FusedConv");
-}
-
-bool static_f32_4d(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().rank() == 4 &&
-         v->shape().is_static();
 }
 
 bool is_pool(const ir::Node& n) {
@@ -103,7 +98,7 @@ class LayoutAssigner {
       return false;  // already assigned
     const ir::Value* x = n.input(0);
     const ir::Value* y = n.output(0);
-    if (!static_f32_4d(x) || !static_f32_4d(y)) return false;
+    if (!fusion::f32_4d_known_channels(x) || !fusion::f32_4d_known_channels(y)) return false;
     const int64_t c = x->shape()[1].value, m = y->shape()[1].value;
     const int64_t group = n.attr_int("group", 1);
     if (group != 1 && !(group == c && group == m)) return false;
@@ -113,12 +108,12 @@ class LayoutAssigner {
   // A 2-D float32 pool with one output whose oneDNN kernel takes it (the kernel computes the
   // kiln Pooling twin in the blocked layout with the same geometry).
   bool blockable_pool(const ir::Node& n) const {
-    return is_pool(n) && n.num_outputs() == 1 && static_f32_4d(n.input(0)) && static_f32_4d(n.output(0)) &&
+    return is_pool(n) && n.num_outputs() == 1 && fusion::f32_4d_known_channels(n.input(0)) && fusion::f32_4d_known_channels(n.output(0)) &&
            n.input(0)->shape()[1].value % c0_ == 0 && kernels::has_fast_kernel(n);
   }
 
   bool value_blockable(const ir::Value* v) const {
-    return static_f32_4d(v) && v->shape()[1].value % c0_ == 0 && !uses_.pinned(v);
+    return fusion::f32_4d_known_channels(v) && v->shape()[1].value % c0_ == 0 && !uses_.pinned(v);
   }
 
   // A consumer that would read `v` blocked: a blockable conv reading it as X, or as Z of a
