@@ -2,16 +2,19 @@
 // optimisation 'all', intra-op threads N, inter-op 1) and runs it on command, so that the driver
 // can alternate blocks of ORT runs with blocks of Kiln runs on the same machine.
 //
-// Usage: node run_ort.js MODEL.onnx THREADS NAME=INPUT.npy ...
+// Usage: node run_ort.js MODEL.onnx THREADS [NAME=INPUT.npy ...]
 //
 // Prints one JSON line when the session is ready ({"ready": true, "load_ms", "version",
 // "inputs", "outputs"}), then answers one JSON line per command read from stdin:
-//   time K W    W untimed runs, then K timed runs: {"times_ms": [...]} (wall clock of each
-//               session.run, as a user of onnxruntime-node sees it)
-//   save DIR    one run; writes DIR/<output, sanitised>.npy and DIR/outputs.json in the layout
-//               of `kiln run --output-dir`: {"saved": DIR}
-//   quit        exits
-// Errors are printed as {"error": "..."} and end the process with status 1.
+//   time K W [SET]  W untimed runs, then K timed runs: {"times_ms": [...]} (wall clock of each
+//                   session.run, as a user of onnxruntime-node sees it)
+//   save DIR [SET]  one run; writes DIR/<output, sanitised>.npy and DIR/outputs.json in the
+//                   layout of `kiln run --output-dir`: {"saved": DIR}
+//   feed SET NAME=INPUT.npy ...   another input set (bench/dynamic_shapes.sh: one per shape
+//                   of a model with open dims): {"fed": SET}
+//   quit            exits
+// Without SET, the inputs of the command line. Errors are printed as {"error": "..."} and end
+// the process with status 1.
 'use strict';
 
 const fs = require('fs');
@@ -43,20 +46,24 @@ function ortVersion() {
 }
 
 async function main(argv) {
-  if (argv.length < 2) fail('usage: node run_ort.js MODEL.onnx THREADS NAME=INPUT.npy ...');
+  if (argv.length < 2) fail('usage: node run_ort.js MODEL.onnx THREADS [NAME=INPUT.npy ...]');
   const [modelPath, threadArg, ...inputArgs] = argv;
   const threads = Number(threadArg);
   if (!Number.isInteger(threads) || threads < 1) fail(`bad thread count '${threadArg}'`);
   if (!fs.existsSync(modelPath)) fail(`model '${modelPath}' not found`);
   const ort = loadOrt();
 
-  const feeds = {};
-  for (const arg of inputArgs) {
-    const eq = arg.indexOf('=');
-    if (eq <= 0) fail(`input '${arg}' is not NAME=FILE.npy`);
-    const {type, dims, data} = readNpy(arg.slice(eq + 1));
-    feeds[arg.slice(0, eq)] = new ort.Tensor(type, data, dims);
-  }
+  const readFeeds = (args) => {
+    const feeds = {};
+    for (const arg of args) {
+      const eq = arg.indexOf('=');
+      if (eq <= 0) fail(`input '${arg}' is not NAME=FILE.npy`);
+      const {type, dims, data} = readNpy(arg.slice(eq + 1));
+      feeds[arg.slice(0, eq)] = new ort.Tensor(type, data, dims);
+    }
+    return feeds;
+  };
+  const feeds = readFeeds(inputArgs);
 
   const t0 = process.hrtime.bigint();
   const session = await ort.InferenceSession.create(modelPath, {
@@ -67,11 +74,20 @@ async function main(argv) {
     executionMode: 'sequential',
   });
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
-  const missing = session.inputNames.filter((n) => !(n in feeds));
-  const unknown = Object.keys(feeds).filter((n) => !session.inputNames.includes(n));
-  if (missing.length || unknown.length) {
-    fail(`model inputs are [${session.inputNames}]; missing [${missing}], unknown [${unknown}]`);
-  }
+  const checkFeeds = (f) => {
+    const missing = session.inputNames.filter((n) => !(n in f));
+    const unknown = Object.keys(f).filter((n) => !session.inputNames.includes(n));
+    if (missing.length || unknown.length) {
+      fail(`model inputs are [${session.inputNames}]; missing [${missing}], unknown [${unknown}]`);
+    }
+    return f;
+  };
+  if (inputArgs.length) checkFeeds(feeds);
+  const sets = {'': feeds};
+  const feedsOf = (set) => {
+    if (!(set in sets)) fail(`no input set '${set}'`);
+    return sets[set];
+  };
   process.stdout.write(JSON.stringify({
     ready: true, load_ms: loadMs, version: ortVersion(), threads,
     inputs: session.inputNames, outputs: session.outputNames,
@@ -87,17 +103,21 @@ async function main(argv) {
         if (!Number.isInteger(k) || k < 1 || !Number.isInteger(w) || w < 0) {
           fail(`bad command '${line}'`);
         }
-        for (let i = 0; i < w; ++i) await session.run(feeds);
+        const f = feedsOf(words[3] ?? '');
+        for (let i = 0; i < w; ++i) await session.run(f);
         const times = [];
         for (let i = 0; i < k; ++i) {
           const s = process.hrtime.bigint();
-          await session.run(feeds);
+          await session.run(f);
           times.push(Number(process.hrtime.bigint() - s) / 1e6);
         }
         process.stdout.write(JSON.stringify({times_ms: times}) + '\n');
-      } else if (words[0] === 'save' && words.length === 2) {
+      } else if (words[0] === 'feed' && words.length >= 3) {
+        sets[words[1]] = checkFeeds(readFeeds(words.slice(2)));
+        process.stdout.write(JSON.stringify({fed: words[1]}) + '\n');
+      } else if (words[0] === 'save' && (words.length === 2 || words.length === 3)) {
         const dir = words[1];
-        const results = await session.run(feeds);
+        const results = await session.run(feedsOf(words[2] ?? ''));
         fs.mkdirSync(dir, {recursive: true});
         const index = {};
         for (const name of session.outputNames) {
@@ -111,7 +131,7 @@ async function main(argv) {
       } else if (words[0] === 'quit') {
         break;
       } else {
-        fail(`unknown command '${line}' (time K W | save DIR | quit)`);
+        fail(`unknown command '${line}' (time K W [SET] | save DIR [SET] | feed SET ... | quit)`);
       }
     } catch (e) {
       fail(`${words[0]}: ${e.message}`);
