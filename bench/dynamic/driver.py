@@ -111,12 +111,15 @@ def locate_model(name, args):
 
 
 def make_inputs(model, shape, folder):
-    """Seeded inputs of the shape, as .npy files: {input name: path}."""
+    """The inputs of the shape, as .npy files: {input name: path}. OCR: the sample text image;
+    ResNet-50: seeded normal noise; BERT: seeded token ids."""
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng([24, ALL_MODELS.index(model.name), zlib.crc32(shape.key.encode())])
     arrays = {}
     if model.name in ("ocr_rec", "ocr_det"):
-        arrays["x"] = rng.random(shape.dims["x"], dtype=np.float32)
+        arrays["x"] = ocr_image_input(model.name, shape.dims["x"])
+        if arrays["x"] is None:
+            arrays["x"] = rng.random(shape.dims["x"], dtype=np.float32)
     elif model.name == "resnet50":
         arrays["input"] = rng.standard_normal(shape.dims["input"], dtype=np.float32)
     else:  # BERT: [CLS] tokens [SEP], the last ~20% of each row padding (masked out)
@@ -135,6 +138,32 @@ def make_inputs(model, shape, folder):
         paths[name] = os.path.join(folder, f"input_{name}.npy")
         np.save(paths[name], a)
     return paths
+
+
+def ocr_image_input(name, dims):
+    """The e2e suite's sample text image (assets/sample_text.png) as the PP-OCR input of these
+    dims, made as tests/e2e/make_ocr_inputs.py does: the page fitted into H x W for det; text
+    lines (one per batch row) at height 48, zero-padded to the width, for rec. On random noise
+    the det model sees no text and its output is ~1e-6 everywhere, too small a scale for a
+    relative comparison. None when the image cannot be decoded (no PIL nor ImageMagick)."""
+    sys.path.insert(0, os.path.join(SRC, "tests", "e2e"))
+    try:
+        import image_util
+
+        rgb = image_util.load_rgb(os.path.join(SRC, "assets", "sample_text.png"))
+        if name == "ocr_det":
+            return image_util.det_input(rgb, dims[2], dims[3])
+        lines = image_util.text_lines(rgb)
+        rows = [3] if dims[0] == 1 else range(dims[0])  # line 3: make_ocr_inputs.py's
+        return np.concatenate([image_util.line_input(rgb, lines[r % len(lines)], dims[2], dims[3])
+                               for r in rows])
+    except (ImportError, OSError, RuntimeError, subprocess.CalledProcessError) as e:
+        if not getattr(ocr_image_input, "warned", False):
+            log(f"note: OCR inputs are random (the sample image could not be read: {e})")
+            ocr_image_input.warned = True
+        return None
+    finally:
+        sys.path.pop(0)
 
 
 def kiln_compile(args, model, out, shape=None):
@@ -540,9 +569,14 @@ def main(argv):
     oc.run([args.kiln, "--help"], f"kiln --help (copy of {given_kiln})")
     log(f"kiln: {given_kiln}, dyn_session: {session} (run from copies in {args.work_dir})")
     ort_version = oc.ensure_packages(args.node, any(m.startswith("ocr_") for m in args.models))
-    isa = cpu_isa()
-    log(f"CPU: {isa}; threads {','.join(map(str, args.threads))}; {args.runs} runs per cell; "
-        f"load average {oc.load_average()}")
+    # This CPU's FMA peak at the start and the end (bench/fma_peak, as ort_compare.sh): when
+    # the worse wall-time figure falls below 80% of the peak per CPU time, other processes held
+    # cores during the run.
+    args.fma_peak = None
+    isa, wall, peaks = oc.fma_peak(args, args.threads)
+    log(f"CPU: {isa}; FMA peak {oc.fmt_peaks(peaks)} per CPU time, {oc.fmt_peaks(wall)} per wall "
+        f"time; threads {','.join(map(str, args.threads))}; {args.runs} runs per cell; load "
+        f"average {oc.load_average()}")
     start = time.monotonic()
     rows, mixed = [], []
     for name in args.models:
@@ -564,33 +598,27 @@ def main(argv):
                 mixed.append(mixed_loop(args, model, widths, threads))
     if not rows:
         raise BenchError("no shape selected (see --models and --shapes)")
+    _, wall_end, peaks_end = oc.fma_peak(args, args.threads)
+    busy = oc.busy_cores_note({t: min(wall[t], wall_end[t]) for t in peaks},
+                              {t: max(peaks[t], peaks_end[t]) for t in peaks})
     with open(os.path.join(args.work_dir, "results.json"), "w") as f:
         json.dump({"kiln": given_kiln, "onnxruntime_node": ort_version, "isa": isa,
-                   "runs": args.runs, "round_warmup": args.round_warmup, "rows": rows,
+                   "runs": args.runs, "round_warmup": args.round_warmup, "busy_cores": busy,
+                   "rows": rows,
                    "mixed": mixed}, f, indent=1)
     print_table(rows, ort_version, isa, args.runs, args.round_warmup)
     print_mixed(mixed)
     summary, met = goal_summary(rows, mixed)
     print()
     print(summary)
+    if busy:
+        print(f"WARNING: {busy}")
     monitor = oc.memory_monitor_note()
     if monitor:
         print(f"note: {monitor}")
     log(f"done in {time.monotonic() - start:.0f} s; raw times in "
         f"{os.path.join(args.work_dir, 'results.json')}")
     return 3 if args.check and not met else 0
-
-
-def cpu_isa():
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln for ln in f if ln.startswith("flags")), "")
-    except OSError:
-        return "unknown CPU"
-    for isa in ("avx512f", "avx2"):
-        if f" {isa}" in flags:
-            return {"avx512f": "AVX-512", "avx2": "AVX2"}[isa]
-    return "no AVX2"
 
 
 if __name__ == "__main__":
