@@ -83,9 +83,8 @@ void set_fast_kernels_enabled(bool enabled);
 void reset_fast_kernels_enabled();
 
 // The fast kernel for `node`, or null when the node runs on its reference kernel. A node
-// with open dims (kernels/shape_specialized_kernel.h) gets a kernel that prepares the fast
-// kernel per concrete input shape when it runs, if a fast kernel accepts the node at
-// representative extents.
+// with open dims (kernels/shape_specialized_kernel.h) whose op has fast kernels gets a kernel
+// that selects and prepares the fast kernel per concrete input shape when it runs.
 std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 
 // What `node` will run on and why, without preparing anything (compile report, `kiln

@@ -212,9 +212,11 @@ class ShapeSpecializedKernel final : public Kernel {
 std::unique_ptr<Kernel> make_shape_specialized_kernel(const ir::Node& node, DeviceKind device) {
   auto schema = ops::schema_for(node);
   if (!schema.ok() || !(*schema)->kernel_fn()) return nullptr;
-  const KernelPlan plan = plan_kernel(node, device);
-  if (!plan.per_shape) return nullptr;
-  return std::make_unique<ShapeSpecializedKernel>(node, device, &(*schema)->kernel_fn(), plan.implementation);
+  if (KernelRegistry::instance().candidates(node.domain(), node.op_type(), device).empty()) return nullptr;
+  // Even where the compile-time probe found no fast kernel, the run-time shapes may suit one:
+  // the per-shape kernel asks at each new shape (a cached refusal costs a lookup per run).
+  return std::make_unique<ShapeSpecializedKernel>(node, device, &(*schema)->kernel_fn(),
+                                                  plan_kernel(node, device).implementation);
 }
 
 }  // namespace kiln::kernels

@@ -51,8 +51,8 @@ inline constexpr int64_t kProbeExtent = 64;
 // (an input of unknown rank, inference failing at those extents).
 Expected<ConcreteNode> probe_twin(const ir::Node& node);
 
-// The kernel select_kernel gives a node with open dims: null when no fast kernel accepts the
-// node at representative extents (it then runs on its reference kernel at every shape).
+// The kernel select_kernel gives a node with open dims: null when the op has no fast kernel
+// at all (the node then runs on its reference kernel at every shape).
 std::unique_ptr<Kernel> make_shape_specialized_kernel(const ir::Node& node, DeviceKind device);
 
 // Per-node cache bound (KILN_SHAPE_CACHE, default 16): prepared shapes kept per node.

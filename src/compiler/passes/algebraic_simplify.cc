@@ -10,9 +10,15 @@
 namespace kiln::compiler {
 namespace {
 
-bool same_static_type(const ir::Value* a, const ir::Value* b) {
-  return a->type().is_tensor() && b->type().is_tensor() && a->dtype() == b->dtype() &&
-         a->dtype() != DataType::kUndefined && a->shape().is_static() && a->shape() == b->shape();
+// Same dtype and the same shape, every dim known: static, or open under the same name (a
+// name stands for one extent, so x * 1 over [batch, 768] is x even when batch is open).
+bool same_known_type(const ir::Value* a, const ir::Value* b) {
+  if (!a->type().is_tensor() || !b->type().is_tensor() || a->dtype() != b->dtype() ||
+      a->dtype() == DataType::kUndefined || !a->shape().has_rank() || !(a->shape() == b->shape()))
+    return false;
+  for (const Dim& d : a->shape().dims())
+    if (!d.is_static() && d.symbol.empty()) return false;
+  return true;
 }
 
 // Whether every element of a constant equals `want` (numeric, non-complex dtypes only).
@@ -126,7 +132,7 @@ class Simplifier {
     if (op == "Identity") return forward(n, x);
     if (op == "Dropout") return inference_dropout(n) && forward(n, x);
     if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten") {
-      if (same_static_type(x, y)) return forward(n, x);
+      if (same_known_type(x, y)) return forward(n, x);
       if (op == "Reshape") return reshape_chain(n);
       return false;
     }
@@ -143,7 +149,7 @@ class Simplifier {
         return forward(n, x);
       return cast_round_trip(n);
     }
-    if (op == "Pad") return noop_pad(n) && same_static_type(x, y) && forward(n, x);
+    if (op == "Pad") return noop_pad(n) && same_known_type(x, y) && forward(n, x);
     if (op == "Mul" || op == "Add" || op == "Sub" || op == "Div") return binary_identity(n);
     return false;
   }
@@ -236,8 +242,8 @@ class Simplifier {
     if (!a || !b) return false;
     double unit = (op == "Mul" || op == "Div") ? 1.0 : 0.0;
     bool commutative = op == "Mul" || op == "Add";
-    if (all_equal(b, unit) && same_static_type(a, y)) return forward(n, a);
-    if (commutative && all_equal(a, unit) && same_static_type(b, y)) return forward(n, b);
+    if (all_equal(b, unit) && same_known_type(a, y)) return forward(n, a);
+    if (commutative && all_equal(a, unit) && same_known_type(b, y)) return forward(n, b);
     return false;
   }
 

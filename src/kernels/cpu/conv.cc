@@ -203,6 +203,7 @@ class OnednnConvKernel final : public Kernel {
   dnnl::convolution_forward conv;
   onednn::LayoutBridge layouts;  // X's and Y's (and Z's) layouts to the primitive's
   memory weights;                // packed into the primitive's format at prepare
+  std::shared_ptr<void> weights_buffer;  // weights' storage when shared (onednn::pack_shared)
   memory bias;                   // empty when the node has none
   bool z_binary = false;         // Z read by a binary post-op (else summed onto a copy in Y)
   memory::desc z_md;             // Z's layout: Y's, in Z's dtype
@@ -495,7 +496,13 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
     }
 
     // Pack the weights once, into memory oneDNN owns.
-    k->weights = onednn::pack(user_w, split_w.empty() ? p.weights->raw_data() : split_w.data(), pd.weights_desc());
+    if (split_w.empty()) {
+      // Shared with this node's kernels at other shapes (w_initializer keeps the data alive).
+      k->weights_buffer = onednn::pack_shared(user_w, p.weights->raw_data(), pd.weights_desc());
+      k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
+    } else {
+      k->weights = onednn::pack(user_w, split_w.data(), pd.weights_desc());
+    }
     if (p.bias) {
       k->bias = memory(bias_md, eng);
       std::memcpy(k->bias.get_data_handle(), p.bias->raw_data(), p.bias->size_bytes());

@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <tuple>
 #include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/weak_cache.h"
 
 namespace kiln::kernels::gemm_simd {
 
@@ -348,6 +350,15 @@ PackedB PackedB::pack(const float* b, int64_t k, int64_t n, int64_t row_stride,
   if (!out.data_) throw std::bad_alloc();
   target().pack(b, k, n, row_stride, col_stride, out.data_.get());
   return out;
+}
+
+std::shared_ptr<const PackedB> PackedB::pack_shared(const float* b, int64_t k, int64_t n, int64_t row_stride,
+                                                    int64_t col_stride) {
+  using Key = std::tuple<const float*, int64_t, int64_t, int64_t, int64_t>;
+  static auto* cache = new WeakCache<Key, const PackedB>;  // never destroyed: kernels may outlive statics
+  return cache->get_or_make({b, k, n, row_stride, col_stride}, [&] {
+    return std::make_shared<const PackedB>(pack(b, k, n, row_stride, col_stride));
+  });
 }
 
 void multiply(int64_t m, const ASource& a, const PackedB& b, const OutputLayout& c,

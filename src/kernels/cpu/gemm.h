@@ -33,6 +33,11 @@ class PackedB {
   // col_stride] (so a transposed B is just other strides). For the SIMD target this CPU runs.
   static PackedB pack(const float* b, int64_t k, int64_t n, int64_t row_stride,
                       int64_t col_stride);
+  // The same, shared by every caller packing the same constant B the same way (a node's
+  // kernels at several input shapes); `b` must stay alive and unchanged while the result is
+  // held (the kernels keep the initializer), as onednn::pack_shared.
+  static std::shared_ptr<const PackedB> pack_shared(const float* b, int64_t k, int64_t n, int64_t row_stride,
+                                                    int64_t col_stride);
 
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }

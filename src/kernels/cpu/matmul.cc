@@ -303,10 +303,6 @@ memory::desc strided_md(const Dims& dims, const Dims& strides) {
 
 memory::desc plain_md(const Dims& dims) { return strided_md(dims, row_major_strides(dims)); }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 class MatMulKernel final : public Kernel {
  public:
   static Expected<std::unique_ptr<Kernel>> create(const ir::Node& node);
@@ -327,7 +323,7 @@ class MatMulKernel final : public Kernel {
   MatMulPlan plan_;
   const ops::KernelFn* reference_ = nullptr;
   // The packed-GEMM route: B packed at prepare; the addends as the epilogue's row / full term.
-  std::unique_ptr<gemm::PackedB> gemm_b_;
+  std::shared_ptr<const gemm::PackedB> gemm_b_;  // shared with the node's kernels at other shapes
   gemm::Epilogue gemm_epilogue_;
   int gemm_row_addend_ = -1, gemm_full_addend_ = -1;
   dnnl::matmul primitive_;
@@ -345,7 +341,7 @@ class MatMulKernel final : public Kernel {
   size_t scratchpad_bytes_ = 0;
   // Constant B in the primitive's layout: our own buffer, or the initializer itself when the
   // primitive wants B as it is stored.
-  std::unique_ptr<void, FreeDeleter> packed_b_;
+  std::shared_ptr<void> packed_b_;  // onednn::pack_shared
   Tensor constant_b_;
   const void* constant_b_data_ = nullptr;
   std::string implementation_;
@@ -408,17 +404,8 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
       packed_b_.reset();
       constant_b_ = *p.constant_b;
       constant_b_data_ = p.constant_b->raw_data();
-      if (wei_md_ != wei_plain) {
-        const size_t bytes = onednn::align64(wei_md_.get_size());
-        packed_b_.reset(std::aligned_alloc(64, bytes));
-        if (!packed_b_) return resource_exhausted("packing B: out of memory (%zu bytes)", bytes);
-        memory from(wei_plain, engine, const_cast<void*>(constant_b_data_));
-        memory to(wei_md_, engine, packed_b_.get());
-        onednn::SingleThreadScope one_thread;  // see onednn_util.h
-        dnnl::stream& stream = onednn::thread_stream();
-        dnnl::reorder(from, to).execute(stream, from, to);
-        stream.wait();
-      }
+      // Shared with this node's kernels at other shapes (constant_b_ keeps the data alive).
+      if (wei_md_ != wei_plain) packed_b_ = onednn::pack_shared(wei_plain, constant_b_data_, wei_md_);
     }
     primitive_ = dnnl::matmul(pd);
     scratchpad_md_ = pd.scratchpad_desc();
@@ -481,8 +468,8 @@ bool MatMulKernel::use_packed_gemm() {
   gemm_epilogue_.act = p.act;
   if (gemm_row_addend_ >= 0) gemm_epilogue_.row_scale = p.addends[gemm_row_addend_].scale;
   if (gemm_full_addend_ >= 0) gemm_epilogue_.full_scale = p.addends[gemm_full_addend_].scale;
-  gemm_b_ = std::make_unique<gemm::PackedB>(gemm::PackedB::pack(
-      p.constant_b->data<float>(), k, n, p.wei_strides[0], p.wei_strides[1]));
+  constant_b_ = *p.constant_b;  // keeps the packed data's source alive (pack_shared's key)
+  gemm_b_ = gemm::PackedB::pack_shared(p.constant_b->data<float>(), k, n, p.wei_strides[0], p.wei_strides[1]);
   constant_b_data_ = p.constant_b->raw_data();
   implementation_ = std::string("kiln:gemm:") + gemm::target_name();
   return true;

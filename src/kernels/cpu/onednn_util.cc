@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/weak_cache.h"
 #include "kernels/kernel_registry.h"
 
 namespace kiln::kernels::onednn {
@@ -155,6 +156,28 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
   Args{{DNNL_ARG_FROM, &from}, {DNNL_ARG_TO, &to}, {DNNL_ARG_SCRATCHPAD, &scratch_mem}}.execute(r, s);
   s.wait();
   return to;
+}
+
+std::shared_ptr<void> pack_shared(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed) {
+  struct Key {
+    const void* data;
+    dnnl::memory::desc user, packed;
+    bool operator==(const Key& o) const { return data == o.data && user == o.user && packed == o.packed; }
+  };
+  static auto* cache = new WeakCache<Key, void>;  // never destroyed: kernels may outlive statics
+  return cache->get_or_make({data, user, packed}, [&]() -> std::shared_ptr<void> {
+    const size_t bytes = std::max<size_t>(align64(packed.get_size()), 64);
+    std::shared_ptr<void> buffer(std::aligned_alloc(64, bytes), [](void* p) { std::free(p); });
+    if (!buffer) throw dnnl::error(dnnl_out_of_memory, "packing weights: out of memory");
+    SingleThreadScope one_thread;  // before the reorder is created: see pack()
+    const dnnl::engine& eng = cpu_engine();
+    dnnl::memory from(user, eng, const_cast<void*>(data));
+    dnnl::memory to(packed, eng, buffer.get());
+    dnnl::stream& s = thread_stream();
+    dnnl::reorder(from, to).execute(s, from, to);
+    s.wait();
+    return buffer;
+  });
 }
 
 namespace {

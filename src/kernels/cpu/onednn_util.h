@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/status.h"
@@ -126,6 +128,15 @@ dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::d
 // New memory oneDNN owns, laid out as `packed`, holding `data` (laid out as `user`): weights
 // packed once, at prepare, on one thread (SingleThreadScope). Throws dnnl::error.
 dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
+
+// Constant weights packed as `packed`, shared by every kernel that packs the same data the same
+// way: the prepared kernels of one node at several input shapes (kernels/shape_specialized_
+// kernel.h) reuse one copy instead of one per shape. The buffer (64-byte aligned, `packed`'s
+// size) lives while some holder keeps the returned pointer. `data` must stay valid, at the same
+// address and unchanged, for as long as the caller holds the result (a kernel keeps the
+// initializer it packed alive): the cache is keyed by address, and an entry dies with its last
+// holder, before the address can be reused. Throws dnnl::error.
+std::shared_ptr<void> pack_shared(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
 
 // How a primitive that picks its own source and destination layouts (format "any") runs on
 // Kiln's tensors: the source reordered into the thread workspace before the primitive, the
