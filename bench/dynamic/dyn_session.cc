@@ -76,8 +76,9 @@ void reply(const std::string& json) {
   std::fflush(stdout);
 }
 
+// `call` is the call's text; its function name (up to the '(') names it.
 [[noreturn]] void fail_api(const std::string& call, kilnError e) {
-  throw Failure(call + " failed (" + std::to_string(e) + "): " + kilnGetRecentErrMsg());
+  throw Failure(call.substr(0, call.find('(')) + " failed (" + std::to_string(e) + "): " + kilnGetRecentErrMsg());
 }
 
 #define CHECK(call)                                  \
@@ -385,7 +386,7 @@ class Session {
     kilnError e = kilnmdlExecuteAsync(m.id, io.in, io.out, stream_);
     if (e != KILN_SUCCESS) fail_api("kilnmdlExecuteAsync", e);
     e = kilnrtSynchronizeStream(stream_);
-    if (e != KILN_SUCCESS) fail_api("kilnrtSynchronizeStream (execution)", e);
+    if (e != KILN_SUCCESS) fail_api("kilnrtSynchronizeStream after an execution", e);
     return ms_since(t);
   }
 
@@ -448,7 +449,7 @@ class Session {
         return ref;
       }
       if (e != KILN_ERROR_MODEL_OUTPUT_NOT_MATCH || !open || guess >= (size_t{1} << 34))
-        fail_api("kilnmdlExecute (model " + id + ", inputs " + key + ")", e);
+        fail_api("kilnmdlExecute of model " + id + " on input set " + key, e);
       guess *= 8;
       for (size_t i = 0; i < m.outputs.size(); ++i)
         if (!m.outputs[i].bytes) out_bytes[i] = guess;
