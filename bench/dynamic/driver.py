@@ -184,25 +184,31 @@ def feed_args(inputs):
     return " ".join(f"{k}={v}" for k, v in inputs.items())
 
 
-class KilnSession(oc.Session):
-    def __init__(self, args, threads):
-        super().__init__([args.dyn_session, str(threads)], "Kiln (dyn_session)")
+class Engine(oc.Session):
+    """An engine process driven over a pipe: one command line, one JSON reply."""
 
-    def cmd(self, line):
-        return self._send(line)
+    cmd = oc.Session._send
 
 
-class OrtSession(oc.Session):
-    def __init__(self, args, onnx_path, threads):
-        super().__init__([args.node, os.path.join(SRC, "bench", "ort_compare", "run_ort.js"),
-                          onnx_path, str(threads)], "ONNX Runtime")
+def kiln_engine(args, threads):
+    return Engine([args.dyn_session, str(threads)], "Kiln (dyn_session)")
 
-    def cmd(self, line):
-        return self._send(line)
+
+def ort_engine(args, onnx_path, threads):
+    return Engine([args.node, os.path.join(SRC, "bench", "ort_compare", "run_ort.js"), onnx_path,
+                   str(threads)], "ONNX Runtime")
 
 
 def median(values):
     return statistics.median(values) if values else float("nan")
+
+
+def iqr_us(values):
+    """Interquartile range: the spread of paired differences the loop can resolve against."""
+    if len(values) < 2:
+        return float("nan")
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
 
 
 def mean(values):
@@ -232,7 +238,7 @@ def bench_model(args, model, shapes):
             f"{static[shape.key][1]['kernels']} kernels reference)")
     rows = []
     for threads in args.threads:
-        with KilnSession(args, threads) as kiln, OrtSession(args, model.onnx, threads) as ort:
+        with kiln_engine(args, threads) as kiln, ort_engine(args, model.onnx, threads) as ort:
             kiln.cmd(f"load dyn {dyn_kiln}")
             for shape in shapes:
                 rows.append(bench_shape(args, model, shape, threads, kiln, ort, static, inputs,
@@ -303,7 +309,7 @@ def mixed_loop(args, model, widths, threads):
     rng = np.random.default_rng(args.seed)
     seq = [int(w) for w in rng.choice(widths, size=args.mixed_runs)]
     keys = {w: f"b1w{w}" for w in widths}
-    with KilnSession(args, threads) as kiln:
+    with kiln_engine(args, threads) as kiln:
         kiln.cmd(f"load dyn {os.path.join(out, 'dynamic.kiln')}")
         for w in widths:
             key = keys[w]
@@ -322,8 +328,13 @@ def mixed_loop(args, model, widths, threads):
         steps = []
         for w in seq:
             steps += [f"st{w}:{keys[w]}", f"dyn:{keys[w]}", f"dyn:{keys[w]}"]
+        # In two halves, with the memory after each: growth that goes on in the second half
+        # (every shape was seen in the first) is a cache without a bound.
         t0 = time.monotonic()
-        times = kiln.cmd("seq " + " ".join(steps))["times_ms"]
+        half = 3 * (len(seq) // 2)
+        times = kiln.cmd("seq " + " ".join(steps[:half]))["times_ms"] if half else []
+        mem_half = kiln.cmd("mem")
+        times += kiln.cmd("seq " + " ".join(steps[half:]))["times_ms"]
         elapsed = time.monotonic() - t0
         mem_after = kiln.cmd("mem")
     s_ms, a_ms, b_ms = times[0::3], times[1::3], times[2::3]
@@ -362,7 +373,9 @@ def mixed_loop(args, model, widths, threads):
         "control_us": control_us, "control_steps": len(same), "per_switch_us": per_switch,
         "per_run_us": per_run, "per_run_mean_us": per_run_mean,
         "mixed_minus_static_us": median([1e3 * (a_ms[i] - s_ms[i]) for i in range(len(seq))]),
-        "mem_before": mem_before, "mem_after": mem_after, "seconds": elapsed,
+        "control_iqr_us": iqr_us([1e3 * (a_ms[i] - b_ms[i]) for i in same]),
+        "mem_before": mem_before, "mem_half": mem_half, "mem_after": mem_after,
+        "seconds": elapsed,
         "times_ms": {"static": s_ms, "mixed": a_ms, "fixed": b_ms}, "sequence": seq,
     }
     log(f"mixed loop @{threads}t: {len(seq)} steps ({len(sw_all)} shape switches) in "
@@ -420,7 +433,7 @@ def oc_table(head, lines):
 def print_mixed(results):
     for m in results:
         print()
-        mb, ma = m["mem_before"], m["mem_after"]
+        mb, mh, ma = m["mem_before"], m["mem_half"], m["mem_after"]
         print(f"Mixed-shape loop, PP-OCRv4 rec batch 1, widths {'/'.join(map(str, m['widths']))} "
               f"in a random order (seed {m['seed']}), {m['runs']} steps, {m['threads']} "
               f"thread(s): per step the static .kiln of the width, then the dynamic .kiln twice "
@@ -439,14 +452,19 @@ def print_mixed(results):
               f"{m['per_switch_us']:+.1f} us per switch): goal < {GOAL_SWITCH_US:g} us "
               f"{'met' if ok else 'MISSED'}. Switch cost: per width, the median of mixed - fixed over "
               f"its switch steps minus the control, the same median over the {m['control_steps']} "
-              f"steps without a switch ({m['control_us']:+.1f} us). From means instead (noisier, "
+              f"steps without a switch ({m['control_us']:+.1f} us; their spread, the IQR, "
+              f"{m['control_iqr_us']:.1f} us: the noise the medians are read against). From means "
+              f"instead (noisier, "
               f"what the loop's total time pays): {m['per_run_mean_us']:+.1f} us per run. Mixed "
               f"dynamic - static: "
               f"{m['mixed_minus_static_us']:+.1f} us per run (median).")
-        print(f"Memory over the loop: RSS {mb['rss_kb'] / 1024:.1f} -> {ma['rss_kb'] / 1024:.1f} "
-              f"MiB (peak {ma['hwm_kb'] / 1024:.1f}), device memory in use "
-              f"{mb['dev_in_use'] / 2**20:.1f} -> {ma['dev_in_use'] / 2**20:.1f} MiB, cached "
-              f"{mb['dev_cached'] / 2**20:.1f} -> {ma['dev_cached'] / 2**20:.1f} MiB.")
+        mib = lambda m, k: f"{m[k] / (1024 if k.endswith('kb') else 2**20):.1f}"  # noqa: E731
+        print(f"Memory before the loop, after its first half and at its end: RSS "
+              f"{mib(mb, 'rss_kb')} -> {mib(mh, 'rss_kb')} -> {mib(ma, 'rss_kb')} MiB (peak "
+              f"{mib(ma, 'hwm_kb')}), device memory in use {mib(mb, 'dev_in_use')} -> "
+              f"{mib(mh, 'dev_in_use')} -> {mib(ma, 'dev_in_use')} MiB, cached "
+              f"{mib(mb, 'dev_cached')} -> {mib(mh, 'dev_cached')} -> {mib(ma, 'dev_cached')} MiB "
+              f"(a bounded shape cache stops growing once every width has been seen).")
 
 
 def goal_summary(rows, mixed):
