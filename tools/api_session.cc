@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "core/npy.h"
+#include "ir/value_bytes.h"
 #include "tools/model_source.h"
 
 namespace kiln::tools {
@@ -101,15 +102,20 @@ Expected<std::string> write_device_config(int devices) {
 // The thread count of each device as the runtime sets it: the cores this process may
 // use, split evenly over the devices, capped by KILN_NUM_THREADS.
 int device_threads(int devices) {
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int per_device = std::max(1, cores / std::max(1, devices));
+  int per_device = cores_per_device(devices);
   if (const char* cap = std::getenv("KILN_NUM_THREADS"); cap && std::atoi(cap) > 0)
     per_device = std::min(per_device, std::atoi(cap));
   return per_device;
 }
 
 }  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+int cores_per_device(int devices) { return std::max(1, available_cores() / std::max(1, devices)); }
 
 void cap_threads(int threads) {
   // The runtime gives each device its cores' worth of threads, capped by KILN_NUM_THREADS.
@@ -258,21 +264,22 @@ LoadedApiModel::~LoadedApiModel() {
   if (loaded_) kilnmdlUnload(id_);
 }
 
-Expected<ModelSource> read_model_source(const std::string& path) {
+Expected<ModelSource> read_model_source(const std::string& path, const compiler::CompileOptions& options) {
   ModelSource source;
   source.path = path;
   KILN_ASSIGN_OR_RETURN(ModelKind kind, sniff_model_kind(path));
   if (kind == ModelKind::kKiln) return source;
-  // An ONNX file: compile it as `kiln compile` would (no input shapes fixed), write the
-  // .kiln bytes to a private temporary file (the writer works on files) and read them back.
+  // An ONNX file: compile it as `kiln compile` would (with the shapes of --input-shape, if
+  // any), write the .kiln bytes to a private temporary file (the writer works on files) and
+  // read them back.
   auto start = std::chrono::steady_clock::now();
   source.from_onnx = true;
-  KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file(path, {}));
+  KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file(path, options));
   std::string tmp = (std::filesystem::temp_directory_path() / "kiln-run-XXXXXX.kiln").string();
   int fd = mkstemps(tmp.data(), 5);
   if (fd < 0) return unavailable("cannot create a temporary file for the compiled %s", path.c_str());
   close(fd);
-  Status written = model::write_model(*compiled.graph, compiled.info, tmp);
+  Status written = compiler::write_compiled_model(compiled, tmp);
   if (written.ok()) {
     std::ifstream in(tmp, std::ios::binary);
     source.kiln_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -282,6 +289,14 @@ Expected<ModelSource> read_model_source(const std::string& path) {
   KILN_RETURN_IF_ERROR(written, "compiling %s in memory", path.c_str());
   source.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return source;
+}
+
+Expected<compiler::InputShapes> first_bucket_shapes(const ModelSource& source, const LoadedApiModel& model) {
+  bool open = std::any_of(model.inputs().begin(), model.inputs().end(), [](const TensorSpec& s) { return !s.is_fixed(); });
+  if (source.from_onnx || !open) return compiler::InputShapes{};
+  KILN_ASSIGN_OR_RETURN(model::LoadedModel loaded, model::load_model(source.path));
+  if (loaded.bucket_kind == model::BucketKind::kNone || loaded.variants.empty()) return compiler::InputShapes{};
+  return compiler::InputShapes(loaded.variants[0].shapes.begin(), loaded.variants[0].shapes.end());
 }
 
 Expected<std::unique_ptr<LoadedApiModel>> load_model(const ModelSource& source) {
@@ -342,10 +357,79 @@ Status check_given_input(const TensorSpec& spec, const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+// The shape random data for `s` takes: --input-shape's (checked against the model), else the
+// first shape bucket's (with a note), else the model's own when every dim is fixed. Open dims
+// with neither are an error naming the input and the option: never a silent 1.
+Expected<std::vector<int64_t>> random_input_shape(const TensorSpec& s, const HostInputOptions& options,
+                                                  std::vector<std::string>* notes) {
+  auto given = options.shapes.find(s.name);
+  if (given != options.shapes.end()) return given->second;
+  auto bucket = options.bucket_shapes.find(s.name);
+  if (!s.is_fixed() && bucket != options.bucket_shapes.end()) {
+    notes->push_back(str_format("input '%s' is random, of the first shape bucket's shape %s", s.name.c_str(),
+                                dims_to_string(bucket->second).c_str()));
+    return bucket->second;
+  }
+  if (s.unknown_rank)
+    return invalid_argument("input '%s' has unknown rank: give its shape with --input-shape %s:D1,D2,... or its "
+                            "data with --input %s=FILE.npy",
+                            s.name.c_str(), s.name.c_str(), s.name.c_str());
+  std::string example;
+  bool open = false;
+  for (size_t k = 0; k < s.dims.size(); ++k) {
+    open = open || s.dims[k] < 0;
+    if (k) example += ',';
+    example += s.dims[k] < 0 ? std::string("?") : std::to_string(s.dims[k]);
+  }
+  if (open)
+    return invalid_argument("input '%s' has open dims %s: random data needs every size; give them with "
+                            "--input-shape %s:%s (each ? a size) or the data with --input %s=FILE.npy",
+                            s.name.c_str(), dims_string(s.dims).c_str(), s.name.c_str(), example.c_str(),
+                            s.name.c_str());
+  return s.dims;
+}
+
+// A random input larger than the device's memory is refused before it is allocated (the
+// host would run out of memory filling it, or the device when it is copied in).
+Status check_input_fits(const TensorSpec& s, const std::vector<int64_t>& dims) {
+  size_t bytes = dtype_bytes(s.dtype, 1);
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes)) bytes = SIZE_MAX;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (kilnrtGetMemInfo(KILN_DDR_MEM, &free_bytes, &total_bytes) != KILN_SUCCESS || bytes <= total_bytes)
+    return ok_status();
+  return resource_exhausted("input '%s' of shape %s needs %s, more than the device's memory (%s): give a "
+                            "smaller --input-shape",
+                            s.name.c_str(), dims_string(dims).c_str(), ir::bytes_text(bytes).c_str(),
+                            ir::bytes_text(total_bytes).c_str());
+}
+
+}  // namespace
+
+Status check_input_shapes(const LoadedApiModel& model, const compiler::InputShapes& shapes) {
+  for (const auto& [name, dims] : shapes) {
+    auto it = std::find_if(model.inputs().begin(), model.inputs().end(),
+                           [&](const TensorSpec& s) { return s.name == name; });
+    if (it == model.inputs().end())
+      return invalid_argument("--input-shape names '%s', but the model has no such input (inputs: %s)", name.c_str(),
+                              input_names(model).c_str());
+    if (it->unknown_rank) continue;
+    bool match = dims.size() == it->dims.size();
+    for (size_t k = 0; match && k < dims.size(); ++k) match = it->dims[k] < 0 || it->dims[k] == dims[k];
+    if (!match)
+      return invalid_argument("--input-shape gives input '%s' shape %s, the model takes %s (? is open)",
+                              name.c_str(), dims_string(dims).c_str(), dims_string(it->dims).c_str());
+  }
+  return ok_status();
+}
+
 Expected<std::vector<Tensor>> make_host_inputs(const LoadedApiModel& model,
                                                const std::vector<std::string>& specs, unsigned seed,
-                                               std::vector<std::string>* notes) {
+                                               std::vector<std::string>* notes, const HostInputOptions& options) {
   const std::vector<TensorSpec>& inputs = model.inputs();
+  KILN_RETURN_IF_ERROR(check_input_shapes(model, options.shapes));
   std::vector<Tensor> tensors(inputs.size());
   for (const std::string& spec : specs) {
     size_t eq = spec.find('=');
@@ -360,27 +444,21 @@ Expected<std::vector<Tensor>> make_host_inputs(const LoadedApiModel& model,
     if (tensors[index].defined()) return invalid_argument("--input %s is given twice", name.c_str());
     KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(spec.substr(eq + 1)), "--input %s", name.c_str());
     KILN_RETURN_IF_ERROR(check_given_input(*it, t));
+    auto shape = options.shapes.find(name);
+    if (shape != options.shapes.end() && shape->second != t.dims())
+      return invalid_argument("input '%s' has shape %s, --input-shape gives %s", name.c_str(),
+                              dims_string(t.dims()).c_str(), dims_string(shape->second).c_str());
     tensors[index] = std::move(t);
   }
   std::mt19937 rng(seed);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorSpec& s = inputs[i];
     if (tensors[i].defined()) continue;
-    if (s.unknown_rank)
-      return invalid_argument("input '%s' has unknown rank: give it with --input", s.name.c_str());
     if (s.dtype == DataType::kString || s.dtype == DataType::kUndefined)
       return invalid_argument("input '%s' (%s) cannot be generated: give it with --input", s.name.c_str(),
                               spec_type(s).c_str());
-    std::vector<int64_t> dims;
-    bool open = false;
-    for (int64_t d : s.dims) {
-      open = open || d < 0;
-      dims.push_back(d < 0 ? 1 : d);
-    }
-    if (open)
-      notes->push_back(str_format("input '%s' has dims not fixed (%s); random input uses 1 for them "
-                                  "(fix them with kiln compile --input-shape)",
-                                  s.name.c_str(), dims_string(s.dims).c_str()));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, random_input_shape(s, options, notes));
+    KILN_RETURN_IF_ERROR(check_input_fits(s, dims));
     tensors[i] = random_tensor(s.dtype, dims, rng);
   }
   return tensors;

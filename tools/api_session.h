@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "compiler/compiler.h"
 #include "core/tensor.h"
 #include "kiln/kiln.h"
 
@@ -36,6 +37,11 @@ std::string dims_string(const std::vector<int64_t>& dims);
 // Caps the intra-op threads of every device at `threads` (> 0) by setting KILN_NUM_THREADS,
 // which the runtime honours. Call it first: the count is read once per process.
 void cap_threads(int threads);
+
+// The cores this process may run on (its affinity mask), and each of `devices` logical
+// devices' share of them (at least 1): the most intra-op threads that do not oversubscribe.
+int available_cores();
+int cores_per_device(int devices);
 
 struct RuntimeOptions {
   int devices = 0;  // logical CPU devices; 0: KILN_DEVICES or the runtime's default
@@ -162,16 +168,35 @@ struct ModelSource {
   std::vector<uint8_t> kiln_bytes;  // when from_onnx
   double compile_ms = 0;            // ONNX -> .kiln bytes
 };
-Expected<ModelSource> read_model_source(const std::string& path);
+// An .onnx file is compiled with `options` (kiln run --input-shape fixes shapes this way).
+Expected<ModelSource> read_model_source(const std::string& path, const compiler::CompileOptions& options = {});
 Expected<std::unique_ptr<LoadedApiModel>> load_model(const ModelSource& source);
 
+// Where the shapes of random inputs come from, besides the model's fixed dims.
+struct HostInputOptions {
+  compiler::InputShapes shapes;         // --input-shape: checked against the model's dims
+  compiler::InputShapes bucket_shapes;  // a bucketed model's first bucket (first_bucket_shapes)
+};
+
+// Every name of `shapes` is an input of `model` and each shape fits its dims (same rank,
+// equal where the model fixes a dim).
+Status check_input_shapes(const LoadedApiModel& model, const compiler::InputShapes& shapes);
+
 // Host input tensors, in the model's input order: those given as NAME=FILE.npy (checked
-// against the description: known name, dtype, rank, fixed dims), the others random
-// (uniform [-1, 1) for floats, small non-negative integers otherwise) with 1 for each dim
-// not fixed at compile time; a note says so for each such input.
+// against the description: known name, dtype, rank, fixed dims, and --input-shape's shape),
+// the others random (uniform [-1, 1) for floats, small non-negative integers otherwise) of
+// the shape options.shapes gives, else the first bucket's (with a note), else the model's.
+// An input with open dims and none of these is an error naming the input and --input-shape:
+// random data never guesses a size.
 Expected<std::vector<Tensor>> make_host_inputs(const LoadedApiModel& model,
                                                const std::vector<std::string>& specs, unsigned seed,
-                                               std::vector<std::string>* notes);
+                                               std::vector<std::string>* notes,
+                                               const HostInputOptions& options = {});
+
+// The first (smallest) shape bucket's input shapes of a .kiln compiled with
+// --dynamic-batch-size / --dynamic-dims, for random inputs; empty for other models and when
+// every input of `model` is fixed (the file is read again only when it may matter).
+Expected<compiler::InputShapes> first_bucket_shapes(const ModelSource& source, const LoadedApiModel& model);
 
 // Random data of the right type: uniform [-1, 1) for floats, small non-negative integers
 // (valid as indices and token ids) for integers.

@@ -17,6 +17,8 @@
 
 #include "kernels/kernel_registry.h"
 #include "tools/api_session.h"
+#include "tools/cli_options.h"
+#include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -27,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 struct BenchArgs {
   std::string model;
   std::vector<std::string> inputs;  // NAME=FILE.npy
+  std::string input_shape;
+  compiler::InputShapes shapes;     // parsed --input-shape
   int streams = 1;
   int devices = 0;  // 0: KILN_DEVICES or the runtime's default
   int threads = 0;  // 0: the device's cores
@@ -174,7 +178,9 @@ void tear_down(std::vector<Rig>& rigs) {
 
 Status run_bench(const BenchArgs& args, BenchResult* result) {
   cap_threads(args.threads);  // before anything runs kernels (compiling ONNX folds constants)
-  KILN_ASSIGN_OR_RETURN(ModelSource source, read_model_source(args.model));
+  compiler::CompileOptions compile_options;
+  compile_options.input_shapes = args.shapes;
+  KILN_ASSIGN_OR_RETURN(ModelSource source, read_model_source(args.model, compile_options));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
                         Runtime::init({.devices = args.devices, .threads = args.threads}));
   result->devices = runtime->device_count();
@@ -197,7 +203,11 @@ Status run_bench(const BenchArgs& args, BenchResult* result) {
     KILN_ASSIGN_OR_RETURN(rig.model, load_model(source), "device %d", d);
     // One set of host inputs for every stream: what differs between lanes is the buffers.
     if (d == 0) {
-      KILN_ASSIGN_OR_RETURN(inputs, make_host_inputs(*rig.model, args.inputs, args.seed, &result->notes));
+      HostInputOptions input_options;
+      input_options.shapes = args.shapes;
+      KILN_ASSIGN_OR_RETURN(input_options.bucket_shapes, first_bucket_shapes(source, *rig.model));
+      KILN_ASSIGN_OR_RETURN(inputs,
+                            make_host_inputs(*rig.model, args.inputs, args.seed, &result->notes, input_options));
     }
     for (int s = 0; s < args.streams; ++s) {
       auto lane = std::make_unique<Lane>();
@@ -257,26 +267,26 @@ Status run_bench(const BenchArgs& args, BenchResult* result) {
   return ok_status();
 }
 
-int usage_error(const std::string& message) {
-  report_error("bench", message);
-  return kExitUsage;
-}
-
-int bench_model(const BenchArgs& args) {
-  if (args.streams < 1) return usage_error(str_format("--streams must be at least 1 (got %d)", args.streams));
+int bench_model(BenchArgs args) {
+  if (args.streams < 1) return usage_error("bench", str_format("--streams must be at least 1 (got %d)", args.streams));
   if (args.devices_opt->count() && args.devices < 1)
-    return usage_error(str_format("--devices must be at least 1 (got %d)", args.devices));
+    return usage_error("bench", str_format("--devices must be at least 1 (got %d)", args.devices));
   if (args.streams > kMaxLanes || (args.devices_opt->count() && int64_t{args.devices} * args.streams > kMaxLanes))
-    return usage_error(str_format("--devices x --streams must be at most %d (one host thread per stream)",
+    return usage_error("bench", str_format("--devices x --streams must be at most %d (one host thread per stream)",
                                   kMaxLanes));
-  if (args.threads_opt->count() && args.threads < 1)
-    return usage_error(str_format("--threads must be at least 1 (got %d)", args.threads));
   if (args.loops_opt->count() && args.loops < 1)
-    return usage_error(str_format("--loops must be at least 1 (got %d)", args.loops));
+    return usage_error("bench", str_format("--loops must be at least 1 (got %d)", args.loops));
   if (!(args.duration > 0) || !std::isfinite(args.duration))
-    return usage_error(str_format("--duration must be a positive number of seconds (got %g)", args.duration));
-  if (args.warmup < 0) return usage_error(str_format("--warmup must not be negative (got %d)", args.warmup));
-  if (args.depth < 1) return usage_error(str_format("--depth must be at least 1 (got %d)", args.depth));
+    return usage_error("bench", str_format("--duration must be a positive number of seconds (got %g)", args.duration));
+  if (args.warmup < 0) return usage_error("bench", str_format("--warmup must not be negative (got %d)", args.warmup));
+  if (args.depth < 1) return usage_error("bench", str_format("--depth must be at least 1 (got %d)", args.depth));
+  std::string error;
+  args.threads = checked_threads("bench", args.threads_opt, args.threads, args.devices, &error);
+  if (!error.empty()) return usage_error("bench", error);
+  auto shapes = parse_run_shapes(args.input_shape);
+  if (!shapes.ok()) return usage_error("bench", shapes.status().to_string());
+  if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("bench", bad);
+  args.shapes = std::move(*shapes);
   // Kernels are selected when the model is prepared (at load), after this.
   if (args.reference_kernels) kernels::set_fast_kernels_enabled(false);
 
@@ -333,11 +343,12 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("model", args->model, "Model to benchmark (.kiln; an .onnx file is compiled in memory)")
       ->required();
   app.add_option("--input", args->inputs, "Input as NAME=FILE.npy (repeatable); missing inputs are random");
+  add_input_shape_option(app, &args->input_shape);
   app.add_option("--streams", args->streams, "Streams per device, each with its own buffers (default 1)");
   args->devices_opt = app.add_option("--devices", args->devices,
                                      "Logical CPU devices splitting the cores (default: KILN_DEVICES or 1)");
   args->threads_opt =
-      app.add_option("--threads", args->threads, "Threads per device (default: the device's cores)");
+      app.add_option("--threads", args->threads, "Threads per device, at most its cores (default: the device's cores)");
   auto* duration = app.add_option("--duration", args->duration, "Seconds of timed submissions (default 3)");
   CLI::Option* loops = app.add_option("--loops", args->loops, "Timed executions in all, instead of --duration");
   loops->excludes(duration);

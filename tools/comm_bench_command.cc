@@ -545,7 +545,7 @@ std::function<int()> setup(CLI::App& app) {
                  "(default fp32)");
   app.add_option("-o,--op", args->redop, "Reduce op: sum, prod, max, min (default sum)");
   app.add_option("-n,--iters", args->iters, "Timed iterations per size (default 20)");
-  app.add_option("-w,--warmup_iters", args->warmup, "Warm-up iterations per size, and at the largest size before the first (default 5)");
+  app.add_option("-w,--warmup-iters", args->warmup, "Warm-up iterations per size, and at the largest size before the first (default 5)");
   app.add_option("-c,--check", args->check,
                  "1: check every result against the exact expected values (default 0)");
   args->ranks_opt = app.add_option(

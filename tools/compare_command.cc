@@ -32,8 +32,10 @@
 #include "ops/registry.h"
 #include "runtime/graph_executor.h"
 #include "tools/api_session.h"
+#include "tools/cli_options.h"
 #include "tools/conformance_compare.h"
 #include "tools/model_source.h"
+#include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -49,6 +51,7 @@ struct CompareArgs {
   double atol = kLevelAtol;
   unsigned seed = 0;
   int threads = 0;
+  const CLI::Option* threads_opt = nullptr;
   int rows = 20;
   std::string json;
   bool kernels = false;  // fast vs reference kernels at opt_level, instead of -O0 vs opt_level
@@ -90,7 +93,7 @@ std::string fused_pattern(const ir::Node& n) {
   return op;  // LayerNorm, HardSwish, Attention: the op names its pattern
 }
 
-// The user-fed inputs: from .npy files, or random (seeded) with 1 for open dims.
+// The user-fed inputs: from .npy files, or random (seeded) of the shape the compile fixed.
 Expected<std::vector<rt::NamedValue>> make_inputs(const ir::Graph& g, const CompareArgs& args,
                                                   std::vector<std::string>* notes) {
   std::map<std::string, std::string> files;
@@ -115,16 +118,21 @@ Expected<std::vector<rt::NamedValue>> make_inputs(const ir::Graph& g, const Comp
         v->dtype() == DataType::kUndefined)
       return invalid_argument("input '%s' (%s) cannot be generated: give it with --input", v->name().c_str(),
                               v->type().to_string().c_str());
+    // Random data never guesses an open dim's size (issue 24): name the input and the option.
     std::vector<int64_t> dims;
+    std::string example;
     bool open = false;
     for (const Dim& d : v->shape().dims()) {
       open = open || !d.is_static();
-      dims.push_back(d.is_static() ? d.value : 1);
+      dims.push_back(d.is_static() ? d.value : 0);
+      if (!example.empty()) example += ',';
+      example += d.is_static() ? std::to_string(d.value) : std::string("?");
     }
     if (open)
-      notes->push_back(str_format("input '%s' has dims not fixed (%s); random input uses 1 for them "
-                                  "(fix them with --input-shape)",
-                                  v->name().c_str(), v->shape().to_string().c_str()));
+      return invalid_argument("input '%s' has open dims %s: random data needs every size; give them with "
+                              "--input-shape %s:%s (each ? a size) or the data with --input %s=FILE.npy",
+                              v->name().c_str(), v->shape().to_string().c_str(), v->name().c_str(), example.c_str(),
+                              v->name().c_str());
     feeds.push_back({v->name(), RuntimeValue(random_tensor(v->dtype(), dims, rng))});
   }
   if (!files.empty()) return invalid_argument("the model has no input named '%s'", files.begin()->first.c_str());
@@ -185,27 +193,29 @@ nlohmann::json compared_json(const Compared& c) {
           {"within_tolerance", c.diff.within()}};
 }
 
-int run_compare(const CompareArgs& args) {
+int run_compare(CompareArgs args) {
   if (args.rtol < 0 || args.atol < 0 || !(args.rtol + args.atol > 0))
-    return report_error("compare", "--rtol and --atol must be >= 0 and not both 0");
-  if (args.threads < 0) return report_error("compare", "--threads must not be negative");
+    return usage_error("compare", "--rtol and --atol must be >= 0 and not both 0");
+  std::string error;
+  args.threads = checked_threads("compare", args.threads_opt, args.threads, 1, &error);
+  if (!error.empty()) return usage_error("compare", error);
   if (args.threads > 0) set_num_threads(args.threads);
+  auto shapes = parse_shape_list(args.input_shape);
+  if (!shapes.ok()) return usage_error("compare", shapes.status().to_string());
   auto kind = sniff_model_kind(args.model);
   if (!kind.ok()) return report_error("compare", kind.status().to_string());
   if (*kind != ModelKind::kOnnx)
     return report_error("compare", args.model + " is a compiled .kiln model: compare needs the ONNX model, "
                                                  "to compile it at -O0 and at the chosen level");
-  auto shapes = compiler::parse_input_shapes(args.input_shape);
-  if (!shapes.ok()) return report_error("compare", shapes.status().to_string());
   compiler::CompileOptions ref_options, opt_options;
-  ref_options.input_shapes = opt_options.input_shapes = *shapes;
+  ref_options.input_shapes = opt_options.input_shapes = to_input_shapes(*shapes);
   ref_options.passes.opt_level = args.kernels ? args.opt_level : 0;
   opt_options.passes.opt_level = args.opt_level;
   opt_options.passes.disabled.insert(args.disabled_passes.begin(), args.disabled_passes.end());
   // The optimised side's precision (the reference stays float32 at -O0): which node's output
   // a reduced precision moves most, value by value.
   auto precision = compiler::precision_from_name(args.precision);
-  if (!precision) return report_error("compare", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
+  if (!precision) return usage_error("compare", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
   opt_options.passes.precision = *precision;
   if (!args.keep_dtype.empty()) {
     auto keep = compiler::parse_keep_dtype(args.keep_dtype);
@@ -371,14 +381,16 @@ int run_compare(const CompareArgs& args) {
     f << j.dump(2) << "\n";
     if (!f) return report_error("compare", "cannot write " + args.json);
   }
-  return agree ? 0 : kExitError;
+  return agree ? 0 : kExitDiffer;
 }
 
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<CompareArgs>();
   app.add_option("model", args->model, "ONNX model to compare")->required();
   app.add_option("--input", args->inputs, "Input as NAME=FILE.npy (repeatable); missing inputs are random");
-  app.add_option("--input-shape", args->input_shape, "Fix input shapes, as kiln compile: \"x:1,3,224,224;y:1,128\"");
+  app.add_option("--input-shape", args->input_shape,
+                 "Fix input shapes, as kiln compile: \"x:1,3,224,224;y:1,128\"; needed for random inputs whose "
+                 "dims are open");
   app.add_option("-O,--opt-level", args->opt_level, "Level compared with -O0 (default 3)")->check(CLI::Range(0, 3));
   app.add_option("--disable-pass", args->disabled_passes,
                  "Switch a pass off in the optimised compile (repeatable), to bisect a divergence");
@@ -389,7 +401,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--rtol", args->rtol, "Tolerance relative to max|ref| of each value (default 1e-4)");
   app.add_option("--atol", args->atol, "Absolute tolerance added to it, for values near 0 (default 1e-6)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
-  app.add_option("--threads", args->threads, "Intra-op threads (default: KILN_NUM_THREADS or all cores)");
+  args->threads_opt = app.add_option("--threads", args->threads,
+                                     "Intra-op threads, at most the cores (default: KILN_NUM_THREADS or all cores)");
   app.add_option("--rows", args->rows, "Table rows to print (default 20; the first divergence and outputs always)");
   app.add_option("--json", args->json, "Write every compared value to this JSON file");
   app.add_flag("--kernels", args->kernels,
@@ -397,7 +410,10 @@ std::function<int()> setup(CLI::App& app) {
   return [args] { return run_compare(*args); };
 }
 
-KILN_REGISTER_SUBCOMMAND("compare", "Compare a model at -O0 and -O3 and name the first diverging node", setup);
+KILN_REGISTER_SUBCOMMAND("compare",
+                         "Compare a model at -O0 and -O3 and name the first diverging node (exit code 3 if "
+                         "outputs differ)",
+                         setup);
 
 }  // namespace
 }  // namespace kiln::tools

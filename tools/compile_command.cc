@@ -1,5 +1,8 @@
 // `kiln compile`: ONNX in, offline .kiln model out (like ATC), or a pre-check only.
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 
@@ -8,8 +11,10 @@
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pass_manager.h"
+#include "ir/value_bytes.h"
 #include "profiler/profiler.h"
 #include "tools/compile_report.h"
+#include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -61,19 +66,44 @@ int list_passes(const compiler::PassOptions& options) {
   return 0;
 }
 
-// --dynamic-batch-size / --dynamic-dims / --pad-value into `options`; progress per bucket
-// unless -q.
-Status parse_bucket_options(const CompileArgs& args, compiler::CompileOptions& options) {
-  if (!args.dynamic_batch.empty() && !args.dynamic_dims.empty())
-    return invalid_argument("give --dynamic-batch-size or --dynamic-dims, not both");
-  if (!args.dynamic_batch.empty()) {
-    KILN_ASSIGN_OR_RETURN(options.dynamic_batch, compiler::parse_dynamic_batch(args.dynamic_batch));
-  }
-  if (!args.dynamic_dims.empty()) {
-    KILN_ASSIGN_OR_RETURN(options.dynamic_dims, compiler::parse_dynamic_dims(args.dynamic_dims));
-  }
+// --input-shape / --dynamic-batch-size / --dynamic-dims (Kiln's or ATC's forms,
+// shape_options.h) / --pad-value into `options`; progress per bucket unless -q.
+Status parse_shape_and_bucket_options(const CompileArgs& args, compiler::CompileOptions& options) {
+  KILN_RETURN_IF_ERROR(apply_shape_options(args.input_shape, args.dynamic_dims, args.dynamic_batch, options));
   KILN_ASSIGN_OR_RETURN(options.pad_values, compiler::parse_pad_values(args.pad_value));
+  if (!options.pad_values.empty() && options.dynamic_batch.empty() && options.dynamic_dims.empty())
+    return invalid_argument("--pad-value needs --dynamic-batch-size or --dynamic-dims (it is what padding to a "
+                            "bucket's shape fills)");
   if (!args.quiet) options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  return ok_status();
+}
+
+// The memory of the machine compiling, which is the CPU device's target.
+size_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : SIZE_MAX;
+}
+
+// Refuses a model whose shapes cannot run in this machine's memory: a value larger than the
+// memory, or a planned arena larger than it. It would otherwise compile, and fail (or, in
+// kernel preparation, take minutes) only when run.
+Status check_memory(const compiler::CompiledModel& compiled) {
+  const size_t memory = physical_memory_bytes();
+  std::vector<const ir::Graph*> graphs = {compiled.graph.get()};
+  for (const compiler::CompiledVariant& v : compiled.variants) graphs.push_back(v.graph.get());
+  for (const ir::Graph* g : graphs) {
+    KILN_RETURN_IF_ERROR(ir::check_values_fit(*g, memory, "this machine's"));
+    Expected<compiler::MemoryPlan> plan = compiler::plan_memory(*g);
+    if (plan.ok() && plan->arena_bytes > memory) {
+      ir::LargestValue big = ir::largest_value(*g);
+      return resource_exhausted("the planned activation memory needs %s, more than this machine's memory (%s); "
+                                "its largest value is '%s' (%s, %s): give smaller input shapes",
+                                ir::bytes_text(plan->arena_bytes).c_str(), ir::bytes_text(memory).c_str(),
+                                big.value ? big.value->name().c_str() : "?",
+                                big.value ? big.value->type().to_string().c_str() : "?",
+                                ir::bytes_text(big.bytes).c_str());
+    }
+  }
   return ok_status();
 }
 
@@ -89,7 +119,7 @@ int run_compile(const CompileArgs& args) {
   if (auto p = compiler::precision_from_name(args.precision)) {
     options.passes.precision = *p;
   } else {
-    return report_error("compile", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
+    return usage_error("compile", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
   }
   if (!args.keep_dtype.empty()) {
     auto keep = compiler::parse_keep_dtype(args.keep_dtype);
@@ -97,16 +127,13 @@ int run_compile(const CompileArgs& args) {
     options.passes.keep_dtype = *keep;
   }
   Status valid = compiler::validate_pass_options(options.passes);
-  if (!valid.ok()) return report_error("compile", valid.to_string());
+  if (!valid.ok()) return usage_error("compile", valid.to_string());
   if (args.list_passes) return list_passes(options.passes);
-  if (args.model.empty()) return report_error("compile", "no model given: kiln compile MODEL.onnx -o MODEL.kiln");
-  auto shapes = compiler::parse_input_shapes(args.input_shape);
-  if (!shapes.ok()) return report_error("compile", shapes.status().to_string());
-  options.input_shapes = *shapes;
-  Status buckets = parse_bucket_options(args, options);
-  if (!buckets.ok()) return report_error("compile", buckets.to_string());
+  if (args.model.empty()) return usage_error("compile", "no model given: kiln compile MODEL.onnx -o MODEL.kiln");
+  Status shapes = parse_shape_and_bucket_options(args, options);
+  if (!shapes.ok()) return usage_error("compile", shapes.to_string());
   if (args.check) return run_check(args, options);
-  if (args.output.empty()) return report_error("compile", "no output file: give -o MODEL.kiln (or --check)");
+  if (args.output.empty()) return usage_error("compile", "no output file: give -o MODEL.kiln (or --check)");
 
   // KILN_PROFILE=DIR puts the compile and each pass on the profiler's timeline (written at exit).
   profiler::start_env_session();
@@ -119,6 +146,7 @@ int run_compile(const CompileArgs& args) {
     for (const compiler::PassRecord& r : compiled->passes) phases.emplace_back(r.name, r.ms);
     profiler::record_compile_phases(phases, profile_start);
   }
+  if (Status fits = check_memory(*compiled); !fits.ok()) return report_error("compile", fits.to_string());
   Status s = compiler::write_compiled_model(*compiled, args.output);
   if (!s.ok()) return report_error("compile", s.to_string());
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -138,12 +166,15 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("model", args->model, "ONNX model to compile");
   app.add_option("-o,--output", args->output, "Offline model to write (.kiln)");
   app.add_option("--input-shape", args->input_shape,
-                 "Fix input shapes, as ATC's --input_shape: \"x:1,3,224,224;y:1,128\"");
+                 "Fix input shapes, as ATC's --input_shape: \"x:1,3,224,224;y:1,128\"; -1 leaves a dim open "
+                 "(\"x:1,3,48,-1\")");
   app.add_option("--dynamic-batch-size", args->dynamic_batch,
-                 "Shape buckets over the batch (axis 0 of inputs whose axis 0 is open): \"1,4,8\"");
+                 "Shape buckets over the batch (axis 0 of inputs whose axis 0 is open, or -1 in --input-shape): "
+                 "\"1,4,8\"");
   app.add_option("--dynamic-dims", args->dynamic_dims,
                  "Shape buckets, one input's full shape per item, the k-th bucket from the k-th item "
-                 "of each input: \"x:1,3,48,320;x:1,3,48,640\"");
+                 "of each input: \"x:1,3,48,320;x:1,3,48,640\"; or ATC's form, the values of the -1 dims "
+                 "of --input-shape per gear: --input-shape x:1,3,48,-1 --dynamic-dims \"320;640\"");
   app.add_option("--pad-value", args->pad_value,
                  "Per bucketed input, the value padding fills at run time (default 0): \"x:0;mask:0\"");
   app.add_option("-O,--opt-level", args->opt_level, "Optimisation level 0..3 (default 3); -O0 runs only what "

@@ -326,7 +326,7 @@ int run_conformance(const ConformanceArgs& args) {
   try {
     filter = std::regex(args.filter.empty() ? ".*" : args.filter);
   } catch (const std::regex_error& e) {
-    return report_error("conformance", "--filter '" + args.filter + "' is not a valid regex: " + e.what());
+    return usage_error("conformance", "--filter '" + args.filter + "' is not a valid regex: " + e.what());
   }
   std::vector<fs::path> dirs;
   for (const auto& entry : fs::directory_iterator(args.dir, ec))
@@ -418,9 +418,11 @@ int run_conformance(const ConformanceArgs& args) {
     std::printf("levels: %d tests checked, %d agree, %d mismatches (-O3 vs -O0, rtol %g of max|ref| + atol %g)\n",
                 levels_checked, levels_checked - levels_mismatch, levels_mismatch, kLevelRtol, kLevelAtol);
   std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
-  if (levels_mismatch) return kExitError;
-  if (!args.expect.empty()) return unexpected_fail || unexpected_pass ? kExitError : 0;
-  return failed ? kExitError : 0;
+  // Results that differ from what is expected are exit code 3, apart from errors of the tool
+  // itself (1) and of its options (2).
+  if (levels_mismatch) return kExitDiffer;
+  if (!args.expect.empty()) return unexpected_fail || unexpected_pass ? kExitDiffer : 0;
+  return failed ? kExitDiffer : 0;
 }
 
 std::function<int()> setup(CLI::App& app) {

@@ -20,15 +20,21 @@ struct InspectArgs {
 };
 
 // Op type -> nodes; a node computing in reduced precision (kiln compile --precision) counts
-// as "op [bf16]" / "op [bf16x3]".
-void count_ops(const ir::Graph& g, std::map<std::string, int>& hist, size_t* nodes) {
+// as "op [bf16]" / "op [bf16x3]". `nodes` counts the graph's own nodes, `subgraph_nodes`
+// those inside If/Loop/Scan bodies: kiln compile's "A -> B nodes" and its report count the
+// graph's own nodes, so that is the number "nodes:" shows (issue 24: they disagreed).
+void count_ops(const ir::Graph& g, std::map<std::string, int>& hist, size_t* nodes, size_t* subgraph_nodes) {
   for (const auto& n : g.nodes()) {
     std::string key = n->domain().empty() ? n->op_type() : n->domain() + "." + n->op_type();
     const std::string precision = n->attr_string("precision", "fp32");
     if (precision != "fp32") key += " [" + precision + "]";
     ++hist[key];
     ++*nodes;
-    for (const ir::Graph* sub : n->subgraphs()) count_ops(*sub, hist, nodes);
+    for (const ir::Graph* sub : n->subgraphs()) {
+      size_t inner = 0;
+      count_ops(*sub, hist, &inner, subgraph_nodes);
+      *subgraph_nodes += inner;
+    }
   }
 }
 
@@ -70,8 +76,8 @@ int run_inspect(const InspectArgs& args) {
     unsupported = frontend::list_unsupported_nodes(*graph);
   }
   std::map<std::string, int> hist;
-  size_t nodes = 0;
-  count_ops(*graph, hist, &nodes);
+  size_t nodes = 0, subgraph_nodes = 0;
+  count_ops(*graph, hist, &nodes, &subgraph_nodes);
   const bool is_kiln = *kind == ModelKind::kKiln;
 
   if (args.json) {
@@ -80,7 +86,8 @@ int run_inspect(const InspectArgs& args) {
     j["format"] = is_kiln ? "kiln" : "onnx";
     j["inputs"] = values_json(graph->inputs());
     j["outputs"] = values_json(graph->outputs());
-    j["nodes"] = nodes;
+    j["nodes"] = nodes;                    // the graph's own, as kiln compile counts them
+    j["subgraph_nodes"] = subgraph_nodes;  // inside If/Loop/Scan bodies (also in op_histogram)
     j["op_histogram"] = hist;
     j["opsets"] = graph->opset_imports();
     j["weight_bytes"] = graph->weight_bytes();
@@ -147,7 +154,11 @@ int run_inspect(const InspectArgs& args) {
     if (kiln_model.dynamic_graph)
       std::printf("  dynamic graph for shapes no bucket fits: %zu nodes\n", kiln_model.dynamic_graph->nodes().size());
   }
-  std::printf("nodes: %zu\n", nodes);
+  if (subgraph_nodes)
+    std::printf("nodes: %zu (plus %zu in If/Loop/Scan bodies; the op counts below include them)\n", nodes,
+                subgraph_nodes);
+  else
+    std::printf("nodes: %zu\n", nodes);
   std::vector<std::pair<std::string, int>> sorted(hist.begin(), hist.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   for (const auto& [op, count] : sorted) std::printf("  %6d  %s\n", count, op.c_str());

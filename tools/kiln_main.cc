@@ -3,8 +3,10 @@
 #include <exception>
 #include <new>
 
+#include "core/env_knobs.h"
 #include "core/status.h"
 #include "core/version.h"
+#include "tools/cli_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -51,14 +53,28 @@ int report_error(const std::string& command, const std::string& message) {
   return kExitError;
 }
 
+int usage_error(const std::string& command, const std::string& message) {
+  report_error(command, message);
+  return kExitUsage;
+}
+
+void report_warning(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "kiln %s: warning: %s\n", command.c_str(), printable_one_line(message).c_str());
+}
+
 }  // namespace kiln::tools
 
 int main(int argc, char** argv) {
   using namespace kiln::tools;
+  // Before anything reads a knob: name misspelt KILN_* variables and values they do not take.
+  kiln::warn_about_environment("kiln");
+  normalize_option_spelling(argc, argv);
   CLI::App app{"Kiln: compile ONNX models into offline .kiln models and run them.", "kiln"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION_STRING);
   app.require_subcommand(1);
-  app.footer("Run 'kiln <command> --help' for the options of a command.");
+  app.footer("Run 'kiln <command> --help' for the options of a command. Every option may also be spelt with "
+             "underscores, as ATC's (--input_shape). Exit codes: 0 ok, 1 model or run error, 2 usage error, "
+             "3 results differ (compare, conformance); docs/cli.md has the table and the KILN_* variables.");
   std::function<int()> action;
   std::string chosen;
   for (const Subcommand& sc : subcommands()) {

@@ -13,8 +13,11 @@ namespace kiln::tools {
 
 Expected<ModelKind> sniff_model_kind(const std::string& path) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("%s is a directory, not a model file (.onnx or .kiln)", path.c_str());
+  if (!std::filesystem::exists(path, ec)) return not_found("%s: no such file", path.c_str());
   if (!std::filesystem::is_regular_file(path, ec))
-    return not_found("%s: no such file", path.c_str());
+    return invalid_argument("%s is not a regular file (a model is an .onnx or .kiln file)", path.c_str());
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("%s: cannot open: %s", path.c_str(), std::strerror(errno));
   char head[16] = {};

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +18,9 @@
 #include "profiler/records.h"
 #include "profiler/report.h"
 #include "tools/api_session.h"
+#include "tools/cli_options.h"
 #include "tools/model_source.h"
+#include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -27,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 struct ProfileArgs {
   std::string model;
   std::vector<std::string> inputs;  // NAME=FILE.npy
+  std::string input_shape;
+  compiler::InputShapes shapes;     // parsed --input-shape
   std::string output = "kiln-profile";
   int loops = 10;
   int warmup = 2;
@@ -40,12 +46,12 @@ struct ProfileArgs {
 
 // Compiles an ONNX model in memory with the pass records on the timeline as compile
 // phases (the profile session is recording), and gives the .kiln bytes.
-Expected<ModelSource> compile_with_phases(const std::string& path) {
+Expected<ModelSource> compile_with_phases(const std::string& path, const compiler::CompileOptions& options) {
   ModelSource source;
   source.path = path;
   source.from_onnx = true;
   int64_t start = profiler::now_ns();
-  KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file(path, {}));
+  KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file(path, options));
   if (profiler::enabled()) {
     std::vector<std::pair<std::string, double>> phases;
     for (const compiler::PassRecord& r : compiled.passes) phases.emplace_back(r.name, r.ms);
@@ -82,9 +88,10 @@ struct RunResult {
   std::vector<std::string> notes;
 };
 
-Status run_profile(const ProfileArgs& args, RunResult* result) {
+// Profiles into `dir` (a fresh directory next to --output, see profile_model).
+Status run_profile(const ProfileArgs& args, const std::string& dir, RunResult* result) {
   SessionGuard session;
-  KILN_API_RETURN_IF_ERROR(kilnprofInit(args.output.c_str(), args.output.size()));
+  KILN_API_RETURN_IF_ERROR(kilnprofInit(dir.c_str(), dir.size()));
   session.active = true;
   KILN_API_RETURN_IF_ERROR(kilnprofStart());
 
@@ -92,7 +99,9 @@ Status run_profile(const ProfileArgs& args, RunResult* result) {
   KILN_ASSIGN_OR_RETURN(ModelKind kind, sniff_model_kind(args.model));
   ModelSource source;
   if (kind == ModelKind::kOnnx) {
-    KILN_ASSIGN_OR_RETURN(source, compile_with_phases(args.model));
+    compiler::CompileOptions options;
+    options.input_shapes = args.shapes;
+    KILN_ASSIGN_OR_RETURN(source, compile_with_phases(args.model, options));
   } else {
     source.path = args.model;
   }
@@ -101,8 +110,11 @@ Status run_profile(const ProfileArgs& args, RunResult* result) {
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGuard> device, DeviceGuard::set(0));
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<LoadedApiModel> model, load_model(source));
     KILN_API_RETURN_IF_ERROR(kilnprofStop());
+    HostInputOptions input_options;
+    input_options.shapes = args.shapes;
+    KILN_ASSIGN_OR_RETURN(input_options.bucket_shapes, first_bucket_shapes(source, *model));
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> host_inputs,
-                          make_host_inputs(*model, args.inputs, args.seed, &result->notes));
+                          make_host_inputs(*model, args.inputs, args.seed, &result->notes, input_options));
     std::vector<size_t> output_bytes;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<IoBuffers> io,
                           IoBuffers::create_fitted(*model, host_inputs, &output_bytes));
@@ -129,20 +141,50 @@ Status run_profile(const ProfileArgs& args, RunResult* result) {
   return ok_status();
 }
 
-int usage_error(const std::string& command, const std::string& message) {
-  report_error(command, message);
-  return kExitUsage;
+// Moves the files of `from` into `to` (created if need be), replacing files of the same
+// name, and removes `from`.
+Status move_profile(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::create_directories(to, ec);
+  if (ec) return unavailable("cannot create the profile directory %s: %s", to.c_str(), ec.message().c_str());
+  for (const auto& entry : std::filesystem::directory_iterator(from, ec)) {
+    std::filesystem::rename(entry.path(), to / entry.path().filename(), ec);
+    if (ec) return unavailable("cannot move %s into %s: %s", entry.path().c_str(), to.c_str(), ec.message().c_str());
+  }
+  std::filesystem::remove_all(from, ec);
+  return ok_status();
 }
 
-int profile_model(const ProfileArgs& args) {
+int profile_model(ProfileArgs args) {
   if (args.model.empty()) return usage_error("profile", "a model (or 'diff BASE_DIR NEW_DIR') is required");
   if (args.loops < 1) return usage_error("profile", str_format("--loops must be at least 1 (got %d)", args.loops));
   if (args.warmup < 0) return usage_error("profile", str_format("--warmup must not be negative (got %d)", args.warmup));
   if (args.top < 1) return usage_error("profile", str_format("--top must be at least 1 (got %d)", args.top));
   if (args.output.empty()) return usage_error("profile", "--output must not be empty");
+  auto shapes = parse_run_shapes(args.input_shape);
+  if (!shapes.ok()) return usage_error("profile", shapes.status().to_string());
+  if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("profile", bad);
+  args.shapes = std::move(*shapes);
+  std::error_code ec;
+  if (std::filesystem::exists(args.output, ec) && !std::filesystem::is_directory(args.output, ec))
+    return report_error("profile", "--output " + args.output + " is a file, not a directory");
+  // The profile is written into a fresh directory beside --output and moved there only when
+  // the run succeeded: a failed run leaves no (empty, misleading) profile and keeps the one
+  // --output may hold from before.
+  std::filesystem::path out = std::filesystem::path(args.output).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  std::string partial = (out.parent_path() / (out.filename().string() + ".partial-XXXXXX")).string();
+  if (!mkdtemp(partial.data()))
+    return report_error("profile", "cannot create a directory beside " + args.output + ": " + std::strerror(errno));
   RunResult r;
-  Status s = run_profile(args, &r);
-  if (!s.ok()) return report_error("profile", s.to_string());
+  Status s = run_profile(args, partial, &r);
+  if (s.ok()) s = move_profile(partial, out);
+  std::filesystem::remove_all(partial, ec);
+  if (!s.ok()) {
+    std::string msg = s.to_string() + " (no profile written)";
+    for (const auto& n : r.notes) msg += " (note: " + n + ")";
+    return report_error("profile", msg);
+  }
   for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
   std::vector<double> sorted = r.loop_ms;
   std::sort(sorted.begin(), sorted.end());
@@ -155,10 +197,21 @@ int profile_model(const ProfileArgs& args) {
   return 0;
 }
 
+// A profile with no op records (a run that failed before executing anything, by an older
+// kiln that still wrote it) would make every op look removed: -100%.
+Expected<profiler::ProfileData> read_nonempty_profile(const std::string& dir) {
+  KILN_ASSIGN_OR_RETURN(profiler::ProfileData data, profiler::read_profile_dir(dir));
+  if (data.nodes.empty())
+    return failed_precondition("profile '%s' has no op records (%s is empty): its run failed or executed nothing; "
+                               "profile the model again",
+                               dir.c_str(), profiler::kOpSummaryFile);
+  return data;
+}
+
 int profile_diff(const ProfileArgs& args) {
-  auto before = profiler::read_profile_dir(args.base_dir);
+  auto before = read_nonempty_profile(args.base_dir);
   if (!before.ok()) return report_error("profile diff", before.status().to_string());
-  auto after = profiler::read_profile_dir(args.new_dir);
+  auto after = read_nonempty_profile(args.new_dir);
   if (!after.ok()) return report_error("profile diff", after.status().to_string());
   profiler::ProfileDiff d = profiler::diff_profiles(*before, *after);
   std::printf("%s", profiler::format_diff(d, args.base_dir, args.new_dir, static_cast<size_t>(args.top)).c_str());
@@ -169,7 +222,9 @@ std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   app.add_option("model", args->model, "Model to profile (.kiln; an .onnx file is compiled in memory, its passes timed)");
   app.add_option("--input", args->inputs, "Input as NAME=FILE.npy (repeatable); missing inputs are random");
-  app.add_option("--output", args->output, "Profile directory to write (default kiln-profile)");
+  add_input_shape_option(app, &args->input_shape);
+  app.add_option("--output", args->output,
+                 "Profile directory to write (default kiln-profile); nothing is written when the run fails");
   app.add_option("--loops", args->loops, "Profiled executions, one at a time (default 10)");
   app.add_option("--warmup", args->warmup, "Executions before profiling starts (default 2)");
   app.add_option("--top", args->top, "Rows of the printed tables (default 10)");

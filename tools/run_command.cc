@@ -9,15 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <random>
 #include <set>
 
 #include "core/npy.h"
 #include "kernels/kernel_registry.h"
-#include "model/kiln_model.h"
 #include "runtime/model_runtime.h"
 #include "tools/api_session.h"
+#include "tools/cli_options.h"
+#include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -27,9 +26,11 @@ struct RunArgs {
   std::string model;
   std::vector<std::string> inputs;  // NAME=FILE.npy
   std::string output_dir;
+  std::string input_shape;
   int loops = 1;
-  int warmup = 0;
+  int warmup = 1;
   int threads = 0;
+  const CLI::Option* threads_opt = nullptr;
   unsigned seed = 0;
   bool json = false;
   bool reference_kernels = false;
@@ -103,7 +104,8 @@ struct RunResult {
   bool from_onnx = false;
   std::vector<std::string> output_names;
   std::vector<Tensor> outputs;
-  std::vector<double> times;
+  std::vector<double> times;  // the timed runs (after --warmup)
+  double cold_ms = 0;         // the first execution of all, warm-up or not: buffers, caches, first-shape plans
   std::vector<std::string> notes;
   int threads = 0;
   // Activation blocks the execution arena took from the heap (ExecutionArena::Stats), in the
@@ -113,39 +115,13 @@ struct RunResult {
   size_t arena_peak_bytes = 0;
 };
 
-// Random inputs of a model with shape buckets take the first (smallest) bucket's shape
-// rather than 1 for each open dim, which may fit no bucket (or not even the model).
-Status random_inputs_in_first_bucket(const RunArgs& args, const ModelSource& source, const LoadedApiModel& model,
-                                     std::vector<Tensor>& inputs, std::vector<std::string>* notes) {
-  if (source.from_onnx) return ok_status();
-  std::set<std::string> given;
-  for (const std::string& spec : args.inputs) given.insert(spec.substr(0, spec.find('=')));
-  std::optional<model::LoadedModel> loaded;
-  std::mt19937 rng(args.seed + 1);
-  for (size_t i = 0; i < model.inputs().size(); ++i) {
-    const TensorSpec& spec = model.inputs()[i];
-    if (given.count(spec.name) || spec.bytes_known()) continue;
-    if (!loaded) {
-      KILN_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(args.model));
-      if (m.bucket_kind == model::BucketKind::kNone) return ok_status();
-      loaded = std::move(m);
-    }
-    auto shape = loaded->variants[0].shapes.find(spec.name);
-    if (shape == loaded->variants[0].shapes.end()) continue;
-    inputs[i] = random_tensor(spec.dtype, shape->second, rng);
-    const std::string prefix = "input '" + spec.name + "' has dims not fixed";
-    std::erase_if(*notes, [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
-    notes->push_back(str_format("input '%s' is random, of the first shape bucket's shape %s", spec.name.c_str(),
-                                dims_to_string(shape->second).c_str()));
-  }
-  return ok_status();
-}
-
 // Everything between kilnInit and kilnFinalize. The owners are declared in acquisition
 // order so that they are released in reverse (buffers, model, stream, device, runtime).
-Status execute(const RunArgs& args, RunResult* result) {
+Status execute(const RunArgs& args, const compiler::InputShapes& shapes, RunResult* result) {
   cap_threads(args.threads);  // before anything runs kernels (compiling ONNX folds constants)
-  KILN_ASSIGN_OR_RETURN(ModelSource source, read_model_source(args.model));
+  compiler::CompileOptions compile_options;
+  compile_options.input_shapes = shapes;
+  KILN_ASSIGN_OR_RETURN(ModelSource source, read_model_source(args.model, compile_options));
   RuntimeOptions options{.devices = 0, .threads = args.threads};
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::init(options));
   result->threads = runtime->threads_per_device();
@@ -158,8 +134,11 @@ Status execute(const RunArgs& args, RunResult* result) {
   result->from_onnx = source.from_onnx;
   for (const TensorSpec& s : model->outputs()) result->output_names.push_back(s.name);
 
-  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, make_host_inputs(*model, args.inputs, args.seed, &result->notes));
-  KILN_RETURN_IF_ERROR(random_inputs_in_first_bucket(args, source, *model, inputs, &result->notes));
+  HostInputOptions input_options;
+  input_options.shapes = shapes;
+  KILN_ASSIGN_OR_RETURN(input_options.bucket_shapes, first_bucket_shapes(source, *model));
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> inputs,
+                        make_host_inputs(*model, args.inputs, args.seed, &result->notes, input_options));
   std::vector<size_t> output_bytes;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<IoBuffers> io, IoBuffers::create_fitted(*model, inputs, &output_bytes));
   // The arena counters are read from the runtime's model table (diagnostics the C API does
@@ -174,7 +153,10 @@ Status execute(const RunArgs& args, RunResult* result) {
     KILN_API_RETURN_IF_ERROR(kilnrtSynchronizeStream(stream->get()));
     double ms = ms_since(t);
     if (i >= args.warmup) result->times.push_back(ms);
-    if (i == 0) fresh_after_first = fresh_blocks();
+    if (i == 0) {
+      result->cold_ms = ms;
+      fresh_after_first = fresh_blocks();
+    }
   }
   if (runtime_model) {
     rt::Model::Stats stats = runtime_model->stats();
@@ -188,14 +170,19 @@ Status execute(const RunArgs& args, RunResult* result) {
   return ok_status();
 }
 
-int run_model(const RunArgs& args) {
-  if (args.loops < 1) return report_error("run", "--loops must be at least 1");
-  if (args.warmup < 0) return report_error("run", "--warmup must not be negative");
-  if (args.threads < 0) return report_error("run", "--threads must not be negative");
+int run_model(RunArgs args) {
+  if (args.loops < 1) return usage_error("run", str_format("--loops must be at least 1 (got %d)", args.loops));
+  if (args.warmup < 0) return usage_error("run", str_format("--warmup must not be negative (got %d)", args.warmup));
+  std::string error;
+  args.threads = checked_threads("run", args.threads_opt, args.threads, 0, &error);
+  if (!error.empty()) return usage_error("run", error);
+  auto shapes = parse_run_shapes(args.input_shape);
+  if (!shapes.ok()) return usage_error("run", shapes.status().to_string());
+  if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("run", bad);
   // Kernels are selected when the model is prepared (at load), after this.
   if (args.reference_kernels) kernels::set_fast_kernels_enabled(false);
   RunResult r;
-  Status status = execute(args, &r);
+  Status status = execute(args, *shapes, &r);
   if (!status.ok()) {
     // The run may have failed because of a dim we had to guess: say so on the same line.
     std::string msg = status.to_string();
@@ -226,6 +213,7 @@ int run_model(const RunArgs& args) {
                               {"first", s.head}});
     }
     j["latency_ms"] = {{"median", median}, {"min", tmin}, {"max", tmax}, {"p90", p90}};
+    j["first_run_ms"] = r.cold_ms;
     j["loops"] = args.loops;
     j["warmup"] = args.warmup;
     j["threads"] = r.threads;
@@ -249,8 +237,12 @@ int run_model(const RunArgs& args) {
     for (size_t k = 0; k < s.head.size(); ++k) std::printf("%s%.6g", k ? ", " : "", s.head[k]);
     std::printf("%s]\n", r.outputs[i].num_elements() > 5 ? ", ..." : "");
   }
-  std::printf("latency over %d loop%s (%d thread%s): median %.3f ms, min %.3f ms, max %.3f ms\n", args.loops,
-              args.loops == 1 ? "" : "s", r.threads, r.threads == 1 ? "" : "s", median, tmin, tmax);
+  // The first execution pays for first-touch memory, caches and per-shape plans: it is shown
+  // apart so that the timed figure is the steady state (after --warmup runs).
+  std::printf("first run (cold): %.3f ms\n", r.cold_ms);
+  std::printf("latency over %d loop%s after %d warm-up (%d thread%s): median %.3f ms, min %.3f ms, max %.3f ms\n",
+              args.loops, args.loops == 1 ? "" : "s", args.warmup, r.threads, r.threads == 1 ? "" : "s", median, tmin,
+              tmax);
   if (!args.output_dir.empty()) std::printf("outputs written to %s\n", args.output_dir.c_str());
   return 0;
 }
@@ -259,10 +251,13 @@ std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   app.add_option("model", args->model, "Model to run (.kiln; an .onnx file is compiled in memory)")->required();
   app.add_option("--input", args->inputs, "Input as NAME=FILE.npy (repeatable); missing inputs are random");
+  add_input_shape_option(app, &args->input_shape);
   app.add_option("--output-dir", args->output_dir, "Write each output as .npy plus outputs.json here");
   app.add_option("--loops", args->loops, "Timed runs (default 1)");
-  app.add_option("--warmup", args->warmup, "Untimed runs before the timed ones (default 0)");
-  app.add_option("--threads", args->threads, "Intra-op threads (default: KILN_NUM_THREADS or all cores)");
+  app.add_option("--warmup", args->warmup,
+                 "Untimed runs before the timed ones (default 1); the first run of all is reported apart as cold");
+  args->threads_opt = app.add_option("--threads", args->threads,
+                                     "Intra-op threads, at most the cores (default: KILN_NUM_THREADS or all cores)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
   app.add_flag("--json", args->json,
                "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, "

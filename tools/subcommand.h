@@ -27,9 +27,16 @@ struct SubcommandRegistrar {
   }
 };
 
-// Exit codes: 0 success, 1 error (bad model, bad input, failed run), 2 usage error.
+// Exit codes, the same for every subcommand (docs/cli.md):
+//   0 success;
+//   1 error of the model, its inputs or the run (bad file, wrong input name or shape, failed
+//     execution, out of memory);
+//   2 usage error: an unknown option, or an option value malformed or out of range, found
+//     before any model is opened;
+//   3 the results differ (compare: outputs beyond tolerance; conformance: tests failing).
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitDiffer = 3;
 
 // `text` with control characters and invalid UTF-8 escaped as \xNN: one printable line.
 std::string printable_one_line(const std::string& text);
@@ -37,6 +44,12 @@ std::string printable_one_line(const std::string& text);
 // Prints "kiln <cmd>: error: <message>" (made one printable line) to stderr and returns
 // kExitError.
 int report_error(const std::string& command, const std::string& message);
+
+// The same for a usage error: returns kExitUsage.
+int usage_error(const std::string& command, const std::string& message);
+
+// Prints "kiln <cmd>: warning: <message>" to stderr.
+void report_warning(const std::string& command, const std::string& message);
 
 }  // namespace kiln::tools
 

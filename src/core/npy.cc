@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -140,6 +141,11 @@ Expected<Tensor> parse_npy(const void* data, size_t size, const std::string& nam
 }
 
 Expected<Tensor> read_npy(const std::string& path) {
+  // A directory opens as a stream on Linux and fails only on the first read (with an
+  // exception from the stream buffer): name it before.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("%s is a directory, not a .npy file", path.c_str());
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("%s: cannot open: %s", path.c_str(), std::strerror(errno));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

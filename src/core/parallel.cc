@@ -11,12 +11,15 @@ namespace kiln {
 namespace {
 
 int threads_from_env() {
+  // More threads than cores only contend (issue 24: 1000 threads ran 135x slower), so the
+  // count is capped at the cores; a malformed value is reported by env_knobs.h.
+  const int cores = omp_get_num_procs();
   const char* v = std::getenv("KILN_NUM_THREADS");
   if (v && *v) {
     int n = std::atoi(v);
-    if (n > 0) return n;
+    if (n > 0) return std::min(n, cores);
   }
-  return omp_get_num_procs();
+  return cores;
 }
 
 std::atomic<int>& thread_count() {

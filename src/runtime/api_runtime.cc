@@ -8,6 +8,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "core/env_knobs.h"
 #include "core/logging.h"
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
@@ -202,6 +203,9 @@ size_t kilnDataTypeSize(kilnDataType dataType) {
 
 kilnError kilnInit(const char* configPath) {
   static const char* const kApi = "kilnInit";
+  // A misspelt KILN_* variable or a value it does not take is named once per process
+  // (core/env_knobs.h), not silently ignored.
+  kiln::warn_about_environment("kiln");
   // KILN_PROFILE=DIR profiles the whole process from its first kilnInit.
   kiln::profiler::start_env_session();
   std::unique_lock lock(runtime_lock());

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/logging.h"
+#include "ir/value_bytes.h"
 #include "runtime/memory.h"
 #include "runtime/shape_buckets.h"
 
@@ -403,6 +404,10 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
     if (!s.ok()) return s;
     m->outputs_.push_back(std::move(io));
   }
+  // A shape whose values cannot fit in the device's memory is refused before any kernel is
+  // prepared for it: oneDNN spends minutes creating primitives for such shapes (issue 24).
+  if (Status fits = ir::check_values_fit(g, device.memory_limit(), "the device's"); !fits.ok())
+    return coded(KILN_ERROR_STORAGE_OVER_LIMIT, fits.add_context("loading the model"));
   auto executor = GraphExecutor::create(m->loaded_.graph);
   if (!executor.ok()) {
     Status s = executor.status();

@@ -213,7 +213,7 @@ class CliTest(unittest.TestCase):
             np.testing.assert_allclose(got, want, atol=tol, rtol=0)
         # mixed keeps the only (final) layer fp32: exact to float32 rounding, as checked above.
         r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "fp16", check=False)
-        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.returncode, 2)
         self.assertIn("expected fp32, bf16 or mixed", r.stderr)
         r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "bf16",
                  "--keep-dtype", "matmul,,add", check=False)
@@ -231,9 +231,10 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
 
     def test_run_onnx_directly_compiles_in_memory(self):
-        r = kiln("run", self.onnx_path, "--json")
+        # N is open: random inputs need its size (never a silent 1), given by --input-shape.
+        r = kiln("run", self.onnx_path, "--json", "--input-shape", "x:2,4")
         j = json.loads(r.stdout)
-        self.assertEqual(j["outputs"][0]["shape"], [1, 6])  # N left open -> 1
+        self.assertEqual(j["outputs"][0]["shape"], [2, 6])
 
     def test_run_onnx_with_open_dims_takes_the_given_shape(self):
         # N is not fixed: the input's shape decides the outputs' (set through the C API's
@@ -250,7 +251,7 @@ class CliTest(unittest.TestCase):
         j = json.loads(kiln("run", self.kiln_path, "--json", "--threads", "1").stdout)
         self.assertEqual(j["threads"], 1)
         r = kiln("run", self.kiln_path, "--input", "x", check=False)
-        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.returncode, 2)
         self.assertIn("NAME=FILE.npy", r.stderr)
         np.save(os.path.join(WORK, "x64.npy"), np.zeros((3, 4), np.float64))
         r = kiln("run", self.kiln_path, "--input", "x=" + os.path.join(WORK, "x64.npy"), check=False)
@@ -297,9 +298,13 @@ class CliTest(unittest.TestCase):
         self.assertLess(j["seconds"], 30)
 
     def test_bench_onnx_with_open_dims(self):
-        j = json.loads(kiln("bench", self.onnx_path, "--json", "--loops", "4", "--streams", "2").stdout)
+        j = json.loads(kiln("bench", self.onnx_path, "--json", "--loops", "4", "--streams", "2",
+                            "--input-shape", "x:7,4").stdout)
         self.assertEqual(j["inferences"], 4)
-        self.assertTrue(any("not fixed" in n for n in j["notes"]))
+        r = kiln("bench", self.onnx_path, "--json", "--loops", "4", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("'x'", r.stderr)
+        self.assertIn("--input-shape", r.stderr)
 
     def test_bench_text(self):
         r = kiln("bench", self.kiln_path, "--loops", "10")

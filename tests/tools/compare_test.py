@@ -132,7 +132,7 @@ class CompareTest(unittest.TestCase):
             with self.subTest(node=v["node"]):
                 out_json = os.path.join(WORK, f"perturbed_{i}.json")
                 r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--json", out_json,
-                         env={"KILN_DEBUG_PERTURB_NODE": v["node"]}, check=1)
+                         env={"KILN_DEBUG_PERTURB_NODE": v["node"]}, check=3)
                 with open(out_json) as f:
                     rep = json.load(f)
                 first = rep["first_divergence"]
@@ -191,14 +191,14 @@ class CompareTest(unittest.TestCase):
         # turn the fast side off (compare sets both sides itself).
         node = rep["values"][0]["node"]
         r = kiln("compare", self.model, "--kernels", "--input", f"x={self.x_path}",
-                 env={"KILN_DEBUG_PERTURB_NODE": node, "KILN_KERNELS": "reference"}, check=1)
+                 env={"KILN_DEBUG_PERTURB_NODE": node, "KILN_KERNELS": "reference"}, check=3)
         self.assertIn(f"produced by node '{node}'", r.stdout)
         self.assertIn("verdict: DIFFER", r.stdout)
 
     def test_precision_of_the_optimised_side(self):
         # bf16 moves every product by about bfloat16's rounding (2^-8 of the operands): at the
         # default rtol 1e-4 the first convolution already diverges, at 1e-2 the model agrees.
-        r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16", check=1)
+        r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16", check=3)
         self.assertIn("-O3 bf16", r.stdout)
         self.assertIn("first divergence", r.stdout)
         self.assertIn("kiln.FusedConv", r.stdout.split("first divergence")[1].splitlines()[0])
@@ -209,7 +209,7 @@ class CompareTest(unittest.TestCase):
         r = kiln("compare", self.model, "--input", f"x={self.x_path}", "--precision", "bf16",
                  "--keep-dtype", "Conv,MatMul", check=0)
         self.assertIn("verdict: AGREE", r.stdout)
-        r = kiln("compare", self.model, "--precision", "fp8", check=1)
+        r = kiln("compare", self.model, "--precision", "fp8", check=2)
         self.assertIn("expected fp32, bf16 or mixed", r.stderr)
 
     def test_values_stored_in_bf16_are_compared_by_value(self):
@@ -281,7 +281,8 @@ class ConformanceLevelsTest(unittest.TestCase):
         self.assertEqual([(t["status"], t["levels"]) for t in results], [("pass", "agree")])
 
     def test_levels_mismatch_fails_the_run(self):
-        r, results = self.conformance("levels_mismatch", env={"KILN_DEBUG_PERTURB_NODE": self.node}, check=1)
+        # Results that differ: exit code 3 (docs/cli.md), apart from errors (1) and usage (2).
+        r, results = self.conformance("levels_mismatch", env={"KILN_DEBUG_PERTURB_NODE": self.node}, check=3)
         self.assertIn("levels: 1 tests checked, 0 agree, 1 mismatches", r.stdout)
         self.assertIn("LEVELS levels_suite/test_residual: -O3 and -O0 disagree: output 'y'", r.stdout)
         self.assertEqual(results[0]["levels"], "mismatch")
