@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "core/status.h"
 #include "runtime/device.h"
@@ -24,6 +25,20 @@ std::string check_input_specs(const std::vector<std::string>& specs) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
       return "--input '" + spec + "' is not NAME=FILE.npy";
   }
+  return "";
+}
+
+std::string check_output_file(const char* option, const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::is_directory(path, ec))
+    return str_format("%s %s is a directory; give the name of a file to write", option, path.c_str());
+  return "";
+}
+
+std::string check_output_dir(const char* option, const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::exists(path, ec) && !std::filesystem::is_directory(path, ec))
+    return str_format("%s %s is a file, not a directory", option, path.c_str());
   return "";
 }
 

@@ -204,6 +204,7 @@ int run_compare(CompareArgs args) {
   if (!shapes.ok()) return usage_error("compare", shapes.status().to_string());
   auto kind = sniff_model_kind(args.model);
   if (!kind.ok()) return report_error("compare", kind.status().to_string());
+  if (std::string bad = check_output_file("--json", args.json); !bad.empty()) return report_error("compare", bad);
   if (*kind != ModelKind::kOnnx)
     return report_error("compare", args.model + " is a compiled .kiln model: compare needs the ONNX model, "
                                                  "to compile it at -O0 and at the chosen level");

@@ -13,7 +13,9 @@
 #include "compiler/pass_manager.h"
 #include "ir/value_bytes.h"
 #include "profiler/profiler.h"
+#include "tools/cli_options.h"
 #include "tools/compile_report.h"
+#include "tools/model_source.h"
 #include "tools/shape_options.h"
 #include "tools/subcommand.h"
 
@@ -132,8 +134,12 @@ int run_compile(const CompileArgs& args) {
   if (args.model.empty()) return usage_error("compile", "no model given: kiln compile MODEL.onnx -o MODEL.kiln");
   Status shapes = parse_shape_and_bucket_options(args, options);
   if (!shapes.ok()) return usage_error("compile", shapes.to_string());
+  // The model must be a file (a directory is named as such, not "no such file").
+  if (auto kind = sniff_model_kind(args.model); !kind.ok()) return report_error("compile", kind.status().to_string());
   if (args.check) return run_check(args, options);
   if (args.output.empty()) return usage_error("compile", "no output file: give -o MODEL.kiln (or --check)");
+  for (const auto& [option, path] : {std::pair{"-o", &args.output}, std::pair{"--report", &args.report}})
+    if (std::string bad = check_output_file(option, *path); !bad.empty()) return report_error("compile", bad);
 
   // KILN_PROFILE=DIR puts the compile and each pass on the profiler's timeline (written at exit).
   profiler::start_env_session();

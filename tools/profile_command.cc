@@ -165,9 +165,8 @@ int profile_model(ProfileArgs args) {
   if (!shapes.ok()) return usage_error("profile", shapes.status().to_string());
   if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("profile", bad);
   args.shapes = std::move(*shapes);
+  if (std::string bad = check_output_dir("--output", args.output); !bad.empty()) return report_error("profile", bad);
   std::error_code ec;
-  if (std::filesystem::exists(args.output, ec) && !std::filesystem::is_directory(args.output, ec))
-    return report_error("profile", "--output " + args.output + " is a file, not a directory");
   // The profile is written into a fresh directory beside --output and moved there only when
   // the run succeeded: a failed run leaves no (empty, misleading) profile and keeps the one
   // --output may hold from before.

@@ -179,6 +179,8 @@ int run_model(RunArgs args) {
   auto shapes = parse_run_shapes(args.input_shape);
   if (!shapes.ok()) return usage_error("run", shapes.status().to_string());
   if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("run", bad);
+  if (std::string bad = check_output_dir("--output-dir", args.output_dir); !bad.empty())
+    return report_error("run", bad);
   // Kernels are selected when the model is prepared (at load), after this.
   if (args.reference_kernels) kernels::set_fast_kernels_enabled(false);
   RunResult r;
