@@ -1,6 +1,7 @@
 // The table of KILN_* environment variables and the check of the environment against it.
 #include "core/env_knobs.h"
 
+#include <omp.h>
 #include <strings.h>
 
 #include <algorithm>
@@ -128,10 +129,22 @@ const std::vector<EnvKnob>& env_knobs() {
        valid_rank},
       {"KILN_ROOT_ADDR", "host:port", "unset", "Where rank 0 listens for the others to join.", nullptr},
       {"KILN_JOB_ID", "a string", "unset", "Tells concurrent jobs on one host apart.", nullptr},
-      // Read by tests and benchmarks, not by Kiln itself.
+      // Read by tests, benchmarks and scripts, not by Kiln itself: declared so that setting
+      // them is no warning.
       {"KILN_ALLOC_TEST_MODEL", "a .kiln file", "unset", "tests/api: the model the allocation test counts.",
        nullptr},
+      {"KILN_ALLOC_TEST_STACKS", "any value", "unset", "tests/api: the allocation test prints up to 200 stacks.",
+       nullptr},
+      {"KILN_SOURCE_DIR", "a directory", "set by CTest", "tests/api: the source tree, for test models.", nullptr},
+      {"KILN_STRESS_SECONDS", "seconds", "10", "tests/api: how long the stress test runs.", nullptr},
+      {"KILN_E2E_PYTHON", "a python3", "/usr/bin/python3", "tests/e2e: the Python with torch and onnx.", nullptr},
+      {"KILN_E2E_NODE", "a node", "node", "tests/e2e: Node.js for ONNX Runtime.", nullptr},
+      {"KILN_E2E_NO_PIL", "any value", "unset", "tests/e2e: decode test images without PIL.", nullptr},
       {"KILN_BIN", "a kiln executable", "unset", "bench/ scripts: the kiln command to measure.", nullptr},
+      {"KILN_BENCH_PYTHON", "a python3", "/usr/bin/python3", "bench/ scripts: the Python with numpy and onnx.",
+       nullptr},
+      {"KILN_REPO", "a directory", "unset", "bench/buckets: the source tree, for ONNX Runtime's script.", nullptr},
+      {"KILN_BUILD_LOCK", "a file", "unset", "scripts/test-sanitizers.sh: flock'ed around its builds.", nullptr},
   };
   return knobs;
 }
@@ -161,6 +174,12 @@ std::vector<std::string> environment_warnings() {
       }
       out.push_back(best ? str_format("%s is not a Kiln variable (ignored); did you mean %s?", name.c_str(), best->name)
                          : str_format("%s is not a Kiln variable (ignored; docs/cli.md lists them)", name.c_str()));
+      continue;
+    }
+    if (name == "KILN_NUM_THREADS" && valid_threads(value) && std::atoi(value) > omp_get_num_procs()) {
+      // Capped in core/parallel.cc: more threads than cores only contend.
+      out.push_back(str_format("KILN_NUM_THREADS=%s is more than the %d cores this process may use; using %d", value,
+                               omp_get_num_procs(), omp_get_num_procs()));
       continue;
     }
     if (!*value || !knob->valid || knob->checked_where_read || knob->valid(value)) continue;

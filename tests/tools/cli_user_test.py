@@ -261,6 +261,12 @@ class LimitsTest(unittest.TestCase):
                 self.assertIn("warning", lines[0])
                 self.assertIn("--threads 1000", lines[0])
                 self.assertIn(str(self.cores), lines[0])
+        # KILN_NUM_THREADS above the cores: capped the same way, with a warning naming it.
+        r = kiln("run", self.fixed, "--json", env={"KILN_NUM_THREADS": "1000"})
+        self.assertEqual(json.loads(r.stdout)["threads"], self.cores)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("KILN_NUM_THREADS=1000", lines[0])
         # Within the cores: no warning.
         r = kiln("run", self.fixed, "--threads", "1", "--json")
         self.assertEqual(json.loads(r.stdout)["threads"], 1)
@@ -385,6 +391,22 @@ class EnvironmentTest(unittest.TestCase):
         section = text.split("## Environment variables")[1].split("\n## ")[0]
         documented = set(re.findall(r"^\| `(KILN_[A-Z0-9_]+)`", section, re.M))
         self.assertEqual(documented, declared)
+
+    def test_every_variable_read_is_declared(self):
+        # Each getenv("KILN_...") in Kiln's sources names a variable of src/core/env_knobs.cc,
+        # so none is read without being documented and checked.
+        declared = {k["name"] for k in json.loads(kiln("env", "--json").stdout)["variables"]}
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        read = {}
+        for top in ("src", "tools", "bench", "tests"):
+            for folder, _, files in os.walk(os.path.join(root, top)):
+                for name in files:
+                    if name.endswith((".cc", ".h", ".c")):
+                        with open(os.path.join(folder, name), errors="replace") as f:
+                            for var in re.findall(r'getenv\("(KILN_[A-Z0-9_]+)"\)', f.read()):
+                                read.setdefault(var, os.path.relpath(os.path.join(folder, name), root))
+        self.assertIn("KILN_NUM_THREADS", read)
+        self.assertEqual({v: f for v, f in read.items() if v not in declared}, {})
 
 
 class ReferenceTest(unittest.TestCase):
