@@ -97,8 +97,14 @@ std::optional<DataType> from_c_dtype(kilnDataType t) {
 
 namespace {
 
-// A size no execution has asked for in this many executions goes back to the heap.
+// A size no execution has asked for in this many executions may go back to the heap...
 constexpr uint64_t kTrimAfterRuns = 4;
+// ... when the arena holds more than this many times the largest peak of the recent
+// executions. A model whose input shapes vary (open dims: OCR line widths, sequence lengths)
+// keeps the blocks of the shapes it alternates between, so switching shapes does not fault
+// fresh pages in (a width-1280 OCR line's activations cost ~10 ms to map again), while a model
+// that moved on from a large shape gives its memory back within kPeakWindow executions.
+constexpr size_t kRetainFactor = 2;
 
 size_t round_up(size_t n) {
   return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
@@ -155,6 +161,7 @@ void* ExecutionArena::allocate(size_t bytes) {
   }
   stats_.in_use += bytes;
   if (stats_.in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.in_use;
+  run_peak_ = std::max(run_peak_, stats_.in_use);
   return p;
 }
 
@@ -181,13 +188,23 @@ void ExecutionArena::begin_run() {
     }
     return;
   }
-  for (auto it = buckets_.begin(); it != buckets_.end();) {
-    if (it->second.last_run + kTrimAfterRuns < run_) {
-      release_bucket_locked(it->second, it->first);
-      it = buckets_.erase(it);
-    } else {
-      ++it;
-    }
+  // The peak of the execution that just ended joins the window; the budget follows the window.
+  recent_peaks_[run_ % kPeakWindow] = run_peak_;
+  run_peak_ = stats_.in_use;
+  size_t budget = 0;
+  for (size_t peak : recent_peaks_) budget = std::max(budget, peak);
+  budget *= kRetainFactor;
+  if (stats_.held <= budget) return;
+  // Over budget: the sizes unused longest go first, while the arena holds too much.
+  std::vector<std::pair<uint64_t, size_t>> stale;  // (last run, size)
+  for (const auto& [bytes, b] : buckets_)
+    if (b.last_run + kTrimAfterRuns < run_) stale.emplace_back(b.last_run, bytes);
+  std::sort(stale.begin(), stale.end());
+  for (const auto& [last, bytes] : stale) {
+    if (stats_.held <= budget) break;
+    auto it = buckets_.find(bytes);
+    release_bucket_locked(it->second, it->first);
+    buckets_.erase(it);
   }
 }
 

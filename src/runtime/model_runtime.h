@@ -10,6 +10,7 @@
 // one execution at a time.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -52,7 +53,9 @@ std::optional<DataType> from_c_dtype(kilnDataType t);
 // kept in free lists by exact (64-byte rounded) size and reused by later allocations of
 // that size, so the steady state of a model with fixed shapes allocates nothing.
 //  - Heap arena: fresh blocks come from the heap; a size unused for several executions is
-//    given back, so models whose shapes change do not hoard memory.
+//    given back once the arena holds more than twice the largest peak of the last 16
+//    executions, so a model alternating between a few shapes keeps their blocks and one
+//    whose shapes moved on does not hoard memory.
 //  - Workspace arena: blocks are carved from a caller-given range (bump pointer plus the
 //    free lists), reset at the start of each execution. When the range is used up the
 //    allocation is refused (never overrun), refused() turns true, and the execution fails.
@@ -94,6 +97,11 @@ class ExecutionArena final : public TensorAllocator {
   size_t size_ = 0;
   size_t offset_ = 0;
   uint64_t run_ = 0;
+  // Peak bytes in use of the current execution and of the last kPeakWindow ones: what a heap
+  // arena keeps free blocks for (begin_run).
+  static constexpr size_t kPeakWindow = 16;
+  size_t run_peak_ = 0;
+  std::array<size_t, kPeakWindow> recent_peaks_{};
   bool refused_ = false;
   size_t refused_bytes_ = 0;
   Stats stats_;

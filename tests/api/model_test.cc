@@ -936,9 +936,27 @@ TEST(ExecutionArenaTest, HeapArenaReusesBlocksAndTrimsSizesNoLongerUsed) {
   EXPECT_EQ(s.in_use, 448u);
   kept = Tensor();
   EXPECT_EQ(arena->stats().in_use, 0u);
-  // Sizes unused for several executions go back to the heap.
+  // Sizes unused for several executions stay while the arena holds at most twice the largest
+  // peak of the last 16 executions, and go back to the heap once those executions are past.
   for (int run = 0; run < 6; ++run) arena->begin_run();
+  EXPECT_GT(arena->stats().held, 0u);
+  for (int run = 0; run < 16; ++run) arena->begin_run();
   EXPECT_EQ(arena->stats().held, 0u);
+}
+
+TEST(ExecutionArenaTest, HeapArenaKeepsTheBlocksOfShapesItAlternatesBetween) {
+  // Five sizes in rotation (a model with open dims fed five shapes in turn): each is unused
+  // for four executions at a time, and all five together stay under twice the largest.
+  auto arena = std::make_shared<kiln::rt::ExecutionArena>();
+  const int64_t sizes[] = {4000, 1600, 1000, 800, 500};
+  for (int run = 0; run < 20; ++run) {
+    arena->begin_run();
+    kiln::TensorAllocatorScope scope(arena);
+    Tensor t = Tensor::make(DataType::kFloat32, {sizes[run % 5]});
+    if (run == 4) EXPECT_EQ(arena->stats().fresh_blocks, 5u);
+  }
+  EXPECT_EQ(arena->stats().fresh_blocks, 5u);  // every later execution reused its shape's block
+  EXPECT_EQ(arena->stats().reused_blocks, 15u);
 }
 
 // ---- Misuse ----------------------------------------------------------------------------------

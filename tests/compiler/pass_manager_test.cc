@@ -42,7 +42,7 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
   }
   EXPECT_EQ(names_run(*o3), all);
   std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference",        "gradient_lowering",
-                                           "constant_folding",      "reshape_target_folding", "algebraic_simplify",
+                                           "constant_folding",      "symbolic_shape_folding", "algebraic_simplify",
                                            "batchnorm_folding",     "cse",                    "dead_node_removal",
                                            "precision_assignment"};
   EXPECT_EQ(level1, expected_level1);

@@ -1,8 +1,9 @@
-// Models compiled with open dims: reshape_target_folding turns Reshape targets computed from
-// Shape chains into constants with 0 and -1, shape inference names the dims that windows
-// (convolutions, pools) and reshapes derive from open ones, and so the fusions and the blocked
-// layout still apply. Each optimised graph runs at several concrete shapes on the fast kernels
-// (prepared per shape) against the -O0 graph on the ONNX reference kernels.
+// Models compiled with open dims: symbolic_shape_folding turns Reshape targets computed from
+// Shape chains into constants with 0 and -1 and names the dims of Range / ConstantOfShape;
+// shape inference names the dims that windows (convolutions, pools) and reshapes derive from
+// open ones; so the fusions and the blocked layout still apply. Each optimised graph runs at
+// several concrete shapes on the fast kernels (prepared per shape) against the -O0 graph on
+// the ONNX reference kernels.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -91,10 +92,10 @@ std::string view_model() {
                 kViewModel);
 }
 
-TEST(ReshapeTargetFoldingTest, ComputedTargetsBecomeConstantsAndDimsKeepTheirNames) {
+TEST(SymbolicShapeFoldingTest, ComputedTargetsBecomeConstantsAndDimsKeepTheirNames) {
   auto c = compile_text(view_model(), 1);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  EXPECT_EQ(testing::changed(*c, "reshape_target_folding"), 2);
+  EXPECT_EQ(testing::changed(*c, "symbolic_shape_folding"), 2);
   EXPECT_EQ(count_op(*c->graph, "Shape"), 0);  // the shape computations are dead
   EXPECT_EQ(count_op(*c->graph, "Concat"), 0);
   const ir::Node* r = first(*c->graph, "Reshape");
@@ -111,7 +112,7 @@ TEST(ReshapeTargetFoldingTest, ComputedTargetsBecomeConstantsAndDimsKeepTheirNam
   expect_matches_O0_at(view_model(), *c, {{1, 3, 16}, {2, 5, 16}, {3, 1, 16}});
 }
 
-TEST(ReshapeTargetFoldingTest, InferredDimResolvesByName) {
+TEST(SymbolicShapeFoldingTest, InferredDimResolvesByName) {
   // [B, 4, 1, W] -> [0, 4, -1] is [B, 4, W]; the computed form is what the -1 replaces.
   const std::string text = fmodel("g (float[B,4,1,W] x) => (float[B,W,4] y)", "int64[1] st = {0}, int64[1] en = {2}, ",
                                   R"(
@@ -130,7 +131,7 @@ TEST(ReshapeTargetFoldingTest, InferredDimResolvesByName) {
   expect_matches_O0_at(text, *c, {{1, 4, 1, 7}, {3, 4, 1, 2}});
 }
 
-TEST(ReshapeTargetFoldingTest, TargetsItCannotFollowStayComputed) {
+TEST(SymbolicShapeFoldingTest, TargetsItCannotFollowStayComputed) {
   // The target's first element is a product (B * S), which the symbolic evaluation does not
   // follow: the Reshape keeps its computed target (and still runs, on the reference kernel).
   const std::string text = fmodel("g (float[B,S,16] x) => (float[?,?] y)", "int64[1] a0 = {0}, ", R"(
@@ -150,8 +151,46 @@ TEST(ReshapeTargetFoldingTest, TargetsItCannotFollowStayComputed) {
   const ir::Node* r = first(*c->graph, "Reshape");
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->input(1)->has_initializer());
-  EXPECT_EQ(testing::changed(*c, "reshape_target_folding"), 0);
+  EXPECT_EQ(testing::changed(*c, "symbolic_shape_folding"), 0);
   expect_matches_O0_at(text, *c, {{2, 3, 16}, {1, 1, 16}});
+}
+
+TEST(SymbolicShapeFoldingTest, ReshapeToItsOwnShapeDisappears) {
+  // Shape(x)[0:1] ++ Shape(x)[1:] is [N, 3]: the target becomes [0, 3], the Reshape a no-op.
+  const std::string text = fmodel("g (float[N,3] x) => (float[N,3] y)", "", R"(
+    head = Shape <end = 1> (x)
+    tail = Shape <start = 1> (x)
+    shp = Concat <axis = 0> (head, tail)
+    r = Reshape(x, shp)
+    y = Relu(r))");
+  auto c = compile_text(text, 1);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(count_op(*c->graph, "Shape"), 0);
+  EXPECT_EQ(count_op(*c->graph, "Reshape"), 0);
+  expect_matches_O0_at(text, *c, {{4, 3}, {1, 3}});
+}
+
+TEST(SymbolicShapeFoldingTest, RangeAndConstantOfShapeAreNamedAfterTheirShapes) {
+  // A position embedding: positions = arange(seq), token types = zeros(batch, seq).
+  const std::string text = fmodel("g (int64[batch,seq] ids) => (float[batch,seq,4] y)",
+                                  finit("pos", {16, 4}, 1) + finit("tok", {2, 4}, 2) + finit("word", {32, 4}, 3) +
+                                      "int64 zero = {0}, int64 one = {1}, int64[1] a0 = {0}, ",
+                                  R"(
+    s = Shape(ids)
+    n = Gather<axis = 0>(s, one)
+    r = Range(zero, n, one)
+    p = Unsqueeze(r, a0)
+    pe = Gather(pos, p)
+    t = ConstantOfShape(s)
+    te = Gather(tok, t)
+    we = Gather(word, ids)
+    a = Add(we, pe)
+    y = Add(a, te))");
+  auto c = compile_text(text, 1);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->graph->find_value("r")->shape().to_string(), "[seq]");
+  EXPECT_EQ(c->graph->find_value("t")->shape().to_string(), "[batch,seq]");
+  EXPECT_EQ(c->graph->outputs()[0]->shape().to_string(), "[batch,seq,4]");
 }
 
 // A residual block over open H and W: a stride-2 conv names its output dims after the input's

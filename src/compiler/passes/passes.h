@@ -10,7 +10,7 @@ PassInfo constant_node_folding_pass();  // Constant nodes -> initializers (requi
 PassInfo shape_inference_pass();        // dtype and shape of every value (required)
 PassInfo gradient_lowering_pass();      // Gradient nodes -> ordinary ops (required)
 PassInfo constant_folding_pass();       // constant inputs and static Shape -> initializers (-O1)
-PassInfo reshape_target_folding_pass();  // computed Reshape targets over open dims -> 0/-1 constants (-O1)
+PassInfo symbolic_shape_folding_pass();  // shape computations over open dims followed by name (-O1)
 PassInfo algebraic_simplify_pass();     // identities, no-ops, chains (-O1)
 PassInfo batchnorm_folding_pass();      // BatchNormalization into Conv/ConvTranspose/Gemm (-O1)
 PassInfo layernorm_fusion_pass();       // LayerNorm decomposition -> kiln LayerNorm (-O2)

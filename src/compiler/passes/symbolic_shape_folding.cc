@@ -1,17 +1,20 @@
-// reshape_target_folding: a Reshape whose target shape is computed at run time from the
-// shapes of other values (Shape -> Gather -> Unsqueeze -> Concat, what exporters emit for
-// `x.view(x.size(0), x.size(1), 12, 64)`) gets a constant target instead, written with
-// Reshape's own 0 (copy the input's dim) and -1 (infer it), when the computation can be
-// followed symbolically. Shape inference then names the output's open dims after the
-// input's ([B, S, 768] -> [B, S, 12, 64]) instead of leaving them unknown, so the fusions
-// that need to know shapes by name (attention, LayerNorm, elementwise chains, residual adds)
-// still apply to a model compiled with open dims, and the shape computation itself becomes
-// dead. ONNX Runtime's ReshapeFusion does the same rewrite.
-//
-// Only exact rewrites: each target element must be a known extent, or the input's dim at
-// the same position (same symbol: copied with 0), and at most one element may be anything
-// else (-1; the element count then fixes it, as it fixed the computed value). Static shapes
-// never get here: constant_folding has folded their shape computations already.
+// symbolic_shape_folding: shape computations over open dims, followed symbolically, for
+// models compiled with open dims (batch, sequence length, image size). Exporters compute
+// shapes at run time (Shape -> Gather -> Unsqueeze -> Concat, what `x.view(x.size(0),
+// x.size(1), 12, 64)` or `torch.arange(x.size(1))` become); with static shapes constant_folding
+// evaluates them, with open dims this pass follows them as dims (extents or named open dims):
+//   - a Reshape whose target it can follow gets a constant target instead, written with
+//     Reshape's own 0 (copy the input's dim) and -1 (infer it): exact when each element is
+//     an extent or the input's dim at the same position, and at most one is anything else
+//     (the element count then fixes it, as it fixed the computed value). ONNX Runtime's
+//     ReshapeFusion does the same rewrite;
+//   - ConstantOfShape, Range (start 0, step 1) and Expand whose shape it can follow get their
+//     output dims named (a position embedding's `arange(seq)` is [seq], not a fresh unknown).
+// Shape inference then names the dims downstream after the inputs' ([B, S, 768] -> [B, S, 12,
+// 64]) instead of leaving them unknown, so the fusions that compare shapes by name (attention,
+// LayerNorm, elementwise chains, residual adds) apply to a model compiled with open dims, and
+// the shape computations become dead. Static shapes never get here: constant_folding has
+// folded their computations already.
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -26,8 +29,9 @@ namespace {
 
 // Longest shape vector followed; real targets have rank <= 8.
 constexpr size_t kMaxElements = 16;
-// Rounds of (rewrite, re-inference): each round names the dims the next Reshapes read.
-constexpr int kMaxRounds = 8;
+// Sweeps at most: one settles the chains of real models (each sweep re-infers as it goes);
+// the bound only guards against a graph that keeps changing.
+constexpr int kMaxRounds = 4;
 
 // An integer tensor of rank 0 or 1 whose elements are known as Dims: an extent, a named open
 // dim, or unknown (Dim() with no symbol).
@@ -199,32 +203,102 @@ std::optional<std::vector<int64_t>> constant_target(const ir::Node& reshape, con
   return out;
 }
 
-class ReshapeTargetFolder {
+class SymbolicShapeFolder {
  public:
-  explicit ReshapeTargetFolder(ir::Graph& g) : g_(g) {}
+  explicit SymbolicShapeFolder(ir::Graph& g) : g_(g) {}
 
-  // One sweep; returns the Reshapes rewritten.
-  int sweep() {
-    SymbolicEvaluator eval;  // fresh each sweep: inference has renamed dims since
-    int rewritten = 0;
+  // One sweep in execution order, re-inferring each node before its readers are looked at,
+  // so that a chain of reshapes (one per transformer layer) settles in one sweep. Returns the
+  // nodes rewritten or newly typed.
+  Expected<int> sweep() {
+    SymbolicEvaluator eval;  // values are evaluated after everything upstream was re-inferred
+    int changed = 0;
     for (const auto& n : g_.nodes()) {
-      if (!n->domain().empty() || n->op_type() != "Reshape" || n->opset() < 5 || n->num_inputs() != 2) continue;
-      const ir::Value* x = n->input(0);
-      ir::Value* shape = n->input(1);
-      if (!x || !shape || shape->has_initializer() || !x->shape().has_rank()) continue;
-      auto target = eval.eval(shape);
-      if (!target || target->scalar) continue;
-      auto constant = constant_target(*n, x->shape(), *target);
-      if (!constant) continue;
-      Tensor t = Tensor::make(DataType::kInt64, {static_cast<int64_t>(constant->size())});
-      for (size_t i = 0; i < constant->size(); ++i) t.data<int64_t>()[i] = (*constant)[i];
-      n->inputs()[1] = new_initializer(n->name() + "_target", std::move(t));
-      ++rewritten;
+      if (n->subgraphs().empty()) KILN_RETURN_IF_ERROR(ops::infer_node(*n));
+      if (!n->domain().empty() || n->num_outputs() != 1 || !n->output(0)) continue;
+      const std::string& op = n->op_type();
+      bool rewritten = false;
+      if (op == "Reshape") rewritten = fold_reshape_target(*n, eval);
+      else if (op == "ConstantOfShape" || op == "Expand" || op == "Range") rewritten = name_output_dims(*n, eval);
+      if (!rewritten) continue;
+      ++changed;
+      KILN_RETURN_IF_ERROR(ops::infer_node(*n));
     }
-    return rewritten;
+    return changed;
   }
 
  private:
+  bool fold_reshape_target(ir::Node& n, SymbolicEvaluator& eval) {
+    if (n.opset() < 5 || n.num_inputs() != 2) return false;
+    const ir::Value* x = n.input(0);
+    ir::Value* shape = n.input(1);
+    if (!x || !shape || shape->has_initializer() || !x->shape().has_rank()) return false;
+    auto target = eval.eval(shape);
+    if (!target || target->scalar) return false;
+    auto constant = constant_target(n, x->shape(), *target);
+    if (!constant) return false;
+    Tensor t = Tensor::make(DataType::kInt64, {static_cast<int64_t>(constant->size())});
+    for (size_t i = 0; i < constant->size(); ++i) t.data<int64_t>()[i] = (*constant)[i];
+    n.inputs()[1] = new_initializer(n.name() + "_target", std::move(t));
+    return true;
+  }
+
+  // The output dims the node's shape input (or Range's limit) stands for, set where inference
+  // left them less known. True when the output's shape changed.
+  bool name_output_dims(ir::Node& n, SymbolicEvaluator& eval) {
+    ir::Value* y = n.output(0);
+    std::optional<Shape> named;
+    if (n.op_type() == "ConstantOfShape") {
+      auto dims = eval.eval(n.input(0));
+      if (dims && !dims->scalar) named = Shape(dims->elems);
+    } else if (n.op_type() == "Expand" && n.num_inputs() == 2 && n.input(0) && n.input(0)->shape().has_rank()) {
+      auto dims = eval.eval(n.input(1));
+      if (dims && !dims->scalar) named = expanded(n.input(0)->shape(), Shape(dims->elems));
+    } else if (n.op_type() == "Range" && n.num_inputs() == 3) {
+      // [limit] for start 0 and delta 1: torch.arange(n).
+      auto start = constant_ints(n.input(0)), delta = constant_ints(n.input(2));
+      auto limit = eval.eval(n.input(1));
+      if (start && delta && start->size() == 1 && delta->size() == 1 && (*start)[0] == 0 && (*delta)[0] == 1 &&
+          limit && limit->elems.size() == 1)
+        named = Shape({limit->elems[0]});
+    }
+    if (!named || !better_known(*named, y->shape())) return false;
+    y->type().shape = *named;
+    return true;
+  }
+
+  // NumPy broadcast of an input shape and an Expand target, dims known by value or name.
+  static std::optional<Shape> expanded(const Shape& in, const Shape& target) {
+    const int r = std::max(in.rank(), target.rank());
+    std::vector<Dim> out(static_cast<size_t>(r));
+    for (int i = 0; i < r; ++i) {
+      const int a = i - (r - in.rank()), b = i - (r - target.rank());
+      const Dim da = a >= 0 ? in[a] : Dim(1), db = b >= 0 ? target[b] : Dim(1);
+      if (da.is_static() && da.value == 1) out[static_cast<size_t>(i)] = db;
+      else if ((db.is_static() && db.value == 1) || da == db) out[static_cast<size_t>(i)] = da;
+      else return std::nullopt;
+    }
+    return Shape(std::move(out));
+  }
+
+  // Whether `named` says more than `current`: same rank, and some dim known (by value or by
+  // name) where the current one is unknown, with no known dim contradicted.
+  static bool better_known(const Shape& named, const Shape& current) {
+    auto known = [](const Dim& d) { return d.is_static() || !d.symbol.empty(); };
+    if (!current.has_rank()) return true;
+    if (current.rank() != named.rank()) return false;
+    bool gains = false;
+    for (int i = 0; i < named.rank(); ++i) {
+      if (!known(named[i])) continue;
+      if (current[i].is_static()) {
+        if (!(named[i] == current[i])) return false;
+      } else if (!(named[i] == current[i])) {
+        gains = true;  // an unknown dim, or a name exporters invented (unk__3), becomes the input's
+      }
+    }
+    return gains;
+  }
+
   ir::Value* new_initializer(const std::string& base, Tensor t) {
     std::string name = base;
     for (int k = 1; g_.find_value(name); ++k) name = base + "_" + std::to_string(k);
@@ -240,24 +314,25 @@ class ReshapeTargetFolder {
 
 }  // namespace
 
-PassInfo reshape_target_folding_pass() {
+PassInfo symbolic_shape_folding_pass() {
   PassInfo p;
-  p.name = "reshape_target_folding";
+  p.name = "symbolic_shape_folding";
   p.min_level = 1;
-  p.description = "Reshape targets computed from open dims (Shape/Gather/Concat chains) -> constants with 0 and -1, "
-                  "so open dims keep their names through reshapes";
+  p.description = "shape computations over open dims followed symbolically: computed Reshape targets -> constants "
+                  "with 0 and -1, ConstantOfShape/Range/Expand outputs named, so open dims keep their names";
   p.run = [](ir::Graph& g, PassContext& ctx) -> Status {
-    ReshapeTargetFolder folder(g);
+    SymbolicShapeFolder folder(g);
     int total = 0;
     for (int round = 0; round < kMaxRounds; ++round) {
-      int n = folder.sweep();
+      KILN_ASSIGN_OR_RETURN(int n, folder.sweep(), "following shape computations");
       if (n == 0) break;
       total += n;
-      KILN_RETURN_IF_ERROR(ops::infer_graph(g), "re-inferring shapes after folding Reshape targets");
     }
+    if (total > 0) KILN_RETURN_IF_ERROR(ops::infer_graph(g), "re-inferring shapes after following shape computations");
     if (total > 0) {
       ctx.add_changed(total);
-      ctx.note(str_format("reshape_target_folding: %d Reshape targets made constant", total));
+      ctx.note(str_format("symbolic_shape_folding: %d shape computations followed (Reshape targets made constant, "
+                          "output dims named)", total));
     }
     return ok_status();
   };
