@@ -165,7 +165,44 @@ echo "[e2e $model] --precision mixed vs reference:"
 "$python" "$here/compare.py" "$ref_dir" "$out_dir/outputs_mixed" "${mixed_check[@]}" ||
   die "$model: the --precision mixed outputs are too far from the reference (see above)"
 step "--precision mixed compile, run and compare"
-# 7. Allocations of steady-state executions of the -O3 model (tests/api/hot_path_allocations_test.cc).
+# 7. Open dims (issue 24): the model compiled as it ships, without --input-shape, runs on fast
+# kernels prepared per input shape at run time; its outputs must match the reference too. The
+# OCR models are also run at a second size (a crop of the same input) against ONNX Runtime on
+# that crop, so the per-shape kernels are checked at two shapes in one process.
+if [[ -n $input_shape ]]; then
+  echo "[e2e $model] $kiln compile $onnx_path -o $out_dir/model_dynamic.kiln -q (open dims)"
+  "$kiln" compile "$onnx_path" -o "$out_dir/model_dynamic.kiln" -q || die "kiln compile (open dims) failed for $model"
+  dynamic_runs=("$ref_dir")
+  case $model in
+    ocr_det | ocr_rec)
+      crop_dir=$work/models/${model}_crop
+      rm -rf "$crop_dir" && mkdir -p "$crop_dir"
+      # det: the top-left 480x320 (multiples of its stride 32); rec: the first 160 columns.
+      crop=$([[ $model == ocr_det ]] && echo "[:, :, :480, :320]" || echo "[..., :160]")
+      "$python" -c "import numpy as np, sys; x = np.load(sys.argv[1]); np.save(sys.argv[2], np.ascontiguousarray(x$crop))" \
+        "$ref_dir/input_x.npy" "$crop_dir/input_x.npy"
+      NODE_PATH="$src/node_modules${NODE_PATH:+:$NODE_PATH}" \
+        "$node" "$here/ort_reference.js" "$onnx_path" "$crop_dir" "x=$crop_dir/input_x.npy" >/dev/null
+      rm -f "$crop_dir/outputs.json"
+      dynamic_runs+=("$crop_dir")
+      ;;
+  esac
+  for d in "${dynamic_runs[@]}"; do
+    tag=$(basename "$d")
+    dyn_args=()
+    for f in "$d"/input_*.npy; do
+      name=$(basename "$f" .npy)
+      dyn_args+=(--input "${name#input_}=$f")
+    done
+    "$kiln" run "$out_dir/model_dynamic.kiln" --output-dir "$out_dir/outputs_dynamic_$tag" "${dyn_args[@]}" >/dev/null ||
+      die "kiln run of the open-dims model failed for $model ($tag)"
+    echo "[e2e $model] open dims vs reference ($tag):"
+    "$python" "$here/compare.py" "$d" "$out_dir/outputs_dynamic_$tag" --rel "$rel" ||
+      die "$model: the open-dims model's outputs differ from the reference ($tag; see above)"
+  done
+  step "open-dims compile, run and compare"
+fi
+# 8. Allocations of steady-state executions of the -O3 model (tests/api/hot_path_allocations_test.cc).
 if [[ -n $allocation_test ]]; then
   echo "[e2e $model] KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln $allocation_test"
   KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln "$allocation_test" ||
