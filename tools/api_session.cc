@@ -355,10 +355,6 @@ Status check_given_input(const TensorSpec& spec, const Tensor& t) {
   return ok_status();
 }
 
-}  // namespace
-
-namespace {
-
 // The shape random data for `s` takes: --input-shape's (checked against the model), else the
 // first shape bucket's (with a note), else the model's own when every dim is fixed. Open dims
 // with neither are an error naming the input and the option: never a silent 1.
@@ -394,9 +390,7 @@ Expected<std::vector<int64_t>> random_input_shape(const TensorSpec& s, const Hos
 // A random input larger than the device's memory is refused before it is allocated (the
 // host would run out of memory filling it, or the device when it is copied in).
 Status check_input_fits(const TensorSpec& s, const std::vector<int64_t>& dims) {
-  size_t bytes = dtype_bytes(s.dtype, 1);
-  for (int64_t d : dims)
-    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes)) bytes = SIZE_MAX;
+  const size_t bytes = ir::dims_bytes(s.dtype, dims);
   size_t free_bytes = 0, total_bytes = 0;
   if (kilnrtGetMemInfo(KILN_DDR_MEM, &free_bytes, &total_bytes) != KILN_SUCCESS || bytes <= total_bytes)
     return ok_status();

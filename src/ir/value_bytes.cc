@@ -6,17 +6,23 @@
 
 namespace kiln::ir {
 
+size_t dims_bytes(DataType dtype, const std::vector<int64_t>& dims) {
+  size_t bytes = dtype_bytes(dtype, 1);
+  for (int64_t d : dims) {
+    size_t next = 0;
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d), &next)) return std::numeric_limits<size_t>::max();
+    bytes = next;
+  }
+  return bytes;
+}
+
 size_t static_value_bytes(const Value& v) {
   const Shape& s = v.shape();
   if (!s.has_rank() || !s.is_static() || v.dtype() == DataType::kUndefined || v.dtype() == DataType::kString)
     return 0;
-  size_t bytes = dtype_bytes(v.dtype(), 1);
-  for (const Dim& d : s.dims()) {
-    size_t next = 0;
-    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d.value), &next)) return std::numeric_limits<size_t>::max();
-    bytes = next;
-  }
-  return bytes;
+  std::vector<int64_t> dims;
+  for (const Dim& d : s.dims()) dims.push_back(d.value);
+  return dims_bytes(v.dtype(), dims);
 }
 
 LargestValue largest_value(const Graph& graph) {

@@ -4,11 +4,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "ir/graph.h"
 
 namespace kiln::ir {
+
+// Bytes of a tensor of `dtype` and `dims` (all >= 0), SIZE_MAX when that overflows.
+size_t dims_bytes(DataType dtype, const std::vector<int64_t>& dims);
 
 // Bytes of `v` when its shape is static and its dtype known, SIZE_MAX when that overflows;
 // 0 otherwise (a dynamic value, sized at run time).
