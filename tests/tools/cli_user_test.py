@@ -433,7 +433,7 @@ class FilesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.linear, cls.fixed = fixed_linear("linear_files.kiln")
-        cls.dir = path("a_directory")
+        cls.dir = path("a_directory.onnx")  # named like a model, as in the issue
         os.makedirs(cls.dir, exist_ok=True)
 
     def test_directories_are_named(self):
