@@ -91,14 +91,20 @@ KernelPlan plan_kernel(const ir::Node& node, DeviceKind device) {
     return plan;
   }
   auto probe = probe_twin(node);
-  if (!probe.ok() || has_open_dims(*probe->node)) {
-    // The probe cannot stand for the run-time shapes (dims of unknown name whose extents
-    // relate in ways the probe does not know, or dims inference cannot tell): the kernel is
-    // chosen per shape when the node runs.
+  if (!probe.ok()) {
+    // The probe cannot stand for the run-time shapes (unnamed dims whose extents relate in
+    // ways it does not know): the kernel is chosen per shape when the node runs.
     plan.implementation = candidates.front()->name;
     plan.per_shape = true;
-    plan.reason = "chosen per shape at run time (" +
-                  (probe.ok() ? std::string("open dims inference cannot tell") : probe.status().message()) + ")";
+    plan.reason = "chosen per shape at run time (" + probe.status().message() + ")";
+    return plan;
+  }
+  if (has_open_dims(*probe->node)) {
+    // Its output dims depend on values computed at run time (a Reshape's computed target),
+    // which a twin at the run's input dims does not know either; fixed shapes would let
+    // constant folding compute them.
+    plan.shape_related = true;
+    plan.reason = "open dims: its output shape depends on values computed at run time";
     return plan;
   }
   if (const KernelFactory* f = first_applicable(*probe->node, device)) {
