@@ -3,11 +3,13 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "core/logging.h"
+#include "ir/value_bytes.h"
 #include "kernels/kernel_registry.h"
 #include "ops/registry.h"
 
@@ -108,6 +110,16 @@ size_t shape_cache_capacity() {
 
 namespace {
 
+// Physical memory of the machine: no value of a run can be larger (the kernel layer does not
+// know the device's share; the model loader checks fixed shapes against that).
+size_t machine_memory_bytes() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : SIZE_MAX;
+  }();
+  return bytes;
+}
+
 // One prepared shape of a node: its twin and the fast kernel prepared for it, or no kernel
 // (the twin's shapes are refused by every fast kernel: the reference kernel runs).
 struct PreparedShape {
@@ -171,6 +183,14 @@ class ShapeSpecializedKernel final : public Kernel {
       dims.push_back(ctx.input(i) ? &shape->input_dims[static_cast<size_t>(i)] : nullptr);
     auto twin = concretize(node_, dims);
     if (twin.ok()) {
+      // An output no memory can hold is refused before a kernel is prepared for it (oneDNN
+      // spends minutes making primitives for such shapes), and is not cached.
+      for (const ir::Value* y : twin->node->outputs())
+        if (size_t bytes = y ? ir::static_value_bytes(*y) : 0; bytes > machine_memory_bytes())
+          return resource_exhausted("node %s: output '%s' (%s) needs %s, more than this machine's memory (%s): "
+                                    "give smaller input shapes",
+                                    node_.label().c_str(), y->name().c_str(), y->type().to_string().c_str(),
+                                    ir::bytes_text(bytes).c_str(), ir::bytes_text(machine_memory_bytes()).c_str());
       shape->twin = std::move(*twin);
       // Dims inference cannot tell even now (data-dependent) leave the reference kernel.
       if (!has_open_dims(*shape->twin.node)) shape->kernel = select_kernel(*shape->twin.node, device_);

@@ -75,6 +75,20 @@ KILN_REGISTER_KERNEL((KernelFactory{
       return std::unique_ptr<Kernel>(new StaticShapeKernel(n.input(0)->shape().static_dims()));
     }}));
 
+// y [x0 * 10^12, x1]: an op whose output no memory holds at any shape.
+KILN_REGISTER_OP(ops::OpSchema("Explode", kDomain).since(1).inputs(1, 1).outputs(1, 1).infer([](ops::InferContext& ctx) {
+  Shape s = ctx.input_type(0).shape;
+  if (s.has_rank() && s.rank() > 0 && s[0].is_static()) s[0] = Dim(s[0].value * 1000000000000);
+  ctx.set_output(0, ctx.input_type(0).dtype, s);
+  return ok_status();
+}).kernel(two_x_plus_one));
+KILN_REGISTER_KERNEL((KernelFactory{
+    .domain = kDomain, .op_type = "Explode", .device = DeviceKind::kCpu, .priority = 100, .name = "static",
+    .applicable = [](const ir::Node&) { return true; },
+    .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> {
+      return std::unique_ptr<Kernel>(new StaticShapeKernel(n.input(0)->shape().static_dims()));
+    }}));
+
 // x [batch, 3] -> TwoXPlusOne -> y, with batch open.
 std::shared_ptr<ir::Graph> open_batch_graph() {
   auto g = std::make_shared<ir::Graph>("open_batch");
@@ -190,6 +204,28 @@ TEST(ShapeSpecializedKernelTest, ConcurrentRunsAtDifferentShapes) {
       for (int i = 0; i < 50; ++i) expect_two_x_plus_one(**ex, 1 + (t + i) % 5);
     });
   for (auto& th : threads) th.join();
+}
+
+TEST(ShapeSpecializedKernelTest, OutputsNoMemoryHoldsAreRefusedBeforePreparing) {
+  auto g = std::make_shared<ir::Graph>("explode");
+  g->opset_imports()[kDomain] = 1;
+  ir::Value* x = g->get_or_add_value("x");
+  x->type().dtype = DataType::kFloat32;
+  x->type().shape = Shape({Dim::symbolic("batch"), Dim(3)});
+  ir::Value* y = g->get_or_add_value("y");
+  y->type().dtype = DataType::kFloat32;
+  y->type().shape = Shape({Dim::symbolic("big"), Dim(3)});
+  g->inputs().push_back(x);
+  g->outputs().push_back(y);
+  g->add_node("explode", "Explode", kDomain, 1, {x}, {y});
+  auto ex = rt::GraphExecutor::create(g);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  std::vector<RuntimeValue> out;
+  Status s = (*ex)->run({{"x", RuntimeValue(ramp(2))}}, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.to_string().find("more than this machine's memory"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.to_string().find("'y'"), std::string::npos) << s.to_string();
 }
 
 TEST(ShapeSpecializedKernelTest, ConcretizeSharesWeightsAndInfersOutputs) {
