@@ -53,7 +53,7 @@ std::optional<DataType> from_c_dtype(kilnDataType t);
 // kept in free lists by exact (64-byte rounded) size and reused by later allocations of
 // that size, so the steady state of a model with fixed shapes allocates nothing.
 //  - Heap arena: fresh blocks come from the heap; a size unused for several executions is
-//    given back once the arena holds more than twice the largest peak of the last 16
+//    given back once the arena holds more than four times the largest peak of the last 16
 //    executions, so a model alternating between a few shapes keeps their blocks and one
 //    whose shapes moved on does not hoard memory.
 //  - Workspace arena: blocks are carved from a caller-given range (bump pointer plus the

@@ -936,7 +936,7 @@ TEST(ExecutionArenaTest, HeapArenaReusesBlocksAndTrimsSizesNoLongerUsed) {
   EXPECT_EQ(s.in_use, 448u);
   kept = Tensor();
   EXPECT_EQ(arena->stats().in_use, 0u);
-  // Sizes unused for several executions stay while the arena holds at most twice the largest
+  // Sizes unused for several executions stay while the arena holds at most four times the largest
   // peak of the last 16 executions, and go back to the heap once those executions are past.
   for (int run = 0; run < 6; ++run) arena->begin_run();
   EXPECT_GT(arena->stats().held, 0u);
