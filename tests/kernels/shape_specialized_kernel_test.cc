@@ -89,20 +89,26 @@ KILN_REGISTER_KERNEL((KernelFactory{
       return std::unique_ptr<Kernel>(new StaticShapeKernel(n.input(0)->shape().static_dims()));
     }}));
 
-// x [batch, 3] -> TwoXPlusOne -> y, with batch open.
-std::shared_ptr<ir::Graph> open_batch_graph() {
-  auto g = std::make_shared<ir::Graph>("open_batch");
+// x -> `op` -> y, one node of the test domain, float32 values of the given shapes.
+std::shared_ptr<ir::Graph> one_node_graph(const char* op, Shape x_shape, Shape y_shape) {
+  auto g = std::make_shared<ir::Graph>(op);
   g->opset_imports()[kDomain] = 1;
   ir::Value* x = g->get_or_add_value("x");
   x->type().dtype = DataType::kFloat32;
-  x->type().shape = Shape({Dim::symbolic("batch"), Dim(3)});
+  x->type().shape = std::move(x_shape);
   ir::Value* y = g->get_or_add_value("y");
   y->type().dtype = DataType::kFloat32;
-  y->type().shape = Shape({Dim::symbolic("batch"), Dim(3)});
+  y->type().shape = std::move(y_shape);
   g->inputs().push_back(x);
   g->outputs().push_back(y);
-  g->add_node("twice", "TwoXPlusOne", kDomain, 1, {x}, {y});
+  g->add_node("node", op, kDomain, 1, {x}, {y});
   return g;
+}
+
+// x [batch, 3] -> TwoXPlusOne -> y, with batch open.
+std::shared_ptr<ir::Graph> open_batch_graph() {
+  const Shape s({Dim::symbolic("batch"), Dim(3)});
+  return one_node_graph("TwoXPlusOne", s, s);
 }
 
 Tensor ramp(int64_t batch) {
@@ -161,17 +167,8 @@ TEST(ShapeSpecializedKernelTest, CacheKeepsTheMostRecentShapesWithinItsBound) {
   const size_t capacity = shape_cache_capacity();
   ASSERT_GE(capacity, 2u);
   // x [batch, width] with both open; batch 1 and widths 1..capacity+1: one more shape than fits.
-  auto g = std::make_shared<ir::Graph>("open_both");
-  g->opset_imports()[kDomain] = 1;
-  ir::Value* x = g->get_or_add_value("x");
-  x->type().dtype = DataType::kFloat32;
-  x->type().shape = Shape({Dim::symbolic("batch"), Dim::symbolic("width")});
-  ir::Value* y = g->get_or_add_value("y");
-  y->type().dtype = DataType::kFloat32;
-  y->type().shape = x->type().shape;
-  g->inputs().push_back(x);
-  g->outputs().push_back(y);
-  g->add_node("twice", "TwoXPlusOne", kDomain, 1, {x}, {y});
+  const Shape both({Dim::symbolic("batch"), Dim::symbolic("width")});
+  auto g = one_node_graph("TwoXPlusOne", both, both);
   auto ex = rt::GraphExecutor::create(g);
   ASSERT_TRUE(ex.ok());
   auto run_width = [&](int64_t width) {
@@ -207,17 +204,7 @@ TEST(ShapeSpecializedKernelTest, ConcurrentRunsAtDifferentShapes) {
 }
 
 TEST(ShapeSpecializedKernelTest, OutputsNoMemoryHoldsAreRefusedBeforePreparing) {
-  auto g = std::make_shared<ir::Graph>("explode");
-  g->opset_imports()[kDomain] = 1;
-  ir::Value* x = g->get_or_add_value("x");
-  x->type().dtype = DataType::kFloat32;
-  x->type().shape = Shape({Dim::symbolic("batch"), Dim(3)});
-  ir::Value* y = g->get_or_add_value("y");
-  y->type().dtype = DataType::kFloat32;
-  y->type().shape = Shape({Dim::symbolic("big"), Dim(3)});
-  g->inputs().push_back(x);
-  g->outputs().push_back(y);
-  g->add_node("explode", "Explode", kDomain, 1, {x}, {y});
+  auto g = one_node_graph("Explode", Shape({Dim::symbolic("batch"), Dim(3)}), Shape({Dim::symbolic("big"), Dim(3)}));
   auto ex = rt::GraphExecutor::create(g);
   ASSERT_TRUE(ex.ok()) << ex.status().to_string();
   std::vector<RuntimeValue> out;

@@ -187,13 +187,7 @@ class BatchNormFolder {
 
   ir::Value* new_initializer(const ir::Value* like, const std::string& suffix, Tensor t) {
     std::string base = (like ? like->name() : "bias") + suffix;
-    std::string name = base;
-    for (int k = 1; g_.find_value(name); ++k) name = base + "_" + std::to_string(k);
-    ir::Value* v = g_.get_or_add_value(name);
-    v->type().dtype = t.dtype();
-    v->type().shape = t.shape();
-    v->set_initializer(std::move(t));
-    return v;
+    return add_initializer(g_, base, std::move(t));
   }
 
   // Clears an initializer nothing reads any more, so the weights are not stored twice.

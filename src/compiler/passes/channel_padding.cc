@@ -159,25 +159,17 @@ class ChannelPadder {
     KILN_ASSIGN_OR_RETURN(Tensor nw, Tensor::allocate(DataType::kFloat32, {m2, c2, wt.dim(2), wt.dim(3)}));
     for (int64_t o = 0; o < m; ++o)
       std::memcpy(nw.data<float>() + o * c2 * k, wt.data<float>() + o * c * k, static_cast<size_t>(c * k) * sizeof(float));
-    uses_.set_input(n, 1, new_initializer(w, std::move(nw)));
+    uses_.set_input(n, 1, add_initializer(g_, w->name() + "_cpad", std::move(nw)));
     release(w);
     ir::Value* b = n->num_inputs() > 2 ? n->input(2) : nullptr;
     if (b && out_channels) {
       const Tensor& bt = *b->initializer();
       KILN_ASSIGN_OR_RETURN(Tensor nb, Tensor::allocate(DataType::kFloat32, {m2}));
       std::memcpy(nb.data<float>(), bt.data<float>(), static_cast<size_t>(bt.dim(0)) * sizeof(float));
-      uses_.set_input(n, 2, new_initializer(b, std::move(nb)));
+      uses_.set_input(n, 2, add_initializer(g_, b->name() + "_cpad", std::move(nb)));
       release(b);
     }
     return ok_status();
-  }
-
-  ir::Value* new_initializer(const ir::Value* like, Tensor t) {
-    ir::Value* v = new_value(like->name() + "_cpad");
-    v->type().dtype = t.dtype();
-    v->type().shape = t.shape();
-    v->set_initializer(std::move(t));
-    return v;
   }
 
   ir::Value* new_value(const std::string& base) {

@@ -72,16 +72,6 @@ class ConvFuser {
     return true;
   }
 
-  ir::Value* new_initializer(const std::string& base_name, Tensor t) {
-    std::string name = base_name;
-    for (int k = 1; g_.find_value(name); ++k) name = base_name + "_" + std::to_string(k);
-    ir::Value* v = g_.get_or_add_value(name);
-    v->type().dtype = t.dtype();
-    v->type().shape = t.shape();
-    v->set_initializer(std::move(t));
-    return v;
-  }
-
   // Clears a constant nothing reads any more, so it is not stored.
   void release(ir::Value* v) {
     if (v && uses_.unused(v) && fusion::constant(g_, v)) v->clear_initializer();
@@ -236,14 +226,14 @@ class ConvFuser {
 
     ir::Value* old_w = conv.input(1);
     ir::Value* old_b = conv.input(2);
-    if (scaled) in[1] = new_initializer(old_w->name() + "_scaled", scaled_weight(*old_w, scale));
+    if (scaled) in[1] = add_initializer(g_, old_w->name() + "_scaled", scaled_weight(*old_w, scale));
     if (!scale.empty()) {
       // B' = the folded bias, in y's dtype.
       int64_t channels = static_cast<int64_t>(bias.size());
       Tensor nb = Tensor::make(y->dtype(), {channels});
       for (int64_t ch = 0; ch < channels; ++ch) store(nb, ch, bias[static_cast<size_t>(ch)]);
       std::string base = old_b ? old_b->name() : old_w->name();
-      in[2] = new_initializer(base + "_biasadd", std::move(nb));
+      in[2] = add_initializer(g_, base + "_biasadd", std::move(nb));
     }
 
     if (!new_z && !has_act) {

@@ -16,6 +16,16 @@ void collect_outer_names(const ir::Graph& g, std::unordered_set<std::string>& na
 
 }  // namespace
 
+ir::Value* add_initializer(ir::Graph& graph, const std::string& base, Tensor t) {
+  std::string name = base;
+  for (int k = 1; graph.find_value(name); ++k) name = base + "_" + std::to_string(k);
+  ir::Value* v = graph.get_or_add_value(name);
+  v->type().dtype = t.dtype();
+  v->type().shape = t.shape();
+  v->set_initializer(std::move(t));
+  return v;
+}
+
 GraphUses::GraphUses(ir::Graph& graph) : graph_(graph) {
   for (const auto& n : graph.nodes()) {
     for (ir::Value* v : n->inputs())

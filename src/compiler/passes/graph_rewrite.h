@@ -11,6 +11,11 @@
 
 namespace kiln::compiler {
 
+// A new value named `base` (or `base_1`, `base_2`, ... when taken) that holds `t` as its
+// initializer, typed by it: the constants the rewriting passes make (folded weights, Reshape
+// targets, padded channels).
+ir::Value* add_initializer(ir::Graph& graph, const std::string& base, Tensor t);
+
 class GraphUses {
  public:
   explicit GraphUses(ir::Graph& graph);

@@ -166,7 +166,7 @@ class LayerNormFuser {
         idx[i] = 0;
       }
     }
-    return new_constant(p->name() + "_ln", std::move(t));
+    return add_initializer(g_, p->name() + "_ln", std::move(t));
   }
 
   // A constant of `dims` filled with ones (the scale of a decomposition without Mul).
@@ -190,17 +190,7 @@ class LayerNormFuser {
           return nullptr;
       }
     }
-    return new_constant(base + "_ones", std::move(t));
-  }
-
-  ir::Value* new_constant(const std::string& base, Tensor t) {
-    std::string name = base;
-    for (int k = 1; g_.find_value(name); ++k) name = base + "_" + std::to_string(k);
-    ir::Value* v = g_.get_or_add_value(name);
-    v->type().dtype = t.dtype();
-    v->type().shape = t.shape();
-    v->set_initializer(std::move(t));
-    return v;
+    return add_initializer(g_, base + "_ones", std::move(t));
   }
 
   // Starting at the first ReduceMean `m1` of the decomposition.

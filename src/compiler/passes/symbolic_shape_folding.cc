@@ -239,7 +239,7 @@ class SymbolicShapeFolder {
     if (!constant) return false;
     Tensor t = Tensor::make(DataType::kInt64, {static_cast<int64_t>(constant->size())});
     for (size_t i = 0; i < constant->size(); ++i) t.data<int64_t>()[i] = (*constant)[i];
-    n.inputs()[1] = new_initializer(n.name() + "_target", std::move(t));
+    n.inputs()[1] = add_initializer(g_, n.name() + "_target", std::move(t));
     return true;
   }
 
@@ -299,16 +299,6 @@ class SymbolicShapeFolder {
     return gains;
   }
 
-  ir::Value* new_initializer(const std::string& base, Tensor t) {
-    std::string name = base;
-    for (int k = 1; g_.find_value(name); ++k) name = base + "_" + std::to_string(k);
-    ir::Value* v = g_.get_or_add_value(name);
-    v->type().dtype = t.dtype();
-    v->type().shape = t.shape();
-    v->set_initializer(std::move(t));
-    return v;
-  }
-
   ir::Graph& g_;
 };
 
@@ -321,14 +311,26 @@ PassInfo symbolic_shape_folding_pass() {
   p.description = "shape computations over open dims followed symbolically: computed Reshape targets -> constants "
                   "with 0 and -1, ConstantOfShape/Range/Expand outputs named, so open dims keep their names";
   p.run = [](ir::Graph& g, PassContext& ctx) -> Status {
+    // Nothing to follow in a graph whose shape inputs are all constants (every static model,
+    // after constant_folding): skip the sweeps.
+    bool computed_shapes = false;
+    for (const auto& n : g.nodes()) {
+      const std::string& op = n->op_type();
+      const size_t shape_input = op == "Range" ? 1 : op == "ConstantOfShape" ? 0 : 1;
+      if (n->domain().empty() && (op == "Reshape" || op == "Expand" || op == "ConstantOfShape" || op == "Range") &&
+          n->input(shape_input) && !n->input(shape_input)->has_initializer())
+        computed_shapes = true;
+    }
+    if (!computed_shapes) return ok_status();
     SymbolicShapeFolder folder(g);
     int total = 0;
-    for (int round = 0; round < kMaxRounds; ++round) {
+    bool settled = false;
+    for (int round = 0; round < kMaxRounds && !settled; ++round) {
       KILN_ASSIGN_OR_RETURN(int n, folder.sweep(), "following shape computations");
-      if (n == 0) break;
       total += n;
+      settled = n == 0;  // a sweep that changed nothing re-inferred every node: types are final
     }
-    if (total > 0) KILN_RETURN_IF_ERROR(ops::infer_graph(g), "re-inferring shapes after following shape computations");
+    if (!settled) KILN_RETURN_IF_ERROR(ops::infer_graph(g), "re-inferring shapes after following shape computations");
     if (total > 0) {
       ctx.add_changed(total);
       ctx.note(str_format("symbolic_shape_folding: %d shape computations followed (Reshape targets made constant, "
