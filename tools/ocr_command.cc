@@ -26,6 +26,7 @@ struct OcrArgs {
   int devices = 0;
   int streams = 0;
   int warmup = 0;
+  int det_gear = ocr::DetectionOptions{}.gear;
   std::string models;
   std::string precision = "fp32";
   std::string cache_dir;
@@ -57,7 +58,11 @@ nlohmann::json box_json(const ocr::Quad& q) {
   return box;
 }
 
-double round_to(double v, double unit) { return std::round(v / unit) * unit; }
+// v rounded to `digits` decimals; dividing (not multiplying by 0.01) keeps the shortest decimal form in JSON.
+double round_to(double v, int digits) {
+  double scale = std::pow(10.0, digits);
+  return std::round(v * scale) / scale;
+}
 
 int run_ocr(OcrArgs& args) {
   const std::string cmd = "ocr";
@@ -80,6 +85,8 @@ int run_ocr(OcrArgs& args) {
   if (args.devices_opt->count() && args.devices < 1) return usage_error(cmd, "--devices must be at least 1");
   if (args.streams < 0 || args.streams > 64) return usage_error(cmd, "--streams takes 0 (one per device) to 64");
   if (args.warmup < 0) return usage_error(cmd, "--warmup must be >= 0");
+  if (args.det_gear < 32 || args.det_gear % 32 != 0 || args.det_gear > 1024)
+    return usage_error(cmd, "--det-gear takes a multiple of 32 from 32 (PaddleOCR's exact sizes) to 1024");
   std::string error;
   int threads = checked_threads(cmd, args.threads_opt, args.threads, args.devices, &error);
   if (!error.empty()) return usage_error(cmd, error);
@@ -97,6 +104,7 @@ int run_ocr(OcrArgs& args) {
   options.precision = *precision;
   options.streams = args.streams;
   options.angle_classifier = !args.no_angle_classifier;
+  options.detection.gear = args.det_gear;
   options.progress = [](const std::string& line) { std::fprintf(stderr, "kiln ocr: %s\n", line.c_str()); };
   Expected<std::unique_ptr<ocr::Pipeline>> created = ocr::Pipeline::create(options);
   if (!created.ok()) return report_error(cmd, created.status().to_string());
@@ -129,8 +137,8 @@ int run_ocr(OcrArgs& args) {
     if (args.json) {
       nlohmann::json lines = nlohmann::json::array();
       for (const ocr::TextLine& l : r->lines)
-        lines.push_back({{"text", l.text}, {"confidence", round_to(l.confidence, 1e-4)}, {"box", box_json(l.box)}});
-      images.push_back({{"path", paths[i]}, {"lines", lines}, {"ms", round_to(r->ms, 0.01)}});
+        lines.push_back({{"text", l.text}, {"confidence", round_to(l.confidence, 4)}, {"box", box_json(l.box)}});
+      images.push_back({{"path", paths[i]}, {"lines", lines}, {"ms", round_to(r->ms, 2)}});
     } else {
       std::printf("== %s (%zu line%s, %.1f ms)\n", paths[i].c_str(), r->lines.size(), r->lines.size() == 1 ? "" : "s",
                   r->ms);
@@ -140,8 +148,8 @@ int run_ocr(OcrArgs& args) {
   double per_s = total_ms > 0 ? 1000.0 * static_cast<double>(paths.size() - failures) / total_ms : 0;
   if (args.json) {
     nlohmann::json out = {{"images", images},
-                          {"total_ms", round_to(total_ms, 0.01)},
-                          {"images_per_s", round_to(per_s, 0.01)},
+                          {"total_ms", round_to(total_ms, 2)},
+                          {"images_per_s", round_to(per_s, 2)},
                           {"precision", args.precision},
                           {"devices", pipeline.devices()},
                           {"streams", pipeline.streams()},
@@ -180,6 +188,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_flag("--no-angle-classifier", args->no_angle_classifier,
                "Skip the 180-degree classifier (faster; upside-down lines are then misread)");
   app.add_option("--warmup", args->warmup, "Runs of the first image before the timed pass (default 0)");
+  app.add_option("--det-gear", args->det_gear,
+                 "Detection input padded to multiples of this many pixels, so that images of many sizes share "
+                 "prepared kernels (default 128; 32: PaddleOCR's exact sizes)");
   return [args] { return run_ocr(*args); };
 }
 

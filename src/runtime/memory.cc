@@ -13,6 +13,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "core/huge_pages.h"
 #include "core/logging.h"
 
 namespace kiln::rt {
@@ -37,27 +38,9 @@ std::string format_bytes(size_t bytes) {
 // them; small ones come from the C heap.
 bool is_large(size_t capacity) { return capacity >= kPageBytes; }
 
-void* system_allocate(size_t capacity) {
-  if (!is_large(capacity)) return std::aligned_alloc(kAlignment, capacity);
-  size_t span = capacity + kPageBytes;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  uintptr_t aligned = round_up(begin, kPageBytes);
-  if (aligned > begin) munmap(raw, aligned - begin);
-  uintptr_t tail = aligned + capacity;
-  uintptr_t end = begin + span;
-  if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
-  return reinterpret_cast<void*>(aligned);
-}
-
-void system_free(void* base, size_t capacity) {
-  if (is_large(capacity)) {
-    munmap(base, capacity);
-  } else {
-    std::free(base);
-  }
-}
+// core/huge_pages.h: large blocks on 2 MiB boundaries, small ones from the C heap.
+void* system_allocate(size_t capacity) { return allocate_huge_page_block(capacity); }
+void system_free(void* base, size_t capacity) { free_huge_page_block(base, capacity); }
 
 // Applied on every hand-out of a large block, since a cached block may have been made
 // under another policy.
@@ -71,14 +54,6 @@ void advise_pages(void* base, size_t capacity, PagePolicy policy) {
 }
 
 }  // namespace
-
-void* allocate_huge_page_block(size_t bytes) {
-  void* p = system_allocate(bytes);
-  if (p) advise_pages(p, bytes, PagePolicy::kHugeFirst);
-  return p;
-}
-
-void free_huge_page_block(void* p, size_t bytes) { system_free(p, bytes); }
 
 // ---- MemoryRegistry ----------------------------------------------------------------------
 

@@ -62,13 +62,6 @@ struct MemoryStats {
 // transparent huge pages, which the kernel grants as it can: kHugeOnly is advice too.
 enum class PagePolicy { kHugeFirst, kHugeOnly, kNormalOnly };
 
-// A block of host memory for large buffers: from 2 MiB on, mapped on 2 MiB boundaries and
-// advised for transparent huge pages (one page fault per 2 MiB instead of 512: first touches
-// of fresh memory dominate first runs at new shapes); smaller ones from the C heap. Freed
-// with the same size.
-void* allocate_huge_page_block(size_t bytes);
-void free_huge_page_block(void* p, size_t bytes);
-
 // A device's caching allocator. Blocks are 64-byte aligned and rounded to size classes;
 // freed blocks wait in the cache until every stream of the device has passed the point
 // of the free (a StreamFence), then serve later allocations of their class. Requests

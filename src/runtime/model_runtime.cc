@@ -8,6 +8,7 @@
 
 #include "core/logging.h"
 #include "ir/value_bytes.h"
+#include "core/huge_pages.h"
 #include "runtime/memory.h"
 #include "runtime/shape_buckets.h"
 

@@ -1,12 +1,14 @@
-// Reading the images `kiln ocr` is given: PNG, JPEG (and whatever else OpenCV decodes)
-// into 8-bit BGR, the channel order PaddleOCR's models were trained on (cv2.imread).
+// Reading the images `kiln ocr` is given into 8-bit BGR, the channel order PaddleOCR's
+// models were trained on, with cv2.imread's semantics (alpha dropped, EXIF orientation
+// applied): PNG with libpng's simplified API, JPEG with TurboJPEG, the other formats
+// (BMP, TIFF, WebP, PNM) with OpenCV.
 //
 // Every failure names the file and what is wrong with it (missing, a directory, empty,
-// not an image, truncated), checked before the decoder sees the bytes: OpenCV decodes a
-// truncated JPEG into a half-grey image with a warning on stderr, which would read as text
-// that is not there. Very large images are decoded at a reduced scale (JPEG decodes at
-// 1/2, 1/4, 1/8 natively) instead of holding gigabytes; the scale is reported so that boxes
-// come back in original-image pixels.
+// not an image, truncated, corrupt), and no decoder prints on stderr: OpenCV lets libpng
+// and libjpeg print their own lines, and decodes a truncated JPEG into a half-grey image
+// that would read as text that is not there. Very large images are decoded at a reduced
+// scale (JPEG natively at 1/2, 1/4, 1/8; PNG decoded, then reduced); the scale is reported
+// so that boxes come back in original-image pixels.
 #pragma once
 
 #include <opencv2/core.hpp>

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "kernels/cpu/weak_cache.h"
 #include "kernels/kernel_registry.h"
@@ -19,10 +20,6 @@ namespace {
 
 using Kind = ops::FusedActivationKind;
 using Alg = dnnl::algorithm;
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 
 }  // namespace
 
@@ -37,14 +34,22 @@ dnnl::stream& thread_stream() {
 }
 
 void* thread_workspace(size_t bytes) {
-  thread_local std::unique_ptr<void, FreeDeleter> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes <= capacity) return buffer.get();
-  const size_t want = align64(bytes);
-  void* p = std::aligned_alloc(64, want);
+  // Grown by half again at least, and on huge pages (core/huge_pages.h): at new input shapes
+  // (open dims) the workspace holds blocked copies of whole activations, and growing it step
+  // by step faulted fresh memory in at each step.
+  struct Block {
+    void* data = nullptr;
+    size_t capacity = 0;
+    ~Block() { free_huge_page_block(data, capacity); }
+  };
+  thread_local Block block;
+  if (bytes <= block.capacity) return block.data;
+  const size_t want = align64(std::max(bytes, block.capacity + block.capacity / 2));
+  void* p = allocate_huge_page_block(want);
   if (!p) return nullptr;
-  buffer.reset(p);
-  capacity = want;
+  free_huge_page_block(block.data, block.capacity);
+  block.data = p;
+  block.capacity = want;
   return p;
 }
 
