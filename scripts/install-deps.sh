@@ -13,6 +13,8 @@ packages=(
   libdnnl-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   # RegexFullMatch, ImageDecoder
   libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev libopenjp2-7-dev
+  # kiln ocr (src/apps): image decoding, OpenCV's geometry, Clipper's polygon offset
+  libturbojpeg0-dev libopencv-dev libpolyclipping-dev
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests
   openmpi-bin libopenmpi-dev iproute2

@@ -156,6 +156,7 @@ int run_ocr(OcrArgs& args) {
                           {"threads_per_device", (*runtime)->threads_per_device()}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
+    std::fflush(stdout);  // the lines first, then the summary
     std::fprintf(stderr, "kiln ocr: %zu image%s in %.1f ms (%.2f images/s; %d device%s x %d thread%s, %d stream%s)%s\n",
                  paths.size(), paths.size() == 1 ? "" : "s", total_ms, per_s, pipeline.devices(),
                  pipeline.devices() == 1 ? "" : "s", (*runtime)->threads_per_device(),
