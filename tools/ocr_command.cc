@@ -31,6 +31,8 @@ struct OcrArgs {
   std::string precision = "fp32";
   std::string cache_dir;
   bool no_angle_classifier = false;
+  bool no_merge_lines = false;
+  int rec_batch = ocr::PipelineOptions{}.rec_batch;
   const CLI::Option* threads_opt = nullptr;
   const CLI::Option* devices_opt = nullptr;
 };
@@ -85,6 +87,7 @@ int run_ocr(OcrArgs& args) {
   if (args.devices_opt->count() && args.devices < 1) return usage_error(cmd, "--devices must be at least 1");
   if (args.streams < 0 || args.streams > 64) return usage_error(cmd, "--streams takes 0 (one per device) to 64");
   if (args.warmup < 0) return usage_error(cmd, "--warmup must be >= 0");
+  if (args.rec_batch < 1 || args.rec_batch > 6) return usage_error(cmd, "--rec-batch takes 1 to 6");
   if (args.det_gear < 32 || args.det_gear % 32 != 0 || args.det_gear > 1024)
     return usage_error(cmd, "--det-gear takes a multiple of 32 from 32 (PaddleOCR's exact sizes) to 1024");
   std::string error;
@@ -105,6 +108,8 @@ int run_ocr(OcrArgs& args) {
   options.streams = args.streams;
   options.angle_classifier = !args.no_angle_classifier;
   options.detection.gear = args.det_gear;
+  options.merge_lines = !args.no_merge_lines;
+  options.rec_batch = args.rec_batch;
   options.progress = [](const std::string& line) { std::fprintf(stderr, "kiln ocr: %s\n", line.c_str()); };
   Expected<std::unique_ptr<ocr::Pipeline>> created = ocr::Pipeline::create(options);
   if (!created.ok()) return report_error(cmd, created.status().to_string());
@@ -188,6 +193,12 @@ std::function<int()> setup(CLI::App& app) {
                  "Where compiled models are kept (default: KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln or ~/.cache/kiln)");
   app.add_flag("--no-angle-classifier", args->no_angle_classifier,
                "Skip the 180-degree classifier (faster; upside-down lines are then misread)");
+  app.add_option("--rec-batch", args->rec_batch,
+                 "Crops recognised together, padded to the widest (default 1: each at its own width; 6: "
+                 "PaddleOCR's rec_batch_num)");
+  app.add_flag("--no-merge-lines", args->no_merge_lines,
+               "Return the detector's boxes as they are (PaddleOCR's output), without joining the word boxes "
+               "of one line");
   app.add_option("--warmup", args->warmup, "Runs of the first image before the timed pass (default 0)");
   app.add_option("--det-gear", args->det_gear,
                  "Detection input padded to multiples of this many pixels, so that images of many sizes share "

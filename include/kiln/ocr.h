@@ -53,6 +53,9 @@ typedef struct {
   float detUnclipRatio;          /* 1.5 */
   int32_t detLimitSide;          /* 960 */
   float dropScore;               /* 0.5: lines recognised with less confidence are dropped */
+  int32_t mergeLines;            /* 1 (default): join the word boxes of one line; 0: PaddleOCR's boxes as they are */
+  int32_t detGear;               /* 128: detection input padded to multiples of it (32: exact sizes) */
+  int32_t recBatch;              /* 1: each crop recognised at its own width; up to 6 (PaddleOCR's batching) */
 } kilnOcrOptions;
 
 /* Fills `options` with the defaults above (modelDir NULL). */

@@ -72,6 +72,9 @@ kilnError kilnOcrOptionsInit(kilnOcrOptions* options) {
   options->detUnclipRatio = det.unclip_ratio;
   options->detLimitSide = det.limit_side;
   options->dropScore = defaults.drop_score;
+  options->mergeLines = defaults.merge_lines ? 1 : 0;
+  options->detGear = det.gear;
+  options->recBatch = defaults.rec_batch;
   return KILN_SUCCESS;
 }
 
@@ -81,10 +84,12 @@ kilnError kilnOcrCreate(const kilnOcrOptions* options, kilnOcrPipeline** pipelin
   if (!options->modelDir) return fail(KILN_ERROR_INVALID_PARAM, "%s: options.modelDir is NULL", kApi);
   if (options->detLimitSide < 32 || options->detThreshold <= 0 || options->detThreshold >= 1 ||
       options->detBoxThreshold < 0 || options->detBoxThreshold > 1 || options->detUnclipRatio <= 0 ||
-      options->streams < 0 || options->precision < KILN_OCR_PRECISION_FP32 || options->precision > KILN_OCR_PRECISION_MIXED)
+      options->streams < 0 || options->detGear < 32 || options->detGear % 32 != 0 || options->recBatch < 1 ||
+      options->recBatch > 6 ||
+      options->precision < KILN_OCR_PRECISION_FP32 || options->precision > KILN_OCR_PRECISION_MIXED)
     return fail(KILN_ERROR_INVALID_PARAM,
                 "%s: an option is out of range (detLimitSide >= 32, thresholds in (0, 1), unclip ratio > 0, "
-                "streams >= 0, precision FP32 or MIXED); start from kilnOcrOptionsInit",
+                "streams >= 0, detGear a multiple of 32, recBatch 1..6, precision FP32 or MIXED); start from kilnOcrOptionsInit",
                 kApi);
   return guarded(kApi, [&]() -> kilnError {
     kiln::ocr::PipelineOptions o;
@@ -99,6 +104,9 @@ kilnError kilnOcrCreate(const kilnOcrOptions* options, kilnOcrPipeline** pipelin
     o.detection.unclip_ratio = options->detUnclipRatio;
     o.detection.limit_side = options->detLimitSide;
     o.drop_score = options->dropScore;
+    o.merge_lines = options->mergeLines != 0;
+    o.detection.gear = options->detGear;
+    o.rec_batch = options->recBatch;
     kiln::Expected<std::unique_ptr<kiln::ocr::Pipeline>> p = kiln::ocr::Pipeline::create(o);
     if (!p.ok()) return fail_status(p.status());
     auto handle = std::make_unique<kilnOcrPipeline>();

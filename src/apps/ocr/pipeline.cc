@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "apps/ocr/line_merging.h"
 #include "apps/ocr/model_cache.h"
 #include "apps/ocr/model_runner.h"
 #include "apps/ocr/text_recognition.h"
@@ -114,13 +115,13 @@ struct Pipeline::Impl {
   Expected<OcrResult> recognize(Worker& w, Detected detected);
   Status classify_angles(Worker& w, std::vector<cv::Mat>& crops);
 
-  // [begin, end) ranges over `count` crops sorted by aspect ratio: batches of options.batch,
-  // each split into bucket-sized sub-batches.
-  std::vector<std::pair<size_t, size_t>> batch_ranges(size_t count) const {
+  // [begin, end) ranges over `count` crops sorted by aspect ratio: batches of `batch`, each
+  // split into bucket-sized sub-batches.
+  static std::vector<std::pair<size_t, size_t>> batch_ranges(size_t count, int batch) {
     std::vector<std::pair<size_t, size_t>> ranges;
-    for (size_t begin = 0; begin < count; begin += options.batch) {
+    for (size_t begin = 0; begin < count; begin += static_cast<size_t>(batch)) {
       size_t at = begin;
-      for (size_t n : sub_batches(std::min(count, begin + options.batch) - begin)) {
+      for (size_t n : sub_batches(std::min(count, begin + batch) - begin)) {
         ranges.emplace_back(at, at + n);
         at += n;
       }
@@ -143,8 +144,9 @@ Status Pipeline::Impl::load(const PipelineOptions& opts) {
   if (options.angle_classifier && !fs::is_regular_file(file(options.files.classifier), ec))
     return not_found("%s: the model folder has no %s (or turn the angle classifier off)",
                      options.model_dir.c_str(), options.files.classifier.c_str());
-  if (options.batch < 1 || options.batch > kBucketBatches.back())
-    return invalid_argument("batch %d is outside 1..%d", options.batch, kBucketBatches.back());
+  for (int batch : {options.cls_batch, options.rec_batch})
+    if (batch < 1 || batch > kBucketBatches.back())
+      return invalid_argument("batch %d is outside 1..%d", batch, kBucketBatches.back());
   KILN_ASSIGN_OR_RETURN(CtcAlphabet a, CtcAlphabet::load(file(options.files.dictionary)));
   alphabet = std::move(a);
 
@@ -268,7 +270,7 @@ Status Pipeline::Impl::classify_angles(Worker& w, std::vector<cv::Mat>& crops) {
   std::vector<float>& batch_input = w.input;
   std::vector<float>& scores = w.output;
   std::vector<int64_t> dims;
-  for (auto [begin, end] : batch_ranges(order.size())) {
+  for (auto [begin, end] : batch_ranges(order.size(), options.cls_batch)) {
     std::vector<const cv::Mat*> batch;
     for (size_t k = begin; k < end; ++k) batch.push_back(&crops[order[k]]);
     normalize_batch(batch, kTextHeight, kClsWidth, &batch_input);
@@ -302,7 +304,7 @@ Expected<OcrResult> Pipeline::Impl::recognize(Worker& w, Detected detected) {
   std::vector<float>& probabilities = w.output;
   std::vector<int64_t> dims;
   const size_t classes = alphabet->size();
-  for (auto [begin, end] : batch_ranges(order.size())) {
+  for (auto [begin, end] : batch_ranges(order.size(), options.rec_batch)) {
     std::vector<const cv::Mat*> batch;
     for (size_t k = begin; k < end; ++k) batch.push_back(&crops[order[k]]);
     int width = recognition_batch_width(batch, kTextHeight, kRecMinWidth);
@@ -334,6 +336,7 @@ Expected<OcrResult> Pipeline::Impl::recognize(Worker& w, Detected detected) {
     for (cv::Point2f& p : line.box) p *= static_cast<float>(detected.scale_down);
     result.lines.push_back(std::move(line));
   }
+  if (options.merge_lines) result.lines = merge_same_row_lines(std::move(result.lines));
   result.note = std::move(detected.note);
   result.ms = detected.ms + ms_since(start);
   return result;
