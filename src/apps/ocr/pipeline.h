@@ -61,7 +61,8 @@ struct PipelineOptions {
 
 struct OcrResult {
   std::vector<TextLine> lines;  // reading order
-  double ms = 0;                // detection to the last line, this image alone
+  double ms = 0;                // reading (run_many) or detection (run) to the last line, this
+                                // image's own stages (not its wait in a lane's queue)
   std::string note;             // e.g. the image was decoded downscaled
 };
 
