@@ -41,6 +41,15 @@ constexpr int kClsWidth = 192;
 const std::vector<int> kBucketBatches = {1, 3, 6};
 const std::vector<int> kRecBucketWidths = {320, 480, 640, 800, 960, 1120, 1280, 1600, 1920};
 
+// The bucket batch sizes a batch of at most `batch` crops runs as (only those are compiled:
+// every bucket is prepared when the model loads).
+std::vector<int> bucket_batches(int batch) {
+  std::vector<int> sizes;
+  for (int b : kBucketBatches)
+    if (b <= batch) sizes.push_back(b);
+  return sizes;
+}
+
 // Splits `count` into bucket batch sizes, largest first.
 std::vector<size_t> sub_batches(size_t count) {
   std::vector<size_t> sizes;
@@ -160,13 +169,13 @@ Status Pipeline::Impl::load(const PipelineOptions& opts) {
   };
   KILN_ASSIGN_OR_RETURN(std::string det_path, compile(file(options.files.detection), {}, "det open-dims"));
   compiler::CompileOptions rec_options;
-  std::string rec_buckets = bucket_spec(kBucketBatches, kRecBucketWidths);
+  std::string rec_buckets = bucket_spec(bucket_batches(options.rec_batch), kRecBucketWidths);
   KILN_ASSIGN_OR_RETURN(rec_options.dynamic_dims, compiler::parse_dynamic_dims(rec_buckets));
   KILN_ASSIGN_OR_RETURN(std::string rec_path, compile(file(options.files.recognition), rec_options, "rec " + rec_buckets));
   std::string cls_path;
   if (options.angle_classifier) {
     compiler::CompileOptions cls_options;
-    std::string cls_buckets = bucket_spec(kBucketBatches, {kClsWidth});
+    std::string cls_buckets = bucket_spec(bucket_batches(options.cls_batch), {kClsWidth});
     KILN_ASSIGN_OR_RETURN(cls_options.dynamic_dims, compiler::parse_dynamic_dims(cls_buckets));
     KILN_ASSIGN_OR_RETURN(cls_path, compile(file(options.files.classifier), cls_options, "cls " + cls_buckets));
   }
