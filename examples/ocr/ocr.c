@@ -31,6 +31,7 @@ static void report(const char* what, const char* subject, kilnError error) {
 static int print_result(const char* path, const kilnOcrResult* result) {
   size_t count = kilnOcrResultNumLines(result);
   printf("== %s (%zu line%s, %.1f ms)\n", path, count, count == 1 ? "" : "s", kilnOcrResultTimeMs(result));
+  if (kilnOcrResultNote(result)[0] != '\0') fprintf(stderr, "ocr: note: %s\n", kilnOcrResultNote(result));
   for (size_t i = 0; i < count; ++i) {
     float box[8];
     kilnError error = kilnOcrResultLineBox(result, i, box);

@@ -89,8 +89,11 @@ KILN_API const char* kilnOcrResultLineText(const kilnOcrResult* result, size_t i
 KILN_API float kilnOcrResultLineConfidence(const kilnOcrResult* result, size_t index);
 /* The line's box: 4 corners (x, y) clockwise from the top-left, in original-image pixels. */
 KILN_API kilnError kilnOcrResultLineBox(const kilnOcrResult* result, size_t index, float box[8]);
-/* Milliseconds this image took (detection through recognition). */
+/* Milliseconds this image took (its own stages, from reading it to its last line). */
 KILN_API double kilnOcrResultTimeMs(const kilnOcrResult* result);
+/* What the pipeline has to say about the image ("" if nothing): it was decoded downscaled
+ * (boxes are still in original pixels), or the decoder warned about corrupt data. */
+KILN_API const char* kilnOcrResultNote(const kilnOcrResult* result);
 KILN_API void kilnOcrDestroyResult(kilnOcrResult* result);
 
 #ifdef __cplusplus

@@ -224,6 +224,8 @@ kilnError kilnOcrResultLineBox(const kilnOcrResult* result, size_t index, float 
 
 double kilnOcrResultTimeMs(const kilnOcrResult* result) { return result ? result->result.ms : 0.0; }
 
+const char* kilnOcrResultNote(const kilnOcrResult* result) { return result ? result->result.note.c_str() : ""; }
+
 void kilnOcrDestroyResult(kilnOcrResult* result) { delete result; }
 
 }  // extern "C"
