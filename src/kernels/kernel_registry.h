@@ -70,6 +70,17 @@ struct KernelRegistrar {
   explicit KernelRegistrar(KernelFactory f) { KernelRegistry::instance().add(std::move(f)); }
 };
 
+// The prepare function of a kernel made from a plan of the node (its `plan_fn(node)`,
+// Expected<Plan>) and the op's reference kernel, which the kernel falls back to on inputs
+// other than the prepared ones: `new KernelT(std::move(plan), &reference)`.
+template <typename KernelT, typename PlanFn>
+Expected<std::unique_ptr<Kernel>> prepare_with_reference(const ir::Node& node, PlanFn plan_fn) {
+  KILN_ASSIGN_OR_RETURN(auto plan, plan_fn(node));
+  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
+  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
+  return std::unique_ptr<Kernel>(new KernelT(std::move(plan), &schema->kernel_fn()));
+}
+
 // Whether fast kernels are used at all: false when the environment sets
 // KILN_KERNELS=reference (for debugging a kernel against the reference, and for `kiln compare`).
 bool fast_kernels_enabled();

@@ -111,10 +111,7 @@ class ConcatKernel final : public Kernel {
 };
 
 Expected<std::unique_ptr<Kernel>> prepare_concat(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(ConcatPlan p, plan_concat(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  return std::unique_ptr<Kernel>(new ConcatKernel(std::move(p), &schema->kernel_fn()));
+  return prepare_with_reference<ConcatKernel>(node, plan_concat);
 }
 
 }  // namespace

@@ -97,10 +97,7 @@ class UpsampleKernel final : public Kernel {
 };
 
 Expected<std::unique_ptr<Kernel>> prepare_upsample(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(UpsamplePlan p, plan_upsample(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  return std::unique_ptr<Kernel>(new UpsampleKernel(std::move(p), &schema->kernel_fn()));
+  return prepare_with_reference<UpsampleKernel>(node, plan_upsample);
 }
 
 KernelFactory upsample_factory(const char* op) {

@@ -55,10 +55,7 @@ class TransDataKernel final : public Kernel {
 };
 
 Expected<std::unique_ptr<Kernel>> prepare_trans_data(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(TransDataPlan p, plan_trans_data(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  return std::unique_ptr<Kernel>(new TransDataKernel(std::move(p), &schema->kernel_fn()));
+  return prepare_with_reference<TransDataKernel>(node, plan_trans_data);
 }
 
 }  // namespace

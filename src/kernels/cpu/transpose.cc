@@ -139,10 +139,7 @@ class TransposeKernel final : public Kernel {
 };
 
 Expected<std::unique_ptr<Kernel>> prepare_transpose(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(TransposePlan p, plan_transpose(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  return std::unique_ptr<Kernel>(new TransposeKernel(std::move(p), &schema->kernel_fn()));
+  return prepare_with_reference<TransposeKernel>(node, plan_transpose);
 }
 
 }  // namespace

@@ -59,10 +59,7 @@ class ViewKernel final : public Kernel {
 };
 
 Expected<std::unique_ptr<Kernel>> prepare_view(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(ViewPlan p, plan_view(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  return std::unique_ptr<Kernel>(new ViewKernel(std::move(p), &schema->kernel_fn()));
+  return prepare_with_reference<ViewKernel>(node, plan_view);
 }
 
 KernelFactory view_factory(const char* op) {
