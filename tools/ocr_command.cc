@@ -128,10 +128,14 @@ int run_ocr(OcrArgs& args) {
   if (!created.ok()) return report_error(cmd, created.status().to_string());
   ocr::Pipeline& pipeline = **created;
 
-  // Warm-up: the first image prepares kernels for its shapes; not counted.
+  // Warm-up: the first image, `--warmup` times through every lane (so on every device its
+  // kernels are prepared for the image's shapes); not counted.
   if (args.warmup > 0) {
     Expected<ocr::DecodedImage> first = ocr::read_image_file(paths[0]);
-    for (int i = 0; first.ok() && i < args.warmup; ++i) (void)pipeline.run(*first);
+    if (first.ok())
+      pipeline.run_many(
+          static_cast<size_t>(args.warmup) * static_cast<size_t>(pipeline.streams()),
+          [&](size_t) -> Expected<ocr::DecodedImage> { return *first; }, [](size_t, Expected<ocr::OcrResult>) {});
   }
 
   std::vector<std::optional<Expected<ocr::OcrResult>>> results(paths.size());
