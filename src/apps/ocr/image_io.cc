@@ -52,10 +52,6 @@ bool jpeg_complete(const uint8_t* data, size_t size) {
   return false;
 }
 
-}  // namespace
-
-namespace {
-
 // Checks the size against the limits and picks the downscale factor (a power of two) that
 // brings the image under kDownscalePixels; fills the image's original size and note.
 Status plan_scale(int64_t w, int64_t h, const std::string& name, DecodedImage* image) {
