@@ -13,6 +13,7 @@
 #include "compiler/pass_manager.h"
 #include "ir/value_bytes.h"
 #include "profiler/profiler.h"
+#include "preprocess/aipp_config.h"
 #include "tools/cli_options.h"
 #include "tools/compile_report.h"
 #include "tools/model_source.h"
@@ -34,6 +35,7 @@ struct CompileArgs {
   int opt_level = 3;
   std::vector<std::string> disabled_passes;
   std::string fusion_switch_file;
+  std::string insert_op_conf;  // AIPP configuration (docs/aipp.md)
   std::string report;
   bool list_passes = false;
   bool check = false;
@@ -134,6 +136,11 @@ int run_compile(const CompileArgs& args) {
   if (args.model.empty()) return usage_error("compile", "no model given: kiln compile MODEL.onnx -o MODEL.kiln");
   Status shapes = parse_shape_and_bucket_options(args, options);
   if (!shapes.ok()) return usage_error("compile", shapes.to_string());
+  if (!args.insert_op_conf.empty()) {
+    auto aipp = preprocess::read_aipp_config(args.insert_op_conf);
+    if (!aipp.ok()) return report_error("compile", aipp.status().to_string());
+    options.aipp = std::move(*aipp);
+  }
   // The model must be a file (a directory is named as such, not "no such file").
   if (auto kind = sniff_model_kind(args.model); !kind.ok()) return report_error("compile", kind.status().to_string());
   if (args.check) return run_check(args, options);
@@ -197,6 +204,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--keep-dtype", args->keep_dtype,
                  "Nodes kept fp32 under bf16/mixed: names or op types, \"fc,Gemm\", or a file with one "
                  "per line (ATC's OpName:/OpType: lines too)");
+  app.add_option("--insert-op-conf", args->insert_op_conf,
+                 "AIPP configuration (ATC's aipp.cfg): the input becomes the raw image (NV12, RGB...) and "
+                 "crop, colour conversion, resize and normalisation run inside the model (docs/aipp.md)");
   app.add_option("--report", args->report, "Write the compile report (JSON) to this file");
   app.add_flag("--list-passes", args->list_passes, "List the passes, their levels and whether they run");
   app.add_flag("--check", args->check,

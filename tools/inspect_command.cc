@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend/onnx/onnx_importer.h"
+#include "ops/aipp.h"
 #include "tools/model_source.h"
 #include "tools/node_table.h"
 #include "tools/subcommand.h"
@@ -86,6 +87,9 @@ int run_inspect(const InspectArgs& args) {
     j["format"] = is_kiln ? "kiln" : "onnx";
     j["inputs"] = values_json(graph->inputs());
     j["outputs"] = values_json(graph->outputs());
+    for (const ir::Value* v : graph->inputs())
+      if (const ir::Node* aipp = ops::aipp_node_for_input(*graph, v))
+        j["aipp"][v->name()] = ops::aipp_description(*aipp);
     j["nodes"] = nodes;                    // the graph's own, as kiln compile counts them
     j["subgraph_nodes"] = subgraph_nodes;  // inside If/Loop/Scan bodies (also in op_histogram)
     j["op_histogram"] = hist;
@@ -131,9 +135,12 @@ int run_inspect(const InspectArgs& args) {
   for (const auto& [domain, version] : graph->opset_imports())
     opsets += (opsets.empty() ? "" : ", ") + (domain.empty() ? std::string("ai.onnx") : domain) + " " + std::to_string(version);
   std::printf("opsets: %s\n", opsets.c_str());
-  for (const ir::Value* v : graph->inputs())
+  for (const ir::Value* v : graph->inputs()) {
     std::printf("input  %s: %s%s\n", v->name().c_str(), v->type().to_string().c_str(),
                 v->has_initializer() ? " (has a default)" : "");
+    if (const ir::Node* aipp = ops::aipp_node_for_input(*graph, v))
+      std::printf("       %s\n", ops::aipp_description(*aipp).c_str());
+  }
   for (const ir::Value* v : graph->outputs()) std::printf("output %s: %s\n", v->name().c_str(), v->type().to_string().c_str());
   std::printf("weights: %.2f MB\n", static_cast<double>(graph->weight_bytes()) / 1e6);
   if (is_kiln && kiln_model.bucket_kind != model::BucketKind::kNone) {

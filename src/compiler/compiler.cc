@@ -259,6 +259,7 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
                                          const CompileOptions& options) {
   ir::Graph& g = *imported.graph;
   KILN_RETURN_IF_ERROR(apply_input_shapes(g, options.input_shapes));
+  KILN_RETURN_IF_ERROR(insert_aipp(g, options.aipp), "%s", name.c_str());
   CompiledModel out;
   KILN_LOG(kInfo, "%s: imported %zu nodes", name.c_str(), g.nodes().size());
   out.nodes_before = g.nodes().size();
@@ -318,6 +319,9 @@ Expected<CompiledModel> compile_buckets(frontend::ImportResult first, const Impo
   const ir::Graph& g = *first.graph;
   if (!options.dynamic_batch.empty() && !options.dynamic_dims.empty())
     return invalid_argument("%s: give --dynamic-batch-size or --dynamic-dims, not both", name.c_str());
+  if (!options.aipp.empty())
+    return unsupported("%s: --insert-op-conf with shape buckets is not supported yet; compile one model per size",
+                       name.c_str());
   const bool batch = !options.dynamic_batch.empty();
   std::vector<InputShapes> buckets;  // the bucketed inputs' shapes, per bucket
   InputShapes open_shapes;           // the bucketed inputs as the dynamic variant keeps them

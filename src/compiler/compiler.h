@@ -14,6 +14,7 @@
 #include "frontend/onnx/onnx_importer.h"
 #include "ir/graph.h"
 #include "model/kiln_model.h"
+#include "ops/aipp_params.h"
 
 namespace kiln::compiler {
 
@@ -39,6 +40,8 @@ struct CompileOptions {
   std::vector<int64_t> dynamic_batch;
   std::vector<InputShapes> dynamic_dims;
   std::map<std::string, double> pad_values;
+  // --insert-op-conf: image preprocessing put in front of model inputs (preprocess/aipp_config.h).
+  std::vector<ops::AippInsertion> aipp;
   // Called after each bucket is compiled with a one-line progress message.
   std::function<void(const std::string&)> progress;
 };
@@ -87,6 +90,11 @@ Expected<CheckReport> check_onnx_file(const std::string& path, const CompileOpti
 // names, rank mismatches and conflicts with static dims. An extent of -1 (never from the
 // command line) keeps the declared dim.
 Status apply_input_shapes(ir::Graph& graph, const InputShapes& shapes);
+
+// Puts a kiln Aipp node in front of each configured input (compiler/aipp_insertion.cc): the
+// input becomes the raw uint8 image. Runs after apply_input_shapes (the input's size must be
+// fixed). Errors name the configuration file's line and field.
+Status insert_aipp(ir::Graph& graph, const std::vector<ops::AippInsertion>& insertions);
 
 // Turns Constant nodes into initializers (computing the tensor with the op's reference
 // kernel, so every value_* form works), so their data lands in the page-aligned weight

@@ -80,6 +80,17 @@ Value* Graph::find_value(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+Status Graph::rename_value(Value* value, const std::string& name) {
+  if (by_name_.count(name)) return invalid_argument("value '%s' is defined twice", name.c_str());
+  auto it = by_name_.find(value->name());
+  if (it == by_name_.end() || it->second != value)
+    return invalid_argument("value '%s' is not in graph '%s'", value->name().c_str(), name_.c_str());
+  by_name_.erase(it);
+  value->set_name(name);
+  by_name_[name] = value;
+  return ok_status();
+}
+
 Value* Graph::get_or_add_value(const std::string& name) {
   if (Value* v = find_value(name)) return v;
   return *add_value(name);

@@ -134,6 +134,8 @@ class Graph {
   // Creates a value; its name must be unique in this graph.
   Expected<Value*> add_value(const std::string& name);
   Value* find_value(const std::string& name) const;
+  // Renames a value of this graph; the new name must be free.
+  Status rename_value(Value* value, const std::string& name);
   // Returns the value named `name`, creating it if needed.
   Value* get_or_add_value(const std::string& name);
   // Adds a node at the end of the execution order; sets producers of `outputs`.
