@@ -15,6 +15,9 @@ packages=(
   libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libtiff-dev libopenjp2-7-dev
   # kiln ocr (src/apps): image decoding, OpenCV's geometry, Clipper's polygon offset
   libturbojpeg0-dev libopencv-dev libpolyclipping-dev
+  # kiln video-bench (src/apps/video): FFmpeg's decoding libraries; the ffmpeg command
+  # makes the test videos (bench/video/make_videos.sh) and ffprobe counts their frames
+  libavformat-dev libavcodec-dev libavutil-dev ffmpeg
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests
   openmpi-bin libopenmpi-dev iproute2
