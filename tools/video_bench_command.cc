@@ -4,9 +4,12 @@
 // the headline number, the most streams sustained at the frame rate with no frame dropped.
 #include <opencv2/core.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "apps/video/video_pipeline.h"
@@ -143,9 +146,18 @@ int run_video_bench(VideoBenchArgs& args) {
     return report_error(cmd, args.model + ": is a directory, not a .kiln model");
   if (!std::filesystem::exists(args.model, ec)) return report_error(cmd, args.model + ": no such file");
 
+  // Throughput layout when neither the devices nor the threads are given: one logical device
+  // of one thread per core (as `kiln ocr` for several images). The decoders share the cores:
+  // an operator's threads waiting at a barrier for one whose core a decoder took cost more
+  // than they gain.
+  int devices = args.devices;
+  if (!args.devices_opt->count() && !args.threads_opt->count() && !std::getenv("KILN_DEVICES")) {
+    devices = std::max(1, std::min(available_cores(), args.find_max ? args.max_streams : args.streams));
+    if (devices > 1) threads = 1;
+  }
   // The baseline's OpenCV runs on the worker thread, so that its CPU clock is its cost.
   cv::setNumThreads(args.opencv_threads == 0 ? -1 : args.opencv_threads);
-  Expected<std::unique_ptr<Runtime>> runtime = Runtime::init({.devices = args.devices, .threads = threads});
+  Expected<std::unique_ptr<Runtime>> runtime = Runtime::init({.devices = devices, .threads = threads});
   if (!runtime.ok()) return report_error(cmd, runtime.status().to_string());
 
   video::VideoPipelineOptions options;
@@ -247,7 +259,8 @@ std::function<int()> setup(CLI::App& app) {
   args->streams_opt = app.add_option("--streams", args->streams, "Streams, each decoding its own copy (default 1)");
   args->devices_opt = app.add_option("--devices", args->devices,
                                      "Logical CPU devices splitting the cores; stream i runs on device i mod D "
-                                     "(default: KILN_DEVICES, else 1)");
+                                     "(default: KILN_DEVICES, else one device of one thread per core, at most one "
+                                     "per stream)");
   args->threads_opt =
       app.add_option("--threads", args->threads, "Threads per device, at most its cores (default: the device's cores)");
   app.add_option("--fps", args->fps, "Rate each stream delivers frames at, a real-time source (default 25)");
