@@ -250,6 +250,21 @@ KILN_API kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size
  * valid until the copy has run. */
 KILN_API kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
                                      kilnrtMemcpyKind kind, kilnrtStream stream);
+/* Pitched 2-D copy (image planes): `height` rows of `width` bytes, row r read at
+ * src + r * spitch and written at dst + r * dpitch. The kind and the pointers' domains are
+ * checked as for kilnrtMemcpy over the whole span of each side ((height - 1) * pitch +
+ * width bytes): a device pointer where the kind wants host memory, or a span running past
+ * its allocation, is KILN_ERROR_INVALID_MEMORY. width > dpitch or width > spitch, NULL
+ * pointers, an unknown kind, spans that overflow size_t or that overlap each other are
+ * KILN_ERROR_INVALID_PARAM. width or height 0 copies nothing. Synchronous, on the calling
+ * thread, not ordered with stream work (as kilnrtMemcpy). */
+KILN_API kilnError kilnrtMemcpy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                  size_t height, kilnrtMemcpyKind kind);
+/* The same, enqueued on the stream's device copy engine; returns at once. Device memory
+ * must be of the stream's device (KILN_ERROR_INVALID_MEMORY otherwise); host memory must
+ * stay valid until the copy has run. */
+KILN_API kilnError kilnrtMemcpy2dAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                       size_t height, kilnrtMemcpyKind kind, kilnrtStream stream);
 /* Sets `count` bytes of device memory to (unsigned char)value. */
 KILN_API kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count);
 KILN_API kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count,

@@ -1,10 +1,11 @@
 // C API of device and host memory: kilnrtMalloc/Free, MallocHost/FreeHost, Memcpy(Async),
-// Memset(Async), GetMemInfo, GetMemStats, EmptyCache.
+// Memcpy2d(Async), Memset(Async), GetMemInfo, GetMemStats, EmptyCache.
 //
 // Every pointer is checked against the MemoryRegistry before it is touched: a pointer in
 // the wrong domain, of another device, freed, or a range running past its allocation is
 // an error code. Overlapping source and destination ranges copy as memmove does
 // (copy_memory).
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -92,21 +93,14 @@ kilnError locate(const char* api, const char* what, const void* p, size_t count,
               what, count, p, domain, a->size, a->base);
 }
 
-// Checks a copy against its kind; returns the devices owning dst and src (-1: host).
-kilnError check_copy(const RuntimeState& state, const char* api, void* dst, size_t dest_max, const void* src,
-                     size_t count, kilnrtMemcpyKind kind, int* dst_device, int* src_device) {
-  if (dst == nullptr || src == nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", api, dst == nullptr ? "dst" : "src");
-  }
-  if (static_cast<int>(kind) < KILN_MEMCPY_HOST_TO_HOST || static_cast<int>(kind) > KILN_MEMCPY_DEFAULT) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: kind %d is not a kilnrtMemcpyKind", api, static_cast<int>(kind));
-  }
-  if (dest_max < count) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", api, count, dest_max);
-  }
+// Checks a copy touching dst_bytes at dst and src_bytes at src against its kind; returns the
+// devices owning dst and src (-1: host).
+kilnError check_copy_spans(const RuntimeState& state, const char* api, void* dst, size_t dst_bytes,
+                           const void* src, size_t src_bytes, kilnrtMemcpyKind kind, int* dst_device,
+                           int* src_device) {
   Place d, s;
-  if (kilnError e = locate(api, "dst", dst, count, &d)) return e;
-  if (kilnError e = locate(api, "src", src, count, &s)) return e;
+  if (kilnError e = locate(api, "dst", dst, dst_bytes, &d)) return e;
+  if (kilnError e = locate(api, "src", src, src_bytes, &s)) return e;
   if (kind == KILN_MEMCPY_DEFAULT) {
     kind = d.is_device() ? (s.is_device() ? KILN_MEMCPY_DEVICE_TO_DEVICE : KILN_MEMCPY_HOST_TO_DEVICE)
                          : (s.is_device() ? KILN_MEMCPY_DEVICE_TO_HOST : KILN_MEMCPY_HOST_TO_HOST);
@@ -137,6 +131,73 @@ kilnError check_copy(const RuntimeState& state, const char* api, void* dst, size
   *dst_device = d.device;
   *src_device = s.device;
   return KILN_SUCCESS;
+}
+
+kilnError check_pointers_and_kind(const char* api, const void* dst, const void* src, kilnrtMemcpyKind kind) {
+  if (dst == nullptr || src == nullptr) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", api, dst == nullptr ? "dst" : "src");
+  }
+  if (static_cast<int>(kind) < KILN_MEMCPY_HOST_TO_HOST || static_cast<int>(kind) > KILN_MEMCPY_DEFAULT) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: kind %d is not a kilnrtMemcpyKind", api, static_cast<int>(kind));
+  }
+  return KILN_SUCCESS;
+}
+
+// Checks a copy against its kind; returns the devices owning dst and src (-1: host).
+kilnError check_copy(const RuntimeState& state, const char* api, void* dst, size_t dest_max, const void* src,
+                     size_t count, kilnrtMemcpyKind kind, int* dst_device, int* src_device) {
+  if (kilnError e = check_pointers_and_kind(api, dst, src, kind)) return e;
+  if (dest_max < count) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", api, count, dest_max);
+  }
+  return check_copy_spans(state, api, dst, count, src, count, kind, dst_device, src_device);
+}
+
+// A pitched copy: `height` rows of `width` bytes. Checks the pitches and both spans
+// ((height - 1) * pitch + width bytes); *bytes gets width * height (0: nothing to copy).
+kilnError check_copy_2d(const RuntimeState& state, const char* api, void* dst, size_t dpitch, const void* src,
+                        size_t spitch, size_t width, size_t height, kilnrtMemcpyKind kind, int* dst_device,
+                        int* src_device, size_t* bytes) {
+  if (kilnError e = check_pointers_and_kind(api, dst, src, kind)) return e;
+  if (width > dpitch) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: width %zu exceeds dpitch %zu (a row must fit in its pitch)", api,
+                width, dpitch);
+  }
+  if (width > spitch) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: width %zu exceeds spitch %zu (a row must fit in its pitch)", api,
+                width, spitch);
+  }
+  *bytes = 0;
+  *dst_device = *src_device = -1;
+  if (width == 0 || height == 0) return KILN_SUCCESS;
+  const size_t rows = height - 1;
+  if (rows > (SIZE_MAX - width) / dpitch || rows > (SIZE_MAX - width) / spitch) {
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: %zu rows of pitch %zu/%zu bytes overflow the address space", api,
+                height, dpitch, spitch);
+  }
+  const size_t dst_span = rows * dpitch + width, src_span = rows * spitch + width;
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  if (d < s + src_span && s < d + dst_span) {
+    return fail(KILN_ERROR_INVALID_PARAM,
+                "%s: the dst span (%zu bytes at %p) and the src span (%zu bytes at %p) overlap; a pitched copy "
+                "needs distinct ranges",
+                api, dst_span, dst, src_span, src);
+  }
+  if (kilnError e = check_copy_spans(state, api, dst, dst_span, src, src_span, kind, dst_device, src_device)) {
+    return e;
+  }
+  *bytes = width * height;
+  return KILN_SUCCESS;
+}
+
+void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) {
+  if (dpitch == width && spitch == width) {
+    copy_memory(dst, src, width * height);  // contiguous rows: one copy
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
 }
 
 kilnError check_memset(const RuntimeState& state, const char* api, void* dev_ptr, size_t max_count, size_t count,
@@ -182,6 +243,35 @@ namespace {
 const char* copy_direction(int dst_device, int src_device) {
   if (src_device < 0) return dst_device < 0 ? "H2H" : "H2D";
   return dst_device < 0 ? "D2H" : "D2D";
+}
+
+// The tail of kilnrtMemcpyAsync and kilnrtMemcpy2dAsync, once the copy itself is checked:
+// the stream, its device against the devices of the copy's ends, then a copy-engine task
+// that runs copy() (moving `bytes`) and records it for the profiler.
+template <typename Copy>
+kilnError enqueue_copy(const char* api, kilnrtStream stream, int dst_device, int src_device, size_t bytes,
+                       const char* task, Copy copy) {
+  Expected<Stream*> s = resolve_stream(stream, api);
+  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
+  Stream& target = **s;
+  if (kilnError e = check_stream_device(api, target, dst_device, "dst")) return e;
+  if (kilnError e = check_stream_device(api, target, src_device, "src")) return e;
+  if (bytes == 0) return KILN_SUCCESS;
+  try {
+    const char* direction = copy_direction(dst_device, src_device);
+    target.submit(
+        Engine::kCopy,
+        [copy, bytes, direction]() {
+          int64_t start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
+          copy();
+          if (KILN_UNLIKELY(start >= 0)) profiler::record_copy(direction, bytes, start);
+          return ok_status();
+        },
+        task);
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a copy", api);
+  }
+  return KILN_SUCCESS;
 }
 
 }  // namespace
@@ -351,27 +441,49 @@ kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t c
   if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
     return e;
   }
-  kiln::Expected<kiln::rt::Stream*> s = kiln::rt::resolve_stream(stream, kApi);
-  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-  kiln::rt::Stream& target = **s;
-  if (kilnError e = kiln::rt::check_stream_device(kApi, target, dst_device, "dst")) return e;
-  if (kilnError e = kiln::rt::check_stream_device(kApi, target, src_device, "src")) return e;
-  if (count == 0) return KILN_SUCCESS;
-  try {
-    const char* direction = kiln::rt::copy_direction(dst_device, src_device);
-    target.submit(
-        kiln::rt::Engine::kCopy,
-        [dst, src, count, direction]() {
-          int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
-          kiln::rt::copy_memory(dst, src, count);
-          if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy(direction, count, start);
-          return kiln::ok_status();
-        },
-        "MemcpyAsync");
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a copy", kApi);
+  return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, count, "MemcpyAsync",
+                                [dst, src, count] { kiln::rt::copy_memory(dst, src, count); });
+}
+
+kilnError kilnrtMemcpy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                         kilnrtMemcpyKind kind) {
+  static const char* const kApi = "kilnrtMemcpy2d";
+  KILN_PROFILE_API(kApi);
+  std::shared_lock guard(runtime_lock());
+  RuntimeState* state = runtime_state();
+  if (state == nullptr) return kiln::rt::not_initialized(kApi);
+  int dst_device = -1, src_device = -1;
+  size_t bytes = 0;
+  if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
+                                            &dst_device, &src_device, &bytes)) {
+    return e;
+  }
+  if (bytes == 0) return KILN_SUCCESS;
+  int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+  kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
+  if (KILN_UNLIKELY(profile_start >= 0)) {
+    kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), bytes, profile_start);
   }
   return KILN_SUCCESS;
+}
+
+kilnError kilnrtMemcpy2dAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                              size_t height, kilnrtMemcpyKind kind, kilnrtStream stream) {
+  static const char* const kApi = "kilnrtMemcpy2dAsync";
+  KILN_PROFILE_API(kApi);
+  std::shared_lock guard(runtime_lock());
+  RuntimeState* state = runtime_state();
+  if (state == nullptr) return kiln::rt::not_initialized(kApi);
+  int dst_device = -1, src_device = -1;
+  size_t bytes = 0;
+  if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
+                                            &dst_device, &src_device, &bytes)) {
+    return e;
+  }
+  return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, bytes, "Memcpy2dAsync",
+                                [dst, dpitch, src, spitch, width, height] {
+                                  kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
+                                });
 }
 
 kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
