@@ -53,6 +53,7 @@ typedef int kilnError;
 #define KILN_ERROR_MODEL_INPUT_NOT_MATCH 100017
 #define KILN_ERROR_MODEL_OUTPUT_NOT_MATCH 100018
 #define KILN_ERROR_MODEL_NOT_DYNAMIC 100019
+#define KILN_ERROR_NOT_STATIC_AIPP 100038 /* kilnmdlGetFirstAippInfo of an input without static AIPP */
 /* Runtime errors. */
 #define KILN_ERROR_RT_CONTEXT_NULL 107002       /* no current context on this thread */
 #define KILN_ERROR_RT_STREAM_CONTEXT 107003     /* stream of another context/device */
@@ -385,6 +386,225 @@ KILN_API kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input,
  * buffers must stay valid until the stream has run it. */
 KILN_API kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output,
                                        kilnrtStream stream);
+
+/* ---- AIPP: image preprocessing compiled into the model ------------------------------- */
+/* `kiln compile m.onnx --insert-op-conf aipp.cfg` puts an Aipp node in front of a model
+ * input (docs/aipp.md): the input becomes the raw uint8 image (NV12, RGB, ...) and the
+ * crop, colour-space conversion, resize, normalisation and padding run inside the model.
+ *
+ * With `aipp_mode: static` the parameters are fixed in the model (kilnmdlGetFirstAippInfo
+ * reads them). With `aipp_mode: dynamic` the image input is [N, max_src_image_size] uint8
+ * and the model gets one more input, appended after the others: the parameter input
+ * (KILN_DYNAMIC_AIPP_NODE), uint8 bytes the program fills before each execution from a
+ * kilnmdlAIPP parameter set (kilnmdlSetInputAIPP / kilnmdlSetAIPPByInputIndex).
+ *
+ * A kilnmdlAIPP is a plain host object: it works without kilnInit, is owned by the caller
+ * (kilnmdlCreateAIPP ... kilnmdlDestroyAIPP) and is not thread-safe: one thread sets it at
+ * a time; any number of threads may pass a set that no thread is changing to
+ * kilnmdlSetInputAIPP. Every setter checks what it can alone (switches 0 or 1, a batchIndex
+ * below the batchSize of kilnmdlCreateAIPP, sizes not negative) and returns
+ * KILN_ERROR_INVALID_PARAM with a message otherwise, leaving the set unchanged; the set as
+ * a whole is checked against the model by kilnmdlSetInputAIPP. A handle that is not a live
+ * kilnmdlAIPP is KILN_ERROR_INVALID_PARAM. */
+
+typedef struct kilnmdlAIPP kilnmdlAIPP;
+
+/* Raw image formats, AscendCL's aclAippInputFormat numbering (the same numbers as ATC's
+ * input_format field and as Kiln's configuration file). Kiln's AIPP takes YUV420SP_U8
+ * (NV12; NV21 with the rbuv swap), XRGB8888_U8, RGB888_U8, YUV400_U8, ARGB8888_U8,
+ * YUYV_U8, YUV422SP_U8 and AYUV444_U8; the NC1HWC0DI and RAW formats are listed for
+ * porting and refused (KILN_ERROR_FEATURE_UNSUPPORTED). */
+typedef enum {
+  KILN_YUV420SP_U8 = 1,
+  KILN_XRGB8888_U8 = 2,
+  KILN_RGB888_U8 = 3,
+  KILN_YUV400_U8 = 4,
+  KILN_NC1HWC0DI_FP16 = 5,
+  KILN_NC1HWC0DI_S8 = 6,
+  KILN_ARGB8888_U8 = 7,
+  KILN_YUYV_U8 = 8,
+  KILN_YUV422SP_U8 = 9,
+  KILN_AYUV444_U8 = 10,
+  KILN_RAW10 = 11,
+  KILN_RAW12 = 12,
+  KILN_RAW16 = 13,
+  KILN_RAW24 = 14,
+  KILN_AIPP_RESERVED = 0xffff
+} kilnAippInputFormat;
+
+/* What a model input is, for kilnmdlGetAippType (AscendCL's numbering). */
+typedef enum {
+  KILN_DATA_WITHOUT_AIPP = 0,     /* an ordinary input */
+  KILN_DATA_WITH_STATIC_AIPP = 1, /* a raw image preprocessed with parameters fixed at compile time */
+  KILN_DATA_WITH_DYNAMIC_AIPP = 2, /* a raw image preprocessed with parameters set at run time */
+  KILN_DYNAMIC_AIPP_NODE = 3      /* the parameter input of a dynamic AIPP */
+} kilnmdlInputAippType;
+
+/* kilnmdlGetAippType's dynamicAttachedDataIndex when there is none. */
+#define KILN_INVALID_NODE_INDEX 0xFFFFFFFFu
+
+/* A parameter set for `batchSize` images: one record per image for the parameters that may
+ * differ per image (crop, resize, padding, mean, min, var_reci), one common part (format,
+ * source size, colour conversion, swaps). batchSize is the model input's batch N, or 1 for
+ * one record that applies to every image. Defaults: no input format (must be set), source
+ * size 0x0 (must be set), every switch off, mean 0, min 0, var_reci 1. Returns NULL
+ * (message in kilnGetRecentErrMsg) for batchSize 0 or above 65536, or out of memory. */
+KILN_API kilnmdlAIPP* kilnmdlCreateAIPP(uint64_t batchSize);
+KILN_API kilnError kilnmdlDestroyAIPP(const kilnmdlAIPP* aippParmsSet);
+
+/* The raw image format. KILN_ERROR_FEATURE_UNSUPPORTED for the NC1HWC0DI and RAW formats,
+ * KILN_ERROR_INVALID_PARAM for a value not in kilnAippInputFormat. */
+KILN_API kilnError kilnmdlSetAIPPInputFormat(kilnmdlAIPP* aippParmsSet, kilnAippInputFormat inputFormat);
+/* Colour-space conversion, for every image: out_r = clamp(sum_c M[r][c] * (in_c -
+ * inputBias_c) / 256 + outputBias_r, 0, 255), M in 1/256 units as ATC's matrix_r<r>c<c>.
+ * cscSwitch 0 turns it off (the other arguments are then ignored), 1 on. */
+KILN_API kilnError kilnmdlSetAIPPCscParams(kilnmdlAIPP* aippParmsSet, int8_t cscSwitch, int16_t cscMatrixR0C0,
+                                           int16_t cscMatrixR0C1, int16_t cscMatrixR0C2, int16_t cscMatrixR1C0,
+                                           int16_t cscMatrixR1C1, int16_t cscMatrixR1C2, int16_t cscMatrixR2C0,
+                                           int16_t cscMatrixR2C1, int16_t cscMatrixR2C2, uint8_t cscOutputBiasR0,
+                                           uint8_t cscOutputBiasR1, uint8_t cscOutputBiasR2,
+                                           uint8_t cscInputBiasR0, uint8_t cscInputBiasR1,
+                                           uint8_t cscInputBiasR2);
+/* 1: swap U and V of a YUV format (NV21 from YUV420SP_U8), R and B of an RGB one. */
+KILN_API kilnError kilnmdlSetAIPPRbuvSwapSwitch(kilnmdlAIPP* aippParmsSet, int8_t rbuvSwapSwitch);
+/* 1: the alpha/X byte of a 4-byte format is last (RGBX, YUVA), not first. */
+KILN_API kilnError kilnmdlSetAIPPAxSwapSwitch(kilnmdlAIPP* aippParmsSet, int8_t axSwapSwitch);
+/* Width and height in pixels of every source image, both > 0. The image takes
+ * aipp_image_bytes of the format (YUV420SP_U8: w * h * 3 / 2), which must fit the model's
+ * max_src_image_size. */
+KILN_API kilnError kilnmdlSetAIPPSrcImageSize(kilnmdlAIPP* aippParmsSet, int32_t srcImageSizeW,
+                                              int32_t srcImageSizeH);
+/* Resize of image batchIndex (bilinear, half-pixel centres): from scfInputSizeW x H, which
+ * must be the crop size (the source size without crop; checked by kilnmdlSetInputAIPP),
+ * to scfOutputSizeW x H. Sizes > 0 when scfSwitch is 1. */
+KILN_API kilnError kilnmdlSetAIPPScfParams(kilnmdlAIPP* aippParmsSet, int8_t scfSwitch, int32_t scfInputSizeW,
+                                           int32_t scfInputSizeH, int32_t scfOutputSizeW,
+                                           int32_t scfOutputSizeH, uint64_t batchIndex);
+/* Crop of image batchIndex: the window at (cropStartPosW, cropStartPosH) of cropSizeW x H
+ * pixels; start >= 0 and size > 0 when cropSwitch is 1 (inside the image: checked by
+ * kilnmdlSetInputAIPP). */
+KILN_API kilnError kilnmdlSetAIPPCropParams(kilnmdlAIPP* aippParmsSet, int8_t cropSwitch, int32_t cropStartPosW,
+                                            int32_t cropStartPosH, int32_t cropSizeW, int32_t cropSizeH,
+                                            uint64_t batchIndex);
+/* Padding of image batchIndex around the (cropped, resized) image, sizes >= 0; the padded
+ * pixels are 0 in the output. */
+KILN_API kilnError kilnmdlSetAIPPPaddingParams(kilnmdlAIPP* aippParmsSet, int8_t paddingSwitch,
+                                               int32_t paddingSizeTop, int32_t paddingSizeBottom,
+                                               int32_t paddingSizeLeft, int32_t paddingSizeRight,
+                                               uint64_t batchIndex);
+/* Normalisation of image batchIndex, per output channel c:
+ * out_c = (v_c - mean_c - min_c) * var_reci_c (floats must be finite). */
+KILN_API kilnError kilnmdlSetAIPPDtcPixelMean(kilnmdlAIPP* aippParmsSet, int16_t dtcPixelMeanChn0,
+                                              int16_t dtcPixelMeanChn1, int16_t dtcPixelMeanChn2,
+                                              int16_t dtcPixelMeanChn3, uint64_t batchIndex);
+KILN_API kilnError kilnmdlSetAIPPDtcPixelMin(kilnmdlAIPP* aippParmsSet, float dtcPixelMinChn0,
+                                             float dtcPixelMinChn1, float dtcPixelMinChn2, float dtcPixelMinChn3,
+                                             uint64_t batchIndex);
+KILN_API kilnError kilnmdlSetAIPPPixelVarReci(kilnmdlAIPP* aippParmsSet, float dtcPixelVarReciChn0,
+                                              float dtcPixelVarReciChn1, float dtcPixelVarReciChn2,
+                                              float dtcPixelVarReciChn3, uint64_t batchIndex);
+
+/* Checks the whole set against model input `index`'s dynamic AIPP and writes it into the
+ * dataset's buffer `index`: `index` is the parameter input (KILN_DYNAMIC_AIPP_NODE, see
+ * kilnmdlGetAippType). The buffer must be device memory of the model's device with room
+ * for the parameter input (kilnmdlGetInputSizeByIndex). The write is synchronous and, as
+ * kilnrtMemcpy, not ordered with stream work: do not call it while an execution that reads
+ * this buffer is queued. The set is not kept: change and write it again for the next run.
+ * Errors: KILN_ERROR_UNINITIALIZE; KILN_ERROR_INVALID_MODEL_ID; KILN_ERROR_INVALID_PARAM for
+ * a dead handle, an index that is not a dynamic AIPP parameter input (the message names the
+ * ones there are, or says the model has none), a set that does not fit the model (no input
+ * format or source size, a crop outside the image, an output size other than the model
+ * input's, a batchSize other than 1 or the input's batch, an image larger than
+ * max_src_image_size: the message names the parameter and the image), a dataset without
+ * buffer `index` or one too small; KILN_ERROR_INVALID_MEMORY for a buffer that is not device
+ * memory of the model's device. */
+KILN_API kilnError kilnmdlSetInputAIPP(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
+                                       const kilnmdlAIPP* aippParmsSet);
+/* The same, with `index` the image input (KILN_DATA_WITH_DYNAMIC_AIPP): the parameters go
+ * to the buffer of its parameter input. */
+KILN_API kilnError kilnmdlSetAIPPByInputIndex(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
+                                              const kilnmdlAIPP* aippParmsSet);
+/* What model input `index` is (kilnmdlInputAippType); *dynamicAttachedDataIndex is the
+ * index of the parameter input for KILN_DATA_WITH_DYNAMIC_AIPP, KILN_INVALID_NODE_INDEX
+ * otherwise. KILN_ERROR_INVALID_PARAM for an index out of range or NULL outputs. */
+KILN_API kilnError kilnmdlGetAippType(uint32_t modelId, size_t index, kilnmdlInputAippType* type,
+                                      size_t* dynamicAttachedDataIndex);
+
+/* Dims of an AIPP input before and after preprocessing (AscendCL's aclAippDims). */
+typedef struct {
+  kilnmdlIODims srcDims; /* the model input the AIPP output feeds (float32, as compiled) */
+  size_t srcSize;        /* its bytes */
+  kilnmdlIODims aippOutdims; /* what AIPP writes: the same dims in Kiln */
+  size_t aippOutSize;
+} kilnAippDims;
+
+/* The static AIPP configuration of an input (AscendCL's aclAippInfo, with a leading size
+ * field). Set `size` to sizeof(kilnAippInfo) before the call; later versions only append
+ * fields. Differences from AscendCL: meanChn are floats (Kiln's configuration takes
+ * fractional means), paddingValue is added, and there is one shape (shapeCount 1): AIPP
+ * models have fixed input dims. */
+typedef struct {
+  size_t size; /* in: sizeof(kilnAippInfo) as the caller knows it */
+  kilnAippInputFormat inputFormat;
+  int32_t srcImageSizeW;
+  int32_t srcImageSizeH;
+  int8_t cropSwitch;
+  int32_t loadStartPosW;
+  int32_t loadStartPosH;
+  int32_t cropSizeW;
+  int32_t cropSizeH;
+  int8_t resizeSwitch;
+  int32_t resizeOutputW;
+  int32_t resizeOutputH;
+  int8_t paddingSwitch;
+  int32_t leftPaddingSize;
+  int32_t rightPaddingSize;
+  int32_t topPaddingSize;
+  int32_t bottomPaddingSize;
+  float paddingValue; /* Kiln: the output value of padded pixels */
+  int8_t cscSwitch;
+  int8_t rbuvSwapSwitch;
+  int8_t axSwapSwitch;
+  int8_t singleLineMode; /* always 0 */
+  int32_t matrixR0C0;
+  int32_t matrixR0C1;
+  int32_t matrixR0C2;
+  int32_t matrixR1C0;
+  int32_t matrixR1C1;
+  int32_t matrixR1C2;
+  int32_t matrixR2C0;
+  int32_t matrixR2C1;
+  int32_t matrixR2C2;
+  int32_t outputBias0;
+  int32_t outputBias1;
+  int32_t outputBias2;
+  int32_t inputBias0;
+  int32_t inputBias1;
+  int32_t inputBias2;
+  float meanChn0;
+  float meanChn1;
+  float meanChn2;
+  float meanChn3;
+  float minChn0;
+  float minChn1;
+  float minChn2;
+  float minChn3;
+  float varReciChn0;
+  float varReciChn1;
+  float varReciChn2;
+  float varReciChn3;
+  kilnFormat srcFormat;     /* of the model input the AIPP output feeds: NCHW or NHWC */
+  kilnDataType srcDatatype; /* KILN_FLOAT */
+  size_t srcDimNum;         /* 4 */
+  size_t shapeCount;        /* 1 */
+  kilnAippDims outDims[1];
+} kilnAippInfo;
+
+/* The static AIPP configuration of image input `index` (the first image's per-image
+ * parameters). KILN_ERROR_NOT_STATIC_AIPP when the input has no static AIPP (the message
+ * says whether it has a dynamic one); KILN_ERROR_INVALID_PARAM for an index out of range,
+ * a NULL aippInfo or a size below sizeof(kilnAippInfo) of this version. */
+KILN_API kilnError kilnmdlGetFirstAippInfo(uint32_t modelId, size_t index, kilnAippInfo* aippInfo);
 
 /* ---- Profiling (aclprof's shape) ------------------------------------------------------ */
 /* kilnprofInit(dir) names the output directory (created if missing; `length` is

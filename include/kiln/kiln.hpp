@@ -692,6 +692,102 @@ class Model {
   kilnmdlDesc* desc_ = nullptr;
 };
 
+// ---- AIPP -------------------------------------------------------------------------------------
+
+// A dynamic AIPP parameter set (kilnmdlCreateAIPP ... kilnmdlDestroyAIPP) for a model
+// compiled with `aipp_mode: dynamic`. The setters return *this, so a set reads as a chain:
+//   kiln::Aipp aipp(2);
+//   aipp.input_format(KILN_YUV420SP_U8).src_image_size(1920, 1080).crop(0, 0, 960, 540, 0);
+//   aipp.set_by_input_index(model, inputs, 0);  // writes it into the parameter input's buffer
+class Aipp {
+ public:
+  explicit Aipp(uint64_t batch_size)
+      : handle_(check_handle(kilnmdlCreateAIPP(batch_size), "kilnmdlCreateAIPP")) {}
+  ~Aipp() {
+    if (handle_) kilnmdlDestroyAIPP(handle_);
+  }
+  Aipp(Aipp&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Aipp& operator=(Aipp&& other) noexcept {
+    if (this != &other) {
+      if (handle_) kilnmdlDestroyAIPP(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Aipp(const Aipp&) = delete;
+  Aipp& operator=(const Aipp&) = delete;
+
+  Aipp& input_format(kilnAippInputFormat format) {
+    check(kilnmdlSetAIPPInputFormat(handle_, format), "kilnmdlSetAIPPInputFormat");
+    return *this;
+  }
+  Aipp& src_image_size(int32_t w, int32_t h) {
+    check(kilnmdlSetAIPPSrcImageSize(handle_, w, h), "kilnmdlSetAIPPSrcImageSize");
+    return *this;
+  }
+  // matrix: row-major 3x3 in 1/256 units.
+  Aipp& csc(const int16_t matrix[9], const uint8_t output_bias[3], const uint8_t input_bias[3]) {
+    check(kilnmdlSetAIPPCscParams(handle_, 1, matrix[0], matrix[1], matrix[2], matrix[3], matrix[4], matrix[5],
+                                  matrix[6], matrix[7], matrix[8], output_bias[0], output_bias[1], output_bias[2],
+                                  input_bias[0], input_bias[1], input_bias[2]),
+          "kilnmdlSetAIPPCscParams");
+    return *this;
+  }
+  Aipp& no_csc() {
+    check(kilnmdlSetAIPPCscParams(handle_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+          "kilnmdlSetAIPPCscParams");
+    return *this;
+  }
+  Aipp& rbuv_swap(bool on) {
+    check(kilnmdlSetAIPPRbuvSwapSwitch(handle_, on ? 1 : 0), "kilnmdlSetAIPPRbuvSwapSwitch");
+    return *this;
+  }
+  Aipp& ax_swap(bool on) {
+    check(kilnmdlSetAIPPAxSwapSwitch(handle_, on ? 1 : 0), "kilnmdlSetAIPPAxSwapSwitch");
+    return *this;
+  }
+  // Per image (batch_index); the crop window is at (x, y).
+  Aipp& crop(int32_t x, int32_t y, int32_t w, int32_t h, uint64_t batch_index) {
+    check(kilnmdlSetAIPPCropParams(handle_, 1, x, y, w, h, batch_index), "kilnmdlSetAIPPCropParams");
+    return *this;
+  }
+  Aipp& resize(int32_t in_w, int32_t in_h, int32_t out_w, int32_t out_h, uint64_t batch_index) {
+    check(kilnmdlSetAIPPScfParams(handle_, 1, in_w, in_h, out_w, out_h, batch_index), "kilnmdlSetAIPPScfParams");
+    return *this;
+  }
+  Aipp& padding(int32_t top, int32_t bottom, int32_t left, int32_t right, uint64_t batch_index) {
+    check(kilnmdlSetAIPPPaddingParams(handle_, 1, top, bottom, left, right, batch_index),
+          "kilnmdlSetAIPPPaddingParams");
+    return *this;
+  }
+  Aipp& mean(const int16_t m[4], uint64_t batch_index) {
+    check(kilnmdlSetAIPPDtcPixelMean(handle_, m[0], m[1], m[2], m[3], batch_index), "kilnmdlSetAIPPDtcPixelMean");
+    return *this;
+  }
+  Aipp& min(const float m[4], uint64_t batch_index) {
+    check(kilnmdlSetAIPPDtcPixelMin(handle_, m[0], m[1], m[2], m[3], batch_index), "kilnmdlSetAIPPDtcPixelMin");
+    return *this;
+  }
+  Aipp& var_reci(const float v[4], uint64_t batch_index) {
+    check(kilnmdlSetAIPPPixelVarReci(handle_, v[0], v[1], v[2], v[3], batch_index), "kilnmdlSetAIPPPixelVarReci");
+    return *this;
+  }
+
+  // Writes the set into `inputs` for the model's dynamic AIPP: by the parameter input's
+  // index (kilnmdlSetInputAIPP) or by the image input's (kilnmdlSetAIPPByInputIndex).
+  void set_input(const Model& model, Dataset& inputs, size_t params_index) const {
+    check(kilnmdlSetInputAIPP(model.id(), inputs.get(), params_index, handle_), "kilnmdlSetInputAIPP");
+  }
+  void set_by_input_index(const Model& model, Dataset& inputs, size_t image_index) const {
+    check(kilnmdlSetAIPPByInputIndex(model.id(), inputs.get(), image_index, handle_), "kilnmdlSetAIPPByInputIndex");
+  }
+
+  kilnmdlAIPP* get() const noexcept { return handle_; }
+
+ private:
+  kilnmdlAIPP* handle_ = nullptr;
+};
+
 }  // namespace kiln
 
 #endif  // KILN_KILN_HPP_

@@ -16,31 +16,12 @@
 #include "kiln/kiln.h"
 #include "model/kiln_model.h"
 #include "profiler/profiler.h"
+#include "runtime/api_dataset.h"
 #include "runtime/api_internal.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
 #include "runtime/model_runtime.h"
 #include "runtime/stream.h"
-
-struct kilnTensorDesc {
-  kilnDataType dtype = KILN_DT_UNDEFINED;
-  std::vector<int64_t> dims;
-  kilnFormat format = KILN_FORMAT_UNDEFINED;
-  bool owned_by_dataset = false;  // kilnmdlGetDatasetTensorDesc hands these out
-};
-
-struct kilnDataBuffer {
-  void* data = nullptr;
-  size_t size = 0;
-};
-
-struct kilnmdlDataset {
-  mutable std::mutex mutex;  // executions on stream threads update `descs`
-  std::vector<kilnDataBuffer*> buffers;
-  // Per buffer index: the shape set by kilnmdlSetDatasetTensorDesc (inputs) or written by
-  // an execution (outputs). Shared with queued executions, which write them when they run.
-  std::vector<std::shared_ptr<kilnTensorDesc>> descs;
-};
 
 struct kilnmdlDesc {
   bool filled = false;
@@ -50,7 +31,6 @@ struct kilnmdlDesc {
 };
 
 namespace kiln::rt {
-namespace {
 
 HandleSet<kilnTensorDesc>& tensor_descs() {
   static auto* set = new HandleSet<kilnTensorDesc>();
@@ -64,6 +44,9 @@ HandleSet<kilnmdlDataset>& datasets() {
   static auto* set = new HandleSet<kilnmdlDataset>();
   return *set;
 }
+
+namespace {
+
 HandleSet<kilnmdlDesc>& model_descs() {
   static auto* set = new HandleSet<kilnmdlDesc>();
   return *set;
@@ -125,11 +108,6 @@ kilnError load(const char* api, Expected<model::LoadedModel> loaded,
   *model_id = ModelTable::get().add(std::move(model));
   return KILN_SUCCESS;
 }
-
-#define KILN_REQUIRE_INIT(api)                    \
-  std::shared_lock runtime_guard(runtime_lock()); \
-  if (!runtime_state())                           \
-  return fail(KILN_ERROR_UNINITIALIZE, "%s: kilnInit has not been called", api)
 
 // The model named by `id`, or null with the error recorded in *error. With `token`, the
 // lookup also counts an execution in flight, atomically with respect to kilnmdlUnload.
