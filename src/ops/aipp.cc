@@ -144,20 +144,23 @@ void aipp_fetch_pixel(const AippParams& p, const uint8_t* img, int64_t x, int64_
 
 namespace {
 
-// Steps 2-3 for the source pixel (x, y), as doubles: the channel values after CSC.
+// Step 2 for the source pixel (x, y), as doubles.
 void reference_pixel(const AippParams& p, const uint8_t* img, int64_t x, int64_t y, double v[4]) {
   float ch[4];
   aipp_fetch_pixel(p, img, x, y, ch);
-  if (!p.csc) {
-    for (int c = 0; c < 4; ++c) v[c] = ch[c];
-    return;
-  }
+  for (int c = 0; c < 4; ++c) v[c] = ch[c];
+}
+
+// Step 4 on one pixel's (resampled) channels, in place.
+void reference_csc(const AippParams& p, double v[4]) {
+  if (!p.csc) return;
+  double out[3];
   for (int r = 0; r < 3; ++r) {
     double s = 0;
-    for (int j = 0; j < 3; ++j) s += double{p.matrix[r][j]} * (double{ch[j]} - double{p.input_bias[j]});
-    v[r] = std::clamp(s / 256.0 + p.output_bias[r], 0.0, 255.0);
+    for (int j = 0; j < 3; ++j) s += double{p.matrix[r][j]} * (v[j] - double{p.input_bias[j]});
+    out[r] = std::clamp(s / 256.0 + p.output_bias[r], 0.0, 255.0);
   }
-  v[3] = ch[3];
+  v[0] = out[0], v[1] = out[1], v[2] = out[2];
 }
 
 // The source coordinate and weight of output index o along an axis resized from `in` to `out`.
@@ -203,6 +206,7 @@ void reference_image(const AippParams& p, const AippBatchParams& b, const uint8_
         for (int c = 0; c < 4; ++c)
           v[c] = (1 - wy) * ((1 - wx) * p00[c] + wx * p01[c]) + wy * ((1 - wx) * p10[c] + wx * p11[c]);
       }
+      reference_csc(p, v);
       for (int64_t c = 0; c < C; ++c)
         at(c, y, x) = static_cast<float>((v[c] - b.mean[c] - b.min[c]) * b.var_reci[c]);
     }

@@ -135,14 +135,17 @@ struct ImageParams {
   double mean[4] = {0, 0, 0, 0}, min[4] = {0, 0, 0, 0}, var_reci[4] = {1, 1, 1, 1};
 };
 
-// Steps 2-3: the NV12 pixel (x, y) of a w x h frame after colour-space conversion.
-void reference_pixel(const uint8_t* frame, int w, int h, int x, int y, double rgb[3]) {
+// Step 2: the Y, U, V of NV12 pixel (x, y) of a w x h frame (chroma of its 2x2 block).
+void reference_pixel(const uint8_t* frame, int w, int h, int x, int y, double yuv[3]) {
   const uint8_t* uv = frame + w * h + (y / 2) * w + (x / 2) * 2;
-  const double in[3] = {static_cast<double>(frame[y * w + x]), static_cast<double>(uv[0]),
-                        static_cast<double>(uv[1])};
+  yuv[0] = frame[y * w + x], yuv[1] = uv[0], yuv[2] = uv[1];
+}
+
+// Step 4: colour-space conversion of the resampled Y, U, V.
+void reference_csc(const double yuv[3], double rgb[3]) {
   for (int r = 0; r < 3; ++r) {
     double s = 0;
-    for (int c = 0; c < 3; ++c) s += kCsc[r * 3 + c] * (in[c] - kCscInputBias[c]);
+    for (int c = 0; c < 3; ++c) s += kCsc[r * 3 + c] * (yuv[c] - kCscInputBias[c]);
     rgb[r] = std::clamp(s / 256.0 + kCscOutputBias[r], 0.0, 255.0);
   }
 }
@@ -179,8 +182,10 @@ std::vector<double> reference_image(const uint8_t* frame, const ImageParams& p) 
       reference_pixel(frame, kSrcW, kSrcH, cx + x1, cy + y1, p11);
       for (int c = 0; c < 3; ++c)
         v[c] = (1 - fy) * ((1 - fx) * p00[c] + fx * p01[c]) + fy * ((1 - fx) * p10[c] + fx * p11[c]);
+      double rgb[3];
+      reference_csc(v, rgb);
       for (int c = 0; c < 3; ++c)
-        out[(c * kH + y) * kW + x] = (v[c] - p.mean[c] - p.min[c]) * p.var_reci[c];
+        out[(c * kH + y) * kW + x] = (rgb[c] - p.mean[c] - p.min[c]) * p.var_reci[c];
     }
   return out;
 }

@@ -1,18 +1,27 @@
-// Fast kernel for kiln Aipp (ops/aipp_params.h): every format, crop, colour conversion,
-// bilinear resize, normalisation and padding in one pass over the OUTPUT pixels, writing the
+// Fast kernel for kiln Aipp (ops/aipp_params.h): every format, crop, bilinear resize, colour
+// conversion, normalisation and padding in one pass over the OUTPUT pixels, writing the
 // model's float32 input directly (no intermediate RGB image, no full-frame conversion: a
 // 1080p frame resized to 224x224 reads ~4 of its 2M pixels per output pixel).
 //
-// Per output row (rows of all images in parallel): the two source rows of the bilinear taps,
-// and per SIMD vector of output columns the two source columns x0, x0+1 of each lane,
-// fetched with 32-bit gathers at byte offsets (one gather brings Y[x0] and Y[x0+1], or the
-// chroma pair of both, since x0 and x0+1 share a chroma sample or sit in adjacent ones). The
-// four pixels are colour-converted (with the clamp, before interpolation, as documented),
-// blended, normalised with one FMA, and stored per channel plane. Taps at the right/bottom
-// edge use x0 = in-2 with weight 1 on x0+1 (the same value as the clamped tap), so x0+1 is
-// always inside the crop; rows whose gathers could read past the end of the image buffer
-// (the last row of the last image) and crops 1 pixel wide or high take the scalar path,
-// which computes the same steps per pixel.
+// Per output row (rows of all images in parallel, each thread a contiguous range):
+//   1. the two source rows of the vertical taps, each resampled horizontally once into a
+//      per-thread row cache (consecutive output rows share a source row when the vertical
+//      scale is under 2): per SIMD vector of output columns, the source columns x0, x0+1 of
+//      each lane are fetched with 32-bit gathers at byte offsets (one gather brings Y[x0]
+//      and Y[x0+1], or the chroma pairs of both), or, for semi-planar YUV on AVX-512 VBMI,
+//      with byte permutes of 128-byte windows whose indices are made once per plan (the
+//      column taps are the same for every row); then a + wx (b - a) per channel;
+//   2. the vertical blend of the two cached rows, the colour conversion of the blended
+//      channels (with its clamp), the normalisation as one FMA, stored per channel plane
+//      (NCHW) or interleaved (NHWC); padding around the region.
+// Taps at the right/bottom edge use x0 = in-2 with weight 1 on x0+1 (the same value as the
+// clamped tap), so x0+1 is always inside the crop; source rows whose vector loads could read
+// past the end of the image buffer (the last rows of the last image) and crops one pixel
+// wide or high take the scalar path, which computes the same steps per pixel.
+//
+// Where the time goes (1080p NV12 -> 640x640, one Zen 5 core, bench/aipp/preprocess_bench):
+// the stores of the 4.9 MB output take half of it; the write bandwidth of one core bounds
+// the kernel near 0.5 ms.
 //
 // Highway, AVX-512 / AVX2 / baseline picked at prepare (simd_dispatch.h). The arithmetic is
 // float32 (the reference computes in double): tests/preprocess/aipp_test.py allows 1e-5
@@ -34,6 +43,16 @@
 
 namespace kiln::kernels::aipp_simd {
 
+// AVX-512 VBMI replacement of a 32-bit gather for one vector of 16 lanes: bytes picked from
+// one or two 128-byte windows of a row with vpermt2b (byte 4i + k of the result is row byte
+// win + idx[4i + k]; masked-off bytes are zero). Column taps are the same for every row, so
+// the index vectors are made once per plan (make_byte_windows).
+struct ByteWindows {
+  int32_t win[2] = {0, 0};
+  uint64_t mask[2] = {0, 0};
+  uint8_t idx[2][64] = {};
+};
+
 // One image's parameters, decoded into what the row loop reads.
 struct ImagePlan {
   ops::AippFormat format = ops::AippFormat::kUndefined;
@@ -42,7 +61,7 @@ struct ImagePlan {
   int32_t rw = 0, rh = 0;        // the resized (or cropped) region
   int32_t left = 0, top = 0;     // where it sits in the output
   float padding_value = 0;
-  float m[9] = {}, ib[3] = {}, ob[3] = {};  // CSC: matrix / 256, input and output biases
+  float m[9] = {}, ob_folded[3] = {};  // CSC: matrix / 256; output bias - matrix x input bias
   float scale[4] = {1, 1, 1, 1}, bias[4] = {};  // DTC as v * scale + bias
   std::vector<int32_t> x0;  // per column of the region: absolute source column of the left tap
   std::vector<float> wx;    // weight of the right tap
@@ -50,6 +69,10 @@ struct ImagePlan {
   std::vector<float> wy;
   bool taps2 = true;        // crop at least 2x2: x0 + 1 and y0 + 1 are inside it
   ops::AippParams fetch_view;  // what ops::aipp_fetch_pixel reads (the scalar path)
+  // Semi-planar YUV on AVX-512 VBMI: per vector of 16 region columns, the Y bytes (x0, x0+1)
+  // and the chroma bytes (the pair of x0 and the next) without gathers.
+  bool byte_windows = false;
+  std::vector<ByteWindows> y_windows, uv_windows;
 };
 
 // What one run computes: all images, output rows in parallel.
@@ -96,24 +119,48 @@ HWY_INLINE VI gather(const uint8_t* base, VI offsets) {
   return hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_INLINE VI window_bytes(const uint8_t* row, const ByteWindows& w) {
+  const uint8_t* a = row + w.win[0];
+  __m512i r = _mm512_maskz_permutex2var_epi8(w.mask[0], _mm512_loadu_si512(a),
+                                             _mm512_loadu_si512(w.idx[0]), _mm512_loadu_si512(a + 64));
+  if (w.mask[1]) {
+    const uint8_t* b = row + w.win[1];
+    r = _mm512_or_si512(r, _mm512_maskz_permutex2var_epi8(w.mask[1], _mm512_loadu_si512(b),
+                                                          _mm512_loadu_si512(w.idx[1]), _mm512_loadu_si512(b + 64)));
+  }
+  return VI{r};
+}
+#endif
+
 // The channels (before CSC) of source pixels x0 (a) and x0 + 1 (b) of row y, per lane.
 struct Pair {
   VF a[4], b[4];
 };
 
-HWY_INLINE Pair fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI x0) {
+template <ops::AippFormat kFormat>
+HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI x0, int64_t x, Pair& r) {
   const DI di;
   const DF df;
-  Pair r;
   const int64_t w = p.src_w, h = p.src_h;
   const VI one = hn::Set(di, 1);
-  switch (p.format) {
+  switch (kFormat) {
     case ops::AippFormat::kYuv420sp:
     case ops::AippFormat::kYuv422sp: {
       const uint8_t* yrow = img + y * w;
-      const uint8_t* uvrow = img + h * w + (p.format == ops::AippFormat::kYuv420sp ? (y / 2) : y) * w;
-      const VI yy = gather(yrow, x0);
-      const VI uv = gather(uvrow, hn::AndNot(one, x0));  // U V of x0's pair, then the next pair
+      const uint8_t* uvrow = img + h * w + (kFormat == ops::AippFormat::kYuv420sp ? (y / 2) : y) * w;
+      VI yy, uv;
+#if HWY_TARGET == HWY_AVX3_DL
+      if (p.byte_windows) {
+        yy = window_bytes(yrow, p.y_windows[static_cast<size_t>(x / 16)]);
+        uv = window_bytes(uvrow, p.uv_windows[static_cast<size_t>(x / 16)]);
+      } else
+#endif
+      {
+        (void)x;
+        yy = gather(yrow, x0);
+        uv = gather(uvrow, hn::AndNot(one, x0));  // U V of x0's pair, then the next pair
+      }
       const auto odd = hn::RebindMask(df, hn::Eq(hn::And(x0, one), one));
       r.a[0] = byte_of(yy, 0), r.b[0] = byte_of(yy, 1);
       const VF u0 = byte_of(uv, 0), v0 = byte_of(uv, 1), u1 = byte_of(uv, 2), v1 = byte_of(uv, 3);
@@ -158,76 +205,108 @@ HWY_INLINE Pair fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI
     }
   }
   if (p.rbuv_swap) {
-    const int i = ops::aipp_format_is_yuv(p.format) ? 1 : 0;
-    std::swap(r.a[i], r.a[2]);
-    std::swap(r.b[i], r.b[2]);
+    constexpr int i = kFormat == ops::AippFormat::kRgb888 || kFormat == ops::AippFormat::kXrgb8888 ||
+                              kFormat == ops::AippFormat::kArgb8888
+                          ? 0
+                          : 1;
+    const VF a = r.a[i], b = r.b[i];
+    r.a[i] = r.a[2], r.b[i] = r.b[2];
+    r.a[2] = a, r.b[2] = b;
   }
-  return r;
 }
 
-// Step 3 on one pixel's channels, in place.
-HWY_INLINE void csc(const ImagePlan& p, VF c[4]) {
+// Step 3 on one pixel's channels, in place: sum_j M[r][j] * in_j + (ob_r - sum_j M[r][j] ib_j),
+// the input biases folded into the output bias at plan time.
+// The CSC constants as vectors, set once per row (the compiler cannot keep them in registers
+// across the row's stores by itself: they might alias).
+struct CscVectors {
+  VF m[9], ob[3];
+  explicit CscVectors(const ImagePlan& p) {
+    const DF df;
+    for (int i = 0; i < 9; ++i) m[i] = hn::Set(df, p.m[i]);
+    for (int r = 0; r < 3; ++r) ob[r] = hn::Set(df, p.ob_folded[r]);
+  }
+};
+
+HWY_INLINE void csc(const CscVectors& k, VF c[4]) {
   const DF df;
-  const VF d0 = hn::Sub(c[0], hn::Set(df, p.ib[0]));
-  const VF d1 = hn::Sub(c[1], hn::Set(df, p.ib[1]));
-  const VF d2 = hn::Sub(c[2], hn::Set(df, p.ib[2]));
   const VF lo = hn::Zero(df), hi = hn::Set(df, 255.0f);
   VF out[3];
   for (int r = 0; r < 3; ++r) {
-    VF s = hn::MulAdd(hn::Set(df, p.m[r * 3 + 2]), d2, hn::Set(df, p.ob[r]));
-    s = hn::MulAdd(hn::Set(df, p.m[r * 3 + 1]), d1, s);
-    s = hn::MulAdd(hn::Set(df, p.m[r * 3 + 0]), d0, s);
+    VF s = hn::MulAdd(k.m[r * 3 + 2], c[2], k.ob[r]);
+    s = hn::MulAdd(k.m[r * 3 + 1], c[1], s);
+    s = hn::MulAdd(k.m[r * 3 + 0], c[0], s);
     out[r] = hn::Min(hn::Max(s, lo), hi);
   }
   c[0] = out[0], c[1] = out[1], c[2] = out[2];
 }
 
-// Region columns [x, x + lanes) of one output row into tmp planes (region-relative).
-HWY_INLINE void row_vector(const ImagePlan& p, const uint8_t* img, int32_t ya, float wy, int64_t x, int channels,
-                           float* const* tmp) {
+void csc_scalar(const ImagePlan& p, float v[4]) {
+  float o[3];
+  for (int r = 0; r < 3; ++r) {
+    float s = p.ob_folded[r] + p.m[r * 3 + 2] * v[2];
+    s += p.m[r * 3 + 1] * v[1];
+    s += p.m[r * 3 + 0] * v[0];
+    o[r] = std::min(std::max(s, 0.0f), 255.0f);
+  }
+  v[0] = o[0], v[1] = o[1], v[2] = o[2];
+}
+
+// Step 2 and the horizontal half of step 3 for source row y: per region column x,
+// a + wx (b - a) of the channels of pixels a = (x0, y), b = (x0 + 1, y), into channel rows
+// h[c] (row stride `stride`). Columns [0, x_end), x_end a multiple of the lanes.
+template <ops::AippFormat kFormat, int kChannels>
+HWY_NOINLINE void hrow_vectors(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_end, float* h,
+                               int64_t stride) {
   const DF df;
   const DI di;
-  const VI x0 = hn::LoadU(di, p.x0.data() + x);
-  const VF wx = hn::LoadU(df, p.wx.data() + x);
-  Pair top = fetch_pair(p, img, ya, x0);
-  Pair bot = fetch_pair(p, img, ya + 1, x0);
-  if (p.csc) {
-    csc(p, top.a), csc(p, top.b), csc(p, bot.a), csc(p, bot.b);
-  }
-  const VF vwy = hn::Set(df, wy);
-  for (int c = 0; c < channels; ++c) {
-    // (1-wy)((1-wx) a + wx b) + wy((1-wx) c + wx d), as a + wx (b - a) per row.
-    const VF t = hn::MulAdd(wx, hn::Sub(top.b[c], top.a[c]), top.a[c]);
-    const VF b = hn::MulAdd(wx, hn::Sub(bot.b[c], bot.a[c]), bot.a[c]);
-    const VF v = hn::MulAdd(vwy, hn::Sub(b, t), t);
-    hn::StoreU(hn::MulAdd(v, hn::Set(df, p.scale[c]), hn::Set(df, p.bias[c])), df, tmp[c] + x);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int32_t* x0s = p.x0.data();
+  const float* wxs = p.wx.data();
+  for (int64_t x = 0; x < x_end; x += lanes) {
+    const VI x0 = hn::LoadU(di, x0s + x);
+    const VF wx = hn::LoadU(df, wxs + x);
+    Pair px;
+    fetch_pair<kFormat>(p, img, y, x0, x, px);
+    // kChannels a constant: px stays in registers.
+    for (int c = 0; c < kChannels; ++c)
+      hn::StoreU(hn::MulAdd(wx, hn::Sub(px.b[c], px.a[c]), px.a[c]), df, h + c * stride + x);
   }
 }
 
-// The same steps for one pixel, scalar (the vector loop's tail, edge rows, 1-pixel crops).
-void pixel_scalar(const ImagePlan& p, const uint8_t* img, int32_t ya, int32_t yb, float wy, int32_t xa, int32_t xb,
-                  float wx, int channels, float* out) {
-  const ops::AippParams& view = p.fetch_view;
-  float px[4][4];
-  const int32_t xs[4] = {xa, xb, xa, xb}, ys[4] = {ya, ya, yb, yb};
-  for (int k = 0; k < 4; ++k) {
-    ops::aipp_fetch_pixel(view, img, xs[k], ys[k], px[k]);
-    if (p.csc) {
-      float o[3];
-      for (int r = 0; r < 3; ++r) {
-        float s = p.ob[r] + p.m[r * 3 + 2] * (px[k][2] - p.ib[2]);
-        s += p.m[r * 3 + 1] * (px[k][1] - p.ib[1]);
-        s += p.m[r * 3 + 0] * (px[k][0] - p.ib[0]);
-        o[r] = std::min(std::max(s, 0.0f), 255.0f);
-      }
-      px[k][0] = o[0], px[k][1] = o[1], px[k][2] = o[2];
-    }
+template <ops::AippFormat kFormat>
+void hrow_channels(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_end, int channels, float* h,
+                   int64_t stride) {
+  if (channels == 1) return hrow_vectors<kFormat, 1>(p, img, y, x_end, h, stride);
+  if (channels == 4) return hrow_vectors<kFormat, 4>(p, img, y, x_end, h, stride);
+  return hrow_vectors<kFormat, 3>(p, img, y, x_end, h, stride);
+}
+
+void hrow_vector_span(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_end, int channels, float* h,
+                      int64_t stride) {
+  using F = ops::AippFormat;
+  switch (p.format) {
+    case F::kYuv420sp: return hrow_channels<F::kYuv420sp>(p, img, y, x_end, channels, h, stride);
+    case F::kYuv422sp: return hrow_channels<F::kYuv422sp>(p, img, y, x_end, channels, h, stride);
+    case F::kYuyv: return hrow_channels<F::kYuyv>(p, img, y, x_end, channels, h, stride);
+    case F::kYuv400: return hrow_channels<F::kYuv400>(p, img, y, x_end, channels, h, stride);
+    case F::kRgb888: return hrow_channels<F::kRgb888>(p, img, y, x_end, channels, h, stride);
+    case F::kXrgb8888: return hrow_channels<F::kXrgb8888>(p, img, y, x_end, channels, h, stride);
+    case F::kArgb8888: return hrow_channels<F::kArgb8888>(p, img, y, x_end, channels, h, stride);
+    default: return hrow_channels<F::kAyuv444>(p, img, y, x_end, channels, h, stride);
   }
-  for (int c = 0; c < channels; ++c) {
-    const float t = px[0][c] + wx * (px[1][c] - px[0][c]);
-    const float b = px[2][c] + wx * (px[3][c] - px[2][c]);
-    out[c] = (t + wy * (b - t)) * p.scale[c] + p.bias[c];
-  }
+}
+
+// The same for one column, scalar (the vector loop's tail, rows near the buffer's end,
+// crops one pixel wide: then x0 + 1 is x0's own column, with weight 0).
+void hrow_scalar(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x, int channels, float* h,
+                 int64_t stride) {
+  float px[2][4];
+  const int32_t xa = p.x0[static_cast<size_t>(x)];
+  const int32_t cols[2] = {xa, p.taps2 ? xa + 1 : xa};
+  for (int k = 0; k < 2; ++k) ops::aipp_fetch_pixel(p.fetch_view, img, cols[k], y, px[k]);
+  const float wx = p.wx[static_cast<size_t>(x)];
+  for (int c = 0; c < channels; ++c) h[c * stride + x] = px[0][c] + wx * (px[1][c] - px[0][c]);
 }
 
 // Bytes of the raw image from its start through the last byte row y's pixels read (the
@@ -244,51 +323,136 @@ int64_t bytes_through_row(const ImagePlan& p, int64_t y) {
   }
 }
 
+// How many output rows ahead prefetch_source_rows runs.
+constexpr int64_t kPrefetchRows = 2;
+
+// Asks for the cache lines the taps of source rows y and y + 1 read (the crop's columns).
+void prefetch_source_rows(const ImagePlan& p, const uint8_t* img, int32_t y) {
+  const int64_t x_first = p.x0.front(), x_last = p.x0.back() + 2;
+  const bool semi_planar = p.format == ops::AippFormat::kYuv420sp || p.format == ops::AippFormat::kYuv422sp;
+  const int64_t bpp = semi_planar ? 1 : p.format == ops::AippFormat::kRgb888 ? 3
+                      : ops::aipp_format_channels(p.format) == 4 ? 4
+                      : p.format == ops::AippFormat::kYuyv ? 2 : 1;
+  auto lines = [](const uint8_t* from, const uint8_t* to) {
+    for (const uint8_t* a = from; a < to; a += 64) __builtin_prefetch(a);
+  };
+  for (int32_t r = y; r <= std::min(y + 1, p.src_h - 1); ++r) {
+    // The row that ends at bytes_through_row: the pixel row, or the chroma row.
+    const uint8_t* row = img + bytes_through_row(p, r) - p.src_w * bpp;
+    lines(row + x_first * bpp, row + x_last * bpp);
+    if (semi_planar) {
+      const uint8_t* y_row = img + static_cast<int64_t>(r) * p.src_w;
+      lines(y_row + x_first, y_row + x_last);
+    }
+  }
+}
+
+// The horizontally resampled rows of a thread's last two source rows: consecutive output
+// rows share a source row whenever the vertical scale is under 2 (1080 -> 640: a third of
+// them), and the shared row is not fetched and converted again.
+struct RowCache {
+  const ImagePlan* plan = nullptr;
+  const uint8_t* image = nullptr;
+  int32_t row[2] = {-1, -1};
+  std::vector<float> rows[2];
+  int next = 0;  // the slot to fill next
+
+  // The resampled row y (channel stride `stride`), computed if not held. `keep` is a row
+  // the caller still needs (not evicted).
+  const float* get(const ImagePlan& p, const uint8_t* img, const uint8_t* buffer_end, int32_t y, int32_t keep,
+                   int channels, int64_t stride) {
+    if (plan != &p || image != img) {
+      plan = &p, image = img;
+      row[0] = row[1] = -1;
+    }
+    for (int k = 0; k < 2; ++k)
+      if (row[k] == y) return rows[k].data();
+    int k = next;
+    if (row[k] == keep && keep >= 0) k ^= 1;
+    next = k ^ 1;
+    const size_t need = static_cast<size_t>(channels * stride);
+    if (rows[k].size() < need) rows[k].resize(need);
+    float* h = rows[k].data();
+    const DF df;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+    // Vectors where every gather or window load stays inside the buffer (8 bytes of slack).
+    int64_t x = 0;
+    if (p.taps2 && img + bytes_through_row(p, std::min(y + 1, p.src_h - 1)) + 8 <= buffer_end) {
+      x = p.rw / lanes * lanes;
+      hrow_vector_span(p, img, y, x, channels, h, stride);
+    }
+    for (; x < p.rw; ++x) hrow_scalar(p, img, y, x, channels, h, stride);
+    row[k] = y;
+    return h;
+  }
+};
+
 // Output rows [begin, end) over all images (row index = n * height + y).
 void aipp_rows(const Job& job, int64_t begin, int64_t end) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int C = static_cast<int>(job.channels);
   const int64_t H = job.height, W = job.width;
-  thread_local std::vector<float> tmp_storage;
+  thread_local std::vector<float> nhwc_rows;
+  thread_local RowCache cache;
+  cache.plan = nullptr;  // a new run: the image data may have changed
   for (int64_t row = begin; row < end; ++row) {
     const int64_t n = row / H, y = row % H;
     const ImagePlan& p = job.plans[job.one_plan ? 0 : n];
     const uint8_t* img = job.images + n * job.image_stride;
+    // 1. where the row goes: the output planes (NCHW), or channel rows interleaved at the end.
     const size_t need = static_cast<size_t>(C) * static_cast<size_t>(W + lanes);
-    if (tmp_storage.size() < need) tmp_storage.resize(need);
-    float* tmp[4];
-    for (int c = 0; c < C; ++c) tmp[c] = tmp_storage.data() + c * (W + lanes);
-    // 1. the output row: padding, or padding around a region row.
+    if (job.nhwc && nhwc_rows.size() < need) nhwc_rows.resize(need);
+    float* out[4];
+    for (int c = 0; c < C; ++c)
+      out[c] = job.nhwc ? nhwc_rows.data() + c * (W + lanes) : job.dst + ((n * C + c) * H + y) * W;
+    // 2. padding, and the region row: the vertical half of step 4, step 5.
     const int64_t ry = y - p.top;
     const bool in_region = ry >= 0 && ry < p.rh;
-    for (int c = 0; c < C; ++c) std::fill(tmp[c], tmp[c] + W, p.padding_value);
+    for (int c = 0; c < C; ++c) {
+      if (!in_region) {
+        std::fill(out[c], out[c] + W, p.padding_value);
+        continue;
+      }
+      std::fill(out[c], out[c] + p.left, p.padding_value);
+      std::fill(out[c] + p.left + p.rw, out[c] + W, p.padding_value);
+    }
     if (in_region) {
-      float* reg[4];
-      for (int c = 0; c < C; ++c) reg[c] = tmp[c] + p.left;
       const int32_t ya = p.y0[static_cast<size_t>(ry)];
-      const float wy = p.wy[static_cast<size_t>(ry)];
-      // 2. vectors where every gather stays inside the buffer: bytes up to 8 past the
-      // furthest row start of this image's last row read.
       const int32_t yb = p.taps2 ? ya + 1 : ya;
-      const bool vector_ok = p.taps2 && img + bytes_through_row(p, yb) + 8 <= job.buffer_end;
+      // The gathers of a row touch every cache line of its source rows (a 1080p row is 30
+      // lines); without prefetching they wait on memory one line at a time.
+      if (ry + kPrefetchRows < p.rh) prefetch_source_rows(p, img, p.y0[static_cast<size_t>(ry + kPrefetchRows)]);
+      const int64_t stride = p.rw + lanes;
+      const float* top = cache.get(p, img, job.buffer_end, ya, -1, C, stride);
+      const float* bot = cache.get(p, img, job.buffer_end, yb, ya, C, stride);
+      const VF wy = hn::Set(df, p.wy[static_cast<size_t>(ry)]);
+      const CscVectors k(p);
+      VF scale[4], bias[4];
+      for (int c = 0; c < C; ++c) scale[c] = hn::Set(df, p.scale[c]), bias[c] = hn::Set(df, p.bias[c]);
       int64_t x = 0;
-      if (vector_ok)
-        for (; x + lanes <= p.rw; x += lanes) row_vector(p, img, ya, wy, x, C, reg);
-      float out[4];
+      for (; x + lanes <= p.rw; x += lanes) {
+        VF v[4];
+        for (int c = 0; c < C; ++c) {
+          const VF vt = hn::LoadU(df, top + c * stride + x);
+          v[c] = hn::MulAdd(wy, hn::Sub(hn::LoadU(df, bot + c * stride + x), vt), vt);
+        }
+        if (p.csc) csc(k, v);
+        for (int c = 0; c < C; ++c) hn::StoreU(hn::MulAdd(v[c], scale[c], bias[c]), df, out[c] + p.left + x);
+      }
+      const float w = p.wy[static_cast<size_t>(ry)];
       for (; x < p.rw; ++x) {
-        const int32_t xa = p.x0[static_cast<size_t>(x)];
-        pixel_scalar(p, img, ya, yb, wy, xa, p.taps2 ? xa + 1 : xa, p.wx[static_cast<size_t>(x)], C, out);
-        for (int c = 0; c < C; ++c) reg[c][x] = out[c];
+        float v[4];
+        for (int c = 0; c < C; ++c) v[c] = top[c * stride + x] + w * (bot[c * stride + x] - top[c * stride + x]);
+        if (p.csc) csc_scalar(p, v);
+        for (int c = 0; c < C; ++c) out[c][p.left + x] = v[c] * p.scale[c] + p.bias[c];
       }
     }
-    // 3. into the output's layout.
-    if (!job.nhwc) {
-      for (int c = 0; c < C; ++c) std::memcpy(job.dst + ((n * C + c) * H + y) * W, tmp[c], sizeof(float) * W);
-    } else {
+    // 3. NHWC: interleave the channel rows.
+    if (job.nhwc) {
       float* d = job.dst + (n * H + y) * W * C;
       for (int64_t x = 0; x < W; ++x)
-        for (int c = 0; c < C; ++c) d[x * C + c] = tmp[c][x];
+        for (int c = 0; c < C; ++c) d[x * C + c] = out[c][x];
     }
   }
 }
@@ -337,7 +501,11 @@ ImagePlan make_plan(const ops::AippParams& p, const ops::AippBatchParams& b) {
   plan.top = b.padding ? b.pad_top : 0;
   plan.padding_value = b.padding_value;
   for (int i = 0; i < 9; ++i) plan.m[i] = p.matrix[i / 3][i % 3] / 256.0f;
-  for (int i = 0; i < 3; ++i) plan.ib[i] = p.input_bias[i], plan.ob[i] = p.output_bias[i];
+  for (int r = 0; r < 3; ++r) {
+    double b = p.output_bias[r];
+    for (int j = 0; j < 3; ++j) b -= double{p.matrix[r][j]} / 256.0 * p.input_bias[j];
+    plan.ob_folded[r] = static_cast<float>(b);
+  }
   for (int c = 0; c < 4; ++c) {
     plan.scale[c] = b.var_reci[c];
     plan.bias[c] = -(b.mean[c] + b.min[c]) * b.var_reci[c];
@@ -354,9 +522,58 @@ ImagePlan make_plan(const ops::AippParams& p, const ops::AippBatchParams& b) {
   return plan;
 }
 
+// Windows for 16 lanes whose lane i needs row bytes first[i] + k, k < bytes_per_lane (into
+// result bytes 4i + k). One window when the bytes span under 128, else one per half; false
+// when a half spans more (a downscale over ~14x: gathers then).
+bool lane_windows(const int32_t* first, int bytes_per_lane, int32_t row_bytes, aipp_simd::ByteWindows* w) {
+  auto fill = [&](int slot, int lane_begin, int lane_end) {
+    int32_t lo = first[lane_begin], hi = first[lane_begin];
+    for (int i = lane_begin; i < lane_end; ++i) lo = std::min(lo, first[i]), hi = std::max(hi, first[i]);
+    hi += bytes_per_lane - 1;
+    if (hi - lo >= 128) return false;
+    // The window stays inside the row: 128 bytes from win.
+    const int32_t win = std::max(0, std::min(lo, row_bytes - 128));
+    w->win[slot] = win;
+    for (int i = lane_begin; i < lane_end; ++i)
+      for (int k = 0; k < bytes_per_lane; ++k) {
+        // A byte past the row's end (the chroma pair after the last one, never used) wraps
+        // inside the window: any readable byte will do.
+        w->idx[slot][4 * i + k] = static_cast<uint8_t>((first[i] + k - win) & 127);
+        w->mask[slot] |= uint64_t{1} << (4 * i + k);
+      }
+    return true;
+  };
+  if (fill(0, 0, 16)) return true;
+  *w = aipp_simd::ByteWindows{};
+  return fill(0, 0, 8) && fill(1, 8, 16);
+}
+
+void make_byte_windows(ImagePlan& plan) {
+  const bool semi_planar = plan.format == ops::AippFormat::kYuv420sp || plan.format == ops::AippFormat::kYuv422sp;
+  if (!semi_planar || !plan.taps2 || plan.src_w < 128) return;
+  const int64_t chunks = plan.rw / 16;
+  plan.y_windows.resize(static_cast<size_t>(chunks));
+  plan.uv_windows.resize(static_cast<size_t>(chunks));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int32_t* x0 = plan.x0.data() + c * 16;
+    int32_t pair[16];
+    for (int i = 0; i < 16; ++i) pair[i] = x0[i] & ~1;
+    if (!lane_windows(x0, 2, plan.src_w, &plan.y_windows[static_cast<size_t>(c)]) ||
+        !lane_windows(pair, 4, plan.src_w, &plan.uv_windows[static_cast<size_t>(c)])) {
+      plan.y_windows.clear();
+      plan.uv_windows.clear();
+      return;
+    }
+  }
+  plan.byte_windows = true;
+}
+
 std::vector<ImagePlan> make_plans(const ops::AippParams& p) {
   std::vector<ImagePlan> plans;
-  for (const ops::AippBatchParams& b : p.batch) plans.push_back(make_plan(p, b));
+  for (const ops::AippBatchParams& b : p.batch) {
+    plans.push_back(make_plan(p, b));
+    make_byte_windows(plans.back());
+  }
   return plans;
 }
 
