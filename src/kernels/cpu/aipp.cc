@@ -61,13 +61,15 @@ struct ImagePlan {
   int32_t rw = 0, rh = 0;        // the resized (or cropped) region
   int32_t left = 0, top = 0;     // where it sits in the output
   float padding_value = 0;
-  float m[9] = {}, ob_folded[3] = {};  // CSC: matrix / 256; output bias - matrix x input bias
+  float m[9] = {}, ib[3] = {}, ob[3] = {};  // CSC: matrix / 256, input and output biases
   float scale[4] = {1, 1, 1, 1}, bias[4] = {};  // DTC as v * scale + bias
   std::vector<int32_t> x0;  // per column of the region: absolute source column of the left tap
   std::vector<float> wx;    // weight of the right tap
   std::vector<int32_t> y0;
   std::vector<float> wy;
-  bool taps2 = true;        // crop at least 2x2: x0 + 1 and y0 + 1 are inside it
+  // The crop is at least 2 wide (high): x0 + 1 (y0 + 1) is inside it. A crop 1 wide has
+  // one column: x0 with weight 0 on a second tap that is x0 itself.
+  bool taps2_x = true, taps2_y = true;
   ops::AippParams fetch_view;  // what ops::aipp_fetch_pixel reads (the scalar path)
   // Semi-planar YUV on AVX-512 VBMI: per vector of 16 region columns, the Y bytes (x0, x0+1)
   // and the chroma bytes (the pair of x0 and the next) without gathers.
@@ -220,36 +222,39 @@ HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI
 // The CSC constants as vectors, set once per row (the compiler cannot keep them in registers
 // across the row's stores by itself: they might alias).
 struct CscVectors {
-  VF m[9], ob[3];
+  VF m[9], ib[3], ob[3];
   explicit CscVectors(const ImagePlan& p) {
     const DF df;
     for (int i = 0; i < 9; ++i) m[i] = hn::Set(df, p.m[i]);
-    for (int r = 0; r < 3; ++r) ob[r] = hn::Set(df, p.ob_folded[r]);
+    for (int r = 0; r < 3; ++r) ib[r] = hn::Set(df, p.ib[r]), ob[r] = hn::Set(df, p.ob[r]);
   }
 };
 
+// Step 4 on one pixel's channels, in place. The input biases are subtracted first, not
+// folded into the output bias: the terms summed stay near the data's own size (a folded
+// BT.601 bias doubles them, and the float32 rounding of the sum with them).
 HWY_INLINE void csc(const CscVectors& k, VF c[4]) {
   const DF df;
   const VF lo = hn::Zero(df), hi = hn::Set(df, 255.0f);
+  const VF d0 = hn::Sub(c[0], k.ib[0]), d1 = hn::Sub(c[1], k.ib[1]), d2 = hn::Sub(c[2], k.ib[2]);
   VF out[3];
   for (int r = 0; r < 3; ++r) {
-    VF s = hn::MulAdd(k.m[r * 3 + 2], c[2], k.ob[r]);
-    s = hn::MulAdd(k.m[r * 3 + 1], c[1], s);
-    s = hn::MulAdd(k.m[r * 3 + 0], c[0], s);
+    VF s = hn::MulAdd(k.m[r * 3 + 2], d2, k.ob[r]);
+    s = hn::MulAdd(k.m[r * 3 + 1], d1, s);
+    s = hn::MulAdd(k.m[r * 3 + 0], d0, s);
     out[r] = hn::Min(hn::Max(s, lo), hi);
   }
   c[0] = out[0], c[1] = out[1], c[2] = out[2];
 }
 
 void csc_scalar(const ImagePlan& p, float v[4]) {
-  float o[3];
+  const float d[3] = {v[0] - p.ib[0], v[1] - p.ib[1], v[2] - p.ib[2]};
   for (int r = 0; r < 3; ++r) {
-    float s = p.ob_folded[r] + p.m[r * 3 + 2] * v[2];
-    s += p.m[r * 3 + 1] * v[1];
-    s += p.m[r * 3 + 0] * v[0];
-    o[r] = std::min(std::max(s, 0.0f), 255.0f);
+    float s = p.ob[r] + p.m[r * 3 + 2] * d[2];
+    s += p.m[r * 3 + 1] * d[1];
+    s += p.m[r * 3 + 0] * d[0];
+    v[r] = std::min(std::max(s, 0.0f), 255.0f);
   }
-  v[0] = o[0], v[1] = o[1], v[2] = o[2];
 }
 
 // Step 2 and the horizontal half of step 3 for source row y: per region column x,
@@ -303,7 +308,7 @@ void hrow_scalar(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x, i
                  int64_t stride) {
   float px[2][4];
   const int32_t xa = p.x0[static_cast<size_t>(x)];
-  const int32_t cols[2] = {xa, p.taps2 ? xa + 1 : xa};
+  const int32_t cols[2] = {xa, p.taps2_x ? xa + 1 : xa};
   for (int k = 0; k < 2; ++k) ops::aipp_fetch_pixel(p.fetch_view, img, cols[k], y, px[k]);
   const float wx = p.wx[static_cast<size_t>(x)];
   for (int c = 0; c < channels; ++c) h[c * stride + x] = px[0][c] + wx * (px[1][c] - px[0][c]);
@@ -377,7 +382,7 @@ struct RowCache {
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
     // Vectors where every gather or window load stays inside the buffer (8 bytes of slack).
     int64_t x = 0;
-    if (p.taps2 && img + bytes_through_row(p, std::min(y + 1, p.src_h - 1)) + 8 <= buffer_end) {
+    if (p.taps2_x && img + bytes_through_row(p, std::min(y + 1, p.src_h - 1)) + 8 <= buffer_end) {
       x = p.rw / lanes * lanes;
       hrow_vector_span(p, img, y, x, channels, h, stride);
     }
@@ -419,7 +424,7 @@ void aipp_rows(const Job& job, int64_t begin, int64_t end) {
     }
     if (in_region) {
       const int32_t ya = p.y0[static_cast<size_t>(ry)];
-      const int32_t yb = p.taps2 ? ya + 1 : ya;
+      const int32_t yb = p.taps2_y ? ya + 1 : ya;
       // The gathers of a row touch every cache line of its source rows (a 1080p row is 30
       // lines); without prefetching they wait on memory one line at a time.
       if (ry + kPrefetchRows < p.rh) prefetch_source_rows(p, img, p.y0[static_cast<size_t>(ry + kPrefetchRows)]);
@@ -501,24 +506,16 @@ ImagePlan make_plan(const ops::AippParams& p, const ops::AippBatchParams& b) {
   plan.top = b.padding ? b.pad_top : 0;
   plan.padding_value = b.padding_value;
   for (int i = 0; i < 9; ++i) plan.m[i] = p.matrix[i / 3][i % 3] / 256.0f;
-  for (int r = 0; r < 3; ++r) {
-    double b = p.output_bias[r];
-    for (int j = 0; j < 3; ++j) b -= double{p.matrix[r][j]} / 256.0 * p.input_bias[j];
-    plan.ob_folded[r] = static_cast<float>(b);
-  }
+  for (int i = 0; i < 3; ++i) plan.ib[i] = p.input_bias[i], plan.ob[i] = p.output_bias[i];
   for (int c = 0; c < 4; ++c) {
     plan.scale[c] = b.var_reci[c];
     plan.bias[c] = -(b.mean[c] + b.min[c]) * b.var_reci[c];
   }
   axis_taps(cx, cw, plan.rw, b.resize, &plan.x0, &plan.wx);
   axis_taps(cy, ch, plan.rh, b.resize, &plan.y0, &plan.wy);
-  plan.taps2 = cw >= 2 && ch >= 2;
-  if (!plan.taps2) {  // one tap: the scalar path reads x0 (and y0) only
-    for (int32_t& i : plan.x0) i = std::min(i, cx + cw - 1);
-    for (int32_t& i : plan.y0) i = std::min(i, cy + ch - 1);
-    std::fill(plan.wx.begin(), plan.wx.end(), 0.0f);
-    std::fill(plan.wy.begin(), plan.wy.end(), 0.0f);
-  }
+  // axis_taps gives a 1-pixel axis the tap 0 with weight 0.
+  plan.taps2_x = cw >= 2;
+  plan.taps2_y = ch >= 2;
   return plan;
 }
 
@@ -550,7 +547,7 @@ bool lane_windows(const int32_t* first, int bytes_per_lane, int32_t row_bytes, a
 
 void make_byte_windows(ImagePlan& plan) {
   const bool semi_planar = plan.format == ops::AippFormat::kYuv420sp || plan.format == ops::AippFormat::kYuv422sp;
-  if (!semi_planar || !plan.taps2 || plan.src_w < 128) return;
+  if (!semi_planar || !plan.taps2_x || plan.src_w < 128) return;
   const int64_t chunks = plan.rw / 16;
   plan.y_windows.resize(static_cast<size_t>(chunks));
   plan.uv_windows.resize(static_cast<size_t>(chunks));
