@@ -15,6 +15,9 @@ Usage: aipp_test.py KILN WORK_DIR [--only SUBSTRING] [--single]
    reference within |kiln - ref| <= 1e-5 * max(1, |ref|, 255 |var_reci_chn_c|) (relative to
    the channel's value range: channel_range). The compiled input must be uint8
    of the raw shape, and `kiln inspect` must show the AIPP configuration.
+   Dynamic AIPP (aipp_mode: dynamic) the same way, its parameter input written by the test:
+   per-image crops, resizes and means in a batch of 2, one record for a batch, NHWC, image
+   rows longer than the image; parameters that do not fit fail the run naming the field.
 3. Bad configurations: one clear error line, exit code 1, no crash.
 """
 
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -307,6 +311,35 @@ def model_shape(case):
     return [batch, oh, ow, channels] if nhwc else [batch, channels, oh, ow]
 
 
+def run_kernels(kiln, d, args, name):
+    """Runs d/m.kiln on the fast and on the reference kernels: (mode, output dir) of each run
+    that succeeded."""
+    for mode, extra in (("fast", []), ("reference", ["--reference-kernels"])):
+        out_dir = os.path.join(d, f"out_{mode}")
+        r = run([kiln, "run", os.path.join(d, "m.kiln"), "--output-dir", out_dir, "--warmup", "0"]
+                + args + extra)
+        if r.returncode != 0:
+            fail(f"{name} [{mode} kernels]: run exit {r.returncode}: {r.stderr.strip()}")
+        else:
+            yield mode, out_dir
+
+
+def compare(what, got, ref, cfg, channels, nhwc):
+    if got.shape != ref.shape or got.dtype != np.float32:
+        fail(f"{what}: output {got.dtype}{list(got.shape)}, want float32{list(ref.shape)}")
+        return
+    err = np.abs(got.astype(np.float64) - ref)
+    scale = np.maximum(np.maximum(1.0, np.abs(ref)), channel_range(cfg, channels, nhwc, ref.ndim))
+    excess = err / scale
+    if excess.max() > RTOL:
+        at = np.unravel_index(np.argmax(excess), excess.shape)
+        fail(f"{what}: max |kiln - ref| / max(1, |ref|, range) = {excess.max():.3g} at {list(at)} "
+             f"(kiln {got[at]!r}, ref {ref[at]!r}); {np.count_nonzero(excess > RTOL)} of "
+             f"{excess.size} values over {RTOL}")
+    else:
+        print(f"ok {what}: max rel err {excess.max():.2g}", flush=True)
+
+
 def check_group(kiln, work, name, cases, seed):
     """Cases as the inputs of one model (aipp_op blocks with related_input_rank 0, 1, ...):
     one compile and one run per kernel kind check them all. Returns False if it did not
@@ -346,31 +379,127 @@ def check_group(kiln, work, name, cases, seed):
         np.save(path, images)
         args += ["--input", f"data{i}={path}"]
         refs.append(ar.aipp(cfg, images, channels, nhwc))
-    for mode, extra in (("fast", []), ("reference", ["--reference-kernels"])):
-        out_dir = os.path.join(d, f"out_{mode}")
-        r = run([kiln, "run", os.path.join(d, "m.kiln"), "--output-dir", out_dir, "--warmup", "0"]
-                + args + extra)
-        if r.returncode != 0:
-            fail(f"{name} [{mode} kernels]: run exit {r.returncode}: {r.stderr.strip()}")
-            continue
+    for mode, out_dir in run_kernels(kiln, d, args, name):
         for i, (cname, cfg, channels, batch, nhwc) in enumerate(cases):
-            ref = refs[i]
-            got = np.load(os.path.join(out_dir, f"out{i}.npy"))
-            if got.shape != ref.shape or got.dtype != np.float32:
-                fail(f"{cname} [{mode} kernels]: output {got.dtype}{list(got.shape)}, "
-                     f"want float32{list(ref.shape)}")
-                continue
-            err = np.abs(got.astype(np.float64) - ref)
-            scale = np.maximum(np.maximum(1.0, np.abs(ref)), channel_range(cfg, channels, nhwc, ref.ndim))
-            excess = err / scale
-            if excess.max() > RTOL:
-                at = np.unravel_index(np.argmax(excess), excess.shape)
-                fail(f"{cname} [{mode} kernels]: max |kiln - ref| / max(1, |ref|, range) = {excess.max():.3g} "
-                     f"at {list(at)} (kiln {got[at]!r}, ref {ref[at]!r}); "
-                     f"{np.count_nonzero(excess > RTOL)} of {excess.size} values over {RTOL}")
-            else:
-                print(f"ok {cname} [{mode} kernels]: max rel err {excess.max():.2g}", flush=True)
+            compare(f"{cname} [{mode} kernels]", np.load(os.path.join(out_dir, f"out{i}.npy")), refs[i],
+                    cfg, channels, nhwc)
     return True
+
+
+# Dynamic AIPP: the parameters come at run time in the input "<image input>_aipp_params",
+# which kilnmdlSetInputAIPP fills; here the test writes its bytes itself, in the layout of
+# serialize_aipp (src/ops/aipp_params.cc): a header, the common part, one record per image.
+FORMAT_NUMBERS = {"YUV420SP_U8": 1, "XRGB8888_U8": 2, "RGB888_U8": 3, "YUV400_U8": 4,
+                  "ARGB8888_U8": 7, "YUYV_U8": 8, "YUV422SP_U8": 9, "AYUV444_U8": 10}
+
+
+def dynamic_params(cfgs, size):
+    """uint8[size]: the serialized parameters of per-image configurations (one for all, or
+    one per image; the common fields are the first's)."""
+    c = cfgs[0]
+    m, ib, ob = ar.csc_params(c) or ([[0.0] * 3] * 3, [0.0] * 3, [0.0] * 3)
+    data = struct.pack("<4I", 0x5041494B, 1, len(cfgs), 0)
+    data += struct.pack("<3i4B15f", FORMAT_NUMBERS[c["input_format"]], c["src_image_size_w"],
+                        c["src_image_size_h"], int(ar.csc_params(c) is not None),
+                        int(c.get("rbuv_swap_switch", False)), int(c.get("ax_swap_switch", False)), 0,
+                        *[v for row in m for v in row], *ib, *ob)
+    for c in cfgs:
+        g = lambda k: c.get(k, 0)  # noqa: E731
+        data += struct.pack("<4B10i13f", int(g("crop")), int(g("resize")), int(g("padding")), 0,
+                            g("load_start_pos_w"), g("load_start_pos_h"), g("crop_size_w"),
+                            g("crop_size_h"), g("resize_output_w"), g("resize_output_h"),
+                            g("left_padding_size"), g("right_padding_size"), g("top_padding_size"),
+                            g("bottom_padding_size"), g("padding_value"),
+                            *[g(f"mean_chn_{i}") for i in range(4)], *[g(f"min_chn_{i}") for i in range(4)],
+                            *[c.get(f"var_reci_chn_{i}", 1.0) for i in range(4)])
+    assert len(data) <= size, (len(data), size)
+    return np.frombuffer(data + bytes(size - len(data)), dtype=np.uint8)
+
+
+def dynamic_cases():
+    """(name, per-image configurations, channels, batch, nhwc, max_src_image_size)."""
+    nv12 = {"input_format": "YUV420SP_U8", "src_image_size_w": 64, "src_image_size_h": 48,
+            "csc_switch": True, "csc_preset": "BT601_NARROW"}
+    argb = {"input_format": "ARGB8888_U8", "src_image_size_w": 30, "src_image_size_h": 20,
+            "ax_swap_switch": True, "rbuv_swap_switch": True, "resize": True,
+            "resize_output_w": 21, "resize_output_h": 15, "padding": True, "left_padding_size": 1,
+            "right_padding_size": 1, "top_padding_size": 1, "bottom_padding_size": 1}
+    grey = {"input_format": "YUV400_U8", "src_image_size_w": 11, "src_image_size_h": 9,
+            "mean_chn_0": 127.5, "var_reci_chn_0": 1 / 127.5}
+    return [
+        # Two images of a batch cropped and resized differently, normalised differently.
+        ("nv12_per_image", [dict(nv12, crop=True, load_start_pos_w=4, load_start_pos_h=2,
+                                 crop_size_w=40, crop_size_h=30, **ar.imagenet_fields()),
+                            dict(nv12, crop=True, load_start_pos_w=1, load_start_pos_h=3,
+                                 crop_size_w=21, crop_size_h=15, resize=True,
+                                 resize_output_w=40, resize_output_h=30, mean_chn_1=50.0)],
+         3, 2, False, 64 * 48 * 3 // 2 + 100),
+        ("rgba_nhwc", [dict(argb, **ar.imagenet_fields())], 3, 1, True, 30 * 20 * 4),
+        ("grey_one_record_batch2", [grey], 1, 2, False, 200),
+    ]
+
+
+def check_dynamic(kiln, work, cases, seed):
+    d = os.path.join(work, "dynamic")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shapes = []
+    for name, cfgs, channels, batch, nhwc, max_bytes in cases:
+        ow, oh = ar.output_size(cfgs[0])
+        shapes.append([batch, oh, ow, channels] if nhwc else [batch, channels, oh, ow])
+    identity_model(os.path.join(d, "m.onnx"), shapes)
+    with open(os.path.join(d, "aipp.cfg"), "w") as f:
+        for i, case in enumerate(cases):
+            f.write(f"aipp_op {{ aipp_mode: dynamic related_input_rank: {i} "
+                    f"max_src_image_size: {case[5]} }}\n")
+    r = run([kiln, "compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln"),
+             "--insert-op-conf", os.path.join(d, "aipp.cfg")])
+    if r.returncode != 0:
+        fail(f"dynamic: compile exit {r.returncode}: {r.stderr.strip()}")
+        return
+    r = run([kiln, "inspect", "--json", os.path.join(d, "m.kiln")])
+    info = json.loads(r.stdout) if r.returncode == 0 else {"inputs": []}
+    inputs = {i["name"]: i for i in info["inputs"]}
+    rng = np.random.default_rng(seed)
+    args, refs = [], []
+    for i, (name, cfgs, channels, batch, nhwc, max_bytes) in enumerate(cases):
+        params_bytes = 16 + 76 + 96 * batch
+        want = {f"data{i}": [batch, max_bytes], f"data{i}_aipp_params": [params_bytes]}
+        for k, shape in want.items():
+            if inputs.get(k, {}).get("shape") != shape or inputs[k]["dtype"] != "uint8":
+                fail(f"dynamic {name}: compiled input {k} is {inputs.get(k)}, want uint8 {shape}")
+        if "dynamic AIPP" not in info.get("aipp", {}).get(f"data{i}", ""):
+            fail(f"dynamic {name}: kiln inspect does not show the dynamic AIPP")
+        # Each row: the image, then bytes the AIPP must not read.
+        raw = rng.integers(0, 256, (batch, max_bytes), dtype=np.uint8)
+        c = cfgs[0]
+        images = raw[:, :int(np.prod(ar.image_dims(c["input_format"], c["src_image_size_w"],
+                                                   c["src_image_size_h"])))]
+        refs.append(np.concatenate([ar.aipp(cfgs[n % len(cfgs)], images[n:n + 1], channels, nhwc)
+                                    for n in range(batch)]))
+        for k, v in ((f"data{i}", raw), (f"data{i}_aipp_params", dynamic_params(cfgs, params_bytes))):
+            np.save(os.path.join(d, k + ".npy"), v)
+            args += ["--input", f"{k}={os.path.join(d, k + '.npy')}"]
+    for mode, out_dir in run_kernels(kiln, d, args, "dynamic"):
+        for i, (name, cfgs, channels, batch, nhwc, _) in enumerate(cases):
+            got = np.load(os.path.join(out_dir, f"out{i}.npy"))
+            for n in range(batch):
+                compare(f"dynamic {name} image {n} [{mode} kernels]", got[n:n + 1],
+                        refs[i][n:n + 1], cfgs[n % len(cfgs)], channels, nhwc)
+
+    # Parameters that do not fit: a run-time error naming the field, no crash.
+    name, cfgs, channels, batch, nhwc, max_bytes = cases[0]
+    bad = [cfgs[0], dict(cfgs[1], load_start_pos_w=50)]
+    path = os.path.join(d, "bad_params.npy")
+    np.save(path, dynamic_params(bad, 16 + 76 + 96 * batch))
+    bad_args = [a.replace(os.path.join(d, "data0_aipp_params.npy"), path) for a in args]
+    r = run([kiln, "run", os.path.join(d, "m.kiln"), "--warmup", "0"] + bad_args)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    if r.returncode != 1 or len(lines) != 1 or "load_start_pos_w 50" not in lines[0]:
+        fail(f"dynamic: a crop outside image 1: exit {r.returncode}, want 1 and one line naming "
+             f"load_start_pos_w: {r.stderr.strip()!r}")
+    else:
+        print(f"ok dynamic bad parameters: {lines[0]}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,10 +591,14 @@ def main():
             print(f"{name}: the model of {len(group)} inputs did not compile; each alone:", flush=True)
             for i, case in enumerate(group):
                 check_group(args.kiln, args.work_dir, "single-" + case[0], [case], seed * 100 + i)
+    dynamic = [c for c in dynamic_cases() if args.only in "dynamic-" + c[0]]
+    if dynamic:
+        check_dynamic(args.kiln, args.work_dir, dynamic, seed=len(groups))
     bad = [b for b in bad_cases() if args.only in "bad_" + b[0]]
     for b in bad:
         check_bad(args.kiln, args.work_dir, *b)
-    print(f"{len(cases)} configurations x 2 kernels, {len(bad)} bad configurations: "
+    print(f"{len(cases)} static and {len(dynamic)} dynamic configurations x 2 kernels, "
+          f"{len(bad)} bad configurations: "
           f"{len(FAILURES)} failure(s)", flush=True)
     for f in FAILURES:
         print(f"  {f}")
