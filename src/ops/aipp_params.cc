@@ -96,10 +96,10 @@ constexpr int32_t kMaxSide = 16384;
 Status validate_batch(const AippParams& p, const AippBatchParams& b, const AippOutputDesc& out, const std::string& at) {
   int32_t w = p.src_w, h = p.src_h;
   if (b.crop) {
-    if (b.crop_w <= 0 || b.crop_h <= 0)
-      return invalid_argument("%scrop_size_w/h %dx%d must be positive", at.c_str(), b.crop_w, b.crop_h);
-    if (b.crop_x < 0 || b.crop_y < 0)
-      return invalid_argument("%sload_start_pos_w/h %d,%d must not be negative", at.c_str(), b.crop_x, b.crop_y);
+    if (b.crop_w <= 0) return invalid_argument("%scrop_size_w %d must be positive", at.c_str(), b.crop_w);
+    if (b.crop_h <= 0) return invalid_argument("%scrop_size_h %d must be positive", at.c_str(), b.crop_h);
+    if (b.crop_x < 0) return invalid_argument("%sload_start_pos_w %d must not be negative", at.c_str(), b.crop_x);
+    if (b.crop_y < 0) return invalid_argument("%sload_start_pos_h %d must not be negative", at.c_str(), b.crop_y);
     if (int64_t{b.crop_x} + b.crop_w > p.src_w)
       return invalid_argument("%sload_start_pos_w %d + crop_size_w %d exceeds src_image_size_w %d", at.c_str(),
                               b.crop_x, b.crop_w, p.src_w);
@@ -339,10 +339,15 @@ std::string AippParams::to_text() const {
 namespace kiln::ops {
 
 std::string AippInsertion::locate(const std::string& message) const {
-  // The longest field name the message mentions ("crop_size_w" before "crop").
+  // The field the message names first (messages name the field at fault first), the longest
+  // at that place ("crop_size_w" rather than "crop").
   const std::pair<std::string, int>* best = nullptr;
-  for (const auto& f : field_lines)
-    if (message.find(f.first) != std::string::npos && (!best || f.first.size() > best->first.size())) best = &f;
+  size_t best_at = std::string::npos;
+  for (const auto& f : field_lines) {
+    const size_t at = message.find(f.first);
+    if (at == std::string::npos) continue;
+    if (!best || at < best_at || (at == best_at && f.first.size() > best->first.size())) best = &f, best_at = at;
+  }
   if (!best) return where + ": " + message;
   const size_t colon = where.rfind(':');
   return (colon == std::string::npos ? where : where.substr(0, colon)) + ":" + std::to_string(best->second) + ": " +

