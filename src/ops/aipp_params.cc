@@ -192,6 +192,19 @@ static_assert(sizeof(Header) == 16 && sizeof(Common) == 76 && sizeof(Record) == 
 
 constexpr int64_t kMaxBatchRecords = 1 << 16;
 
+// The per-image fields, either way between AippBatchParams and Record (same names).
+template <typename From, typename To>
+void copy_batch_fields(const From& f, To& t) {
+  using B = decltype(t.crop);
+  t.crop = static_cast<B>(f.crop != 0), t.resize = static_cast<B>(f.resize != 0);
+  t.padding = static_cast<B>(f.padding != 0);
+  t.crop_x = f.crop_x, t.crop_y = f.crop_y, t.crop_w = f.crop_w, t.crop_h = f.crop_h;
+  t.resize_w = f.resize_w, t.resize_h = f.resize_h;
+  t.pad_left = f.pad_left, t.pad_right = f.pad_right, t.pad_top = f.pad_top, t.pad_bottom = f.pad_bottom;
+  t.padding_value = f.padding_value;
+  for (int i = 0; i < 4; ++i) t.mean[i] = f.mean[i], t.min[i] = f.min[i], t.var_reci[i] = f.var_reci[i];
+}
+
 }  // namespace
 
 size_t aipp_serialized_bytes(int64_t batch) {
@@ -219,25 +232,7 @@ std::vector<uint8_t> serialize_aipp(const AippParams& p) {
   at += sizeof h + sizeof c;
   for (const AippBatchParams& b : p.batch) {
     Record r{};
-    r.crop = b.crop;
-    r.resize = b.resize;
-    r.padding = b.padding;
-    r.crop_x = b.crop_x;
-    r.crop_y = b.crop_y;
-    r.crop_w = b.crop_w;
-    r.crop_h = b.crop_h;
-    r.resize_w = b.resize_w;
-    r.resize_h = b.resize_h;
-    r.pad_left = b.pad_left;
-    r.pad_right = b.pad_right;
-    r.pad_top = b.pad_top;
-    r.pad_bottom = b.pad_bottom;
-    r.padding_value = b.padding_value;
-    for (int i = 0; i < 4; ++i) {
-      r.mean[i] = b.mean[i];
-      r.min[i] = b.min[i];
-      r.var_reci[i] = b.var_reci[i];
-    }
+    copy_batch_fields(b, r);
     std::memcpy(at, &r, sizeof r);
     at += sizeof r;
   }
@@ -275,25 +270,7 @@ Expected<AippParams> deserialize_aipp(const uint8_t* data, size_t size) {
     Record r{};
     std::memcpy(&r, at, sizeof r);
     at += sizeof r;
-    b.crop = r.crop != 0;
-    b.resize = r.resize != 0;
-    b.padding = r.padding != 0;
-    b.crop_x = r.crop_x;
-    b.crop_y = r.crop_y;
-    b.crop_w = r.crop_w;
-    b.crop_h = r.crop_h;
-    b.resize_w = r.resize_w;
-    b.resize_h = r.resize_h;
-    b.pad_left = r.pad_left;
-    b.pad_right = r.pad_right;
-    b.pad_top = r.pad_top;
-    b.pad_bottom = r.pad_bottom;
-    b.padding_value = r.padding_value;
-    for (int i = 0; i < 4; ++i) {
-      b.mean[i] = r.mean[i];
-      b.min[i] = r.min[i];
-      b.var_reci[i] = r.var_reci[i];
-    }
+    copy_batch_fields(r, b);
   }
   return p;
 }
