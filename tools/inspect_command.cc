@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <nlohmann/json.hpp>
 
-#include "frontend/onnx/onnx_importer.h"
 #include "ops/aipp.h"
-#include "tools/model_source.h"
+#include "tools/inspect_report.h"
 #include "tools/node_table.h"
 #include "tools/subcommand.h"
 
@@ -20,107 +18,21 @@ struct InspectArgs {
   bool nodes = false;  // --nodes: the node table (tools/node_table.h)
 };
 
-// Op type -> nodes; a node computing in reduced precision (kiln compile --precision) counts
-// as "op [bf16]" / "op [bf16x3]". `nodes` counts the graph's own nodes, `subgraph_nodes`
-// those inside If/Loop/Scan bodies: kiln compile's "A -> B nodes" and its report count the
-// graph's own nodes, so that is the number "nodes:" shows (issue 24: they disagreed).
-void count_ops(const ir::Graph& g, std::map<std::string, int>& hist, size_t* nodes, size_t* subgraph_nodes) {
-  for (const auto& n : g.nodes()) {
-    std::string key = n->domain().empty() ? n->op_type() : n->domain() + "." + n->op_type();
-    const std::string precision = n->attr_string("precision", "fp32");
-    if (precision != "fp32") key += " [" + precision + "]";
-    ++hist[key];
-    ++*nodes;
-    for (const ir::Graph* sub : n->subgraphs()) {
-      size_t inner = 0;
-      count_ops(*sub, hist, &inner, subgraph_nodes);
-      *subgraph_nodes += inner;
-    }
-  }
-}
-
-nlohmann::json values_json(const std::vector<ir::Value*>& values) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const ir::Value* v : values) {
-    nlohmann::json dims = nlohmann::json::array();
-    if (v->shape().has_rank())
-      for (const Dim& d : v->shape().dims()) dims.push_back(d.is_static() ? nlohmann::json(d.value) : nlohmann::json(d.to_string()));
-    out.push_back({{"name", v->name()},
-                   {"dtype", dtype_name(v->dtype())},
-                   {"shape", v->shape().has_rank() ? dims : nlohmann::json(nullptr)},
-                   {"has_default", v->has_initializer()}});
-  }
-  return out;
-}
-
 int run_inspect(const InspectArgs& args) {
-  auto kind = sniff_model_kind(args.model);
-  if (!kind.ok()) return report_error("inspect", kind.status().to_string());
-  std::shared_ptr<ir::Graph> graph;
-  model::ModelInfo info;
-  std::vector<std::string> unsupported;
-  model::LoadedModel kiln_model;  // shape buckets and file size of a .kiln
-  if (*kind == ModelKind::kKiln) {
-    auto loaded = model::load_model(args.model);
-    if (!loaded.ok()) return report_error("inspect", loaded.status().to_string());
-    graph = loaded->graph;
-    info = loaded->info;
-    kiln_model = std::move(loaded).value();
-  } else {
-    frontend::ImportOptions options;
-    options.require_supported_ops = false;
-    auto imported = frontend::import_onnx_file(args.model, options);
-    if (!imported.ok()) return report_error("inspect", imported.status().to_string());
-    graph = imported->graph;
-    info.producer = imported->producer;
-    info.source_hash = imported->source_hash;
-    unsupported = frontend::list_unsupported_nodes(*graph);
+  auto inspected = inspect_model(args.model);
+  if (!inspected.ok()) return report_error("inspect", inspected.status().to_string());
+  if (args.json) {
+    std::printf("%s\n", inspect_json(args.model, *inspected, args.nodes).dump(2).c_str());
+    return 0;
   }
+  const ir::Graph* graph = inspected->graph.get();
+  const model::ModelInfo& info = inspected->info;
+  const std::vector<std::string>& unsupported = inspected->unsupported;
+  const model::LoadedModel& kiln_model = inspected->kiln_model;
+  const bool is_kiln = inspected->is_kiln;
   std::map<std::string, int> hist;
   size_t nodes = 0, subgraph_nodes = 0;
   count_ops(*graph, hist, &nodes, &subgraph_nodes);
-  const bool is_kiln = *kind == ModelKind::kKiln;
-
-  if (args.json) {
-    nlohmann::json j;
-    j["file"] = args.model;
-    j["format"] = is_kiln ? "kiln" : "onnx";
-    j["inputs"] = values_json(graph->inputs());
-    j["outputs"] = values_json(graph->outputs());
-    for (const ir::Value* v : graph->inputs())
-      if (const ir::Node* aipp = ops::aipp_node_for_input(*graph, v))
-        j["aipp"][v->name()] = ops::aipp_description(*aipp);
-    j["nodes"] = nodes;                    // the graph's own, as kiln compile counts them
-    j["subgraph_nodes"] = subgraph_nodes;  // inside If/Loop/Scan bodies (also in op_histogram)
-    j["op_histogram"] = hist;
-    j["opsets"] = graph->opset_imports();
-    j["weight_bytes"] = graph->weight_bytes();
-    j["producer"] = info.producer;
-    j["source_hash"] = info.source_hash;
-    if (is_kiln) {
-      j["format_version"] = info.format_version;
-      j["kiln_version"] = info.kiln_version;
-      j["source_name"] = info.source_name;
-      j["target"] = {{"arch", info.target_arch}, {"features", info.target_features}};
-      j["checksum"] = str_format("%016llx", (unsigned long long)info.checksum);
-      j["file_bytes"] = kiln_model.file_size;
-      j["weight_section_bytes"] = kiln_model.weight_bytes;
-      if (kiln_model.bucket_kind != model::BucketKind::kNone) {
-        nlohmann::json buckets = nlohmann::json::array();
-        for (const model::LoadedVariant& v : kiln_model.variants)
-          buckets.push_back({{"shapes", v.shapes}, {"nodes", v.graph->nodes().size()}});
-        j["buckets"] = {{"kind", model::bucket_kind_name(kiln_model.bucket_kind)},
-                        {"variants", std::move(buckets)},
-                        {"pad_values", kiln_model.pad_values},
-                        {"dynamic_graph", kiln_model.dynamic_graph != nullptr}};
-      }
-    } else {
-      j["unsupported_nodes"] = unsupported;
-    }
-    if (args.nodes) j["node_table"] = node_table_json(*graph);
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
-  }
   std::printf("%s: %s model\n", args.model.c_str(), is_kiln ? "Kiln offline" : "ONNX");
   if (!info.producer.empty()) std::printf("producer: %s\n", info.producer.c_str());
   if (is_kiln) {

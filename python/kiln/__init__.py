@@ -1,0 +1,79 @@
+"""Kiln: an inference stack for the CPU, from Python.
+
+High level, as ONNX Runtime::
+
+    import kiln
+    sess = kiln.InferenceSession("model.onnx")        # or a .kiln offline model
+    outputs = sess.run(None, {"x": x})                # list of numpy arrays
+
+kiln.compile() and kiln.inspect() are `kiln compile` and `kiln inspect --json`. The
+pyACL-shaped low-level modules (kiln.rt, kiln.mdl, ...) are submodules of the native
+module, imported here when the build has them. See docs/python.md.
+"""
+
+import concurrent.futures as _futures
+import sys as _sys
+import threading as _threading
+import types as _types
+
+from . import _kiln
+from ._kiln import Error, NodeArg, compile, inspect  # noqa: A004 (compile: kiln compile's name)
+
+__version__: str = _kiln.__version__
+
+__all__ = ["Error", "InferenceSession", "NodeArg", "compile", "inspect", "__version__"]
+
+
+class InferenceSession(_kiln.InferenceSession):
+    """A model loaded for inference, as onnxruntime.InferenceSession.
+
+    InferenceSession(path, threads=None, device=0, input_shapes=None, precision=None)
+
+    path: an .onnx model (compiled in memory) or a .kiln offline model. threads: intra-op
+    threads per device (process-wide: the first session decides). device: the logical
+    device (KILN_DEVICES=cpu:N makes N). input_shapes: {"x": [1, 3, 224, 224]} or
+    "x:1,3,224,224" fixes open dims of an .onnx. precision: "fp32", "bf16" or "mixed".
+    Use it as a context manager or call close().
+    """
+
+    def __init__(self, path, threads=None, device=0, input_shapes=None, precision=None):
+        super().__init__(str(path), threads, device, input_shapes, precision)
+        self._executor = None
+        self._executor_lock = _threading.Lock()
+
+    def run_async(self, output_names, input_feed):
+        """Runs the model on a worker thread; returns a concurrent.futures.Future of run()'s list.
+
+        Runs of one session execute concurrently (the GIL is released while Kiln runs);
+        keep the input arrays unchanged until the future is done.
+        """
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = _futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="kiln-run")
+        return self._executor.submit(self.run, output_names, input_feed)
+
+    def close(self):
+        """Unloads the model after runs in progress (and pending run_async calls) finish."""
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        super().close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# The low-level modules (kiln.rt, kiln.mdl, ...) live in the native module; make
+# `import kiln.rt` work for each.
+for _name in dir(_kiln):
+    _value = getattr(_kiln, _name)
+    if isinstance(_value, _types.ModuleType):
+        globals()[_name] = _value
+        _sys.modules[__name__ + "." + _name] = _value
+        __all__.append(_name)
+del _name, _value

@@ -1,0 +1,93 @@
+"""Type stubs of the kiln package (docs/python.md)."""
+
+from concurrent.futures import Future
+from os import PathLike
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+ShapeSpec = Union[str, Mapping[str, Sequence[Union[int, None]]]]
+
+class Error(Exception):
+    """A Kiln failure; str(e) names the thing at fault."""
+
+    code: int
+    """The kilnError code (include/kiln/kiln.h), e.g. 100000 for an invalid parameter."""
+
+ERROR_INVALID_PARAM: int
+ERROR_UNINITIALIZE: int
+ERROR_INVALID_FILE: int
+ERROR_MODEL_INPUT_NOT_MATCH: int
+ERROR_MODEL_OUTPUT_NOT_MATCH: int
+ERROR_INVALID_RESOURCE_HANDLE: int
+ERROR_FEATURE_UNSUPPORTED: int
+ERROR_FAILURE: int
+
+class NodeArg:
+    """An input or output of a model, as ONNX Runtime's NodeArg."""
+
+    @property
+    def name(self) -> str:
+        """The tensor's name in the model."""
+    @property
+    def shape(self) -> list[Union[int, str, None]] | None:
+        """Dims: ints, and for an open dim its symbolic name or None; None for an unknown rank."""
+    @property
+    def type(self) -> str:
+        """ONNX Runtime's type string, e.g. 'tensor(float)'."""
+    @property
+    def dtype(self) -> np.dtype[Any] | None:
+        """The numpy dtype (uint16 carries bfloat16 bits; None for strings)."""
+
+class InferenceSession:
+    """A model loaded for inference, as onnxruntime.InferenceSession."""
+
+    def __init__(
+        self,
+        path: Union[str, PathLike[str]],
+        threads: int | None = None,
+        device: int = 0,
+        input_shapes: ShapeSpec | None = None,
+        precision: str | None = None,
+    ) -> None:
+        """Loads an .onnx (compiled in memory) or .kiln model on `device`."""
+    def get_inputs(self) -> list[NodeArg]:
+        """The model's inputs, in order."""
+    def get_outputs(self) -> list[NodeArg]:
+        """The model's outputs, in order."""
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, npt.NDArray[Any]]
+    ) -> list[npt.NDArray[Any]]:
+        """Runs the model; returns the outputs named (all for None) as numpy arrays."""
+    def run_async(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, npt.NDArray[Any]]
+    ) -> Future[list[npt.NDArray[Any]]]:
+        """run() on a worker thread, as a concurrent.futures.Future."""
+    def close(self) -> None:
+        """Unloads the model once runs in progress finish; idempotent."""
+    @property
+    def closed(self) -> bool:
+        """Whether close() has been called."""
+    @property
+    def path(self) -> str:
+        """The model file the session was created from."""
+    def __enter__(self) -> InferenceSession: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def compile(
+    src: Union[str, PathLike[str]],
+    dst: Union[str, PathLike[str]],
+    input_shape: ShapeSpec | None = None,
+    dynamic_dims: Union[str, Sequence[Mapping[str, Sequence[int]]], None] = None,
+    dynamic_batch_size: Union[str, Sequence[int], None] = None,
+    precision: str | None = None,
+    insert_op_conf: Union[str, PathLike[str], None] = None,
+    report: bool = True,
+) -> dict[str, Any] | None:
+    """Compiles an .onnx into a .kiln (kiln compile); returns the compile report as a dict."""
+
+def inspect(path: Union[str, PathLike[str]], nodes: bool = False) -> dict[str, Any]:
+    """What a model file holds, as `kiln inspect --json`'s dict."""

@@ -1,0 +1,16 @@
+// The parts of the extension module kiln._kiln: one binder per API, each in its own file,
+// called in this order by module.cc. Adding an API is one file plus one line here and one
+// in module.cc.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace kiln::python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);   // kiln.Error (errors.cc); first: the others raise it
+void bind_session(py::module_& m);  // kiln.InferenceSession, NodeArg (session.cc)
+void bind_compile(py::module_& m);  // kiln.compile, kiln.inspect (compile.cc)
+
+}  // namespace kiln::python

@@ -1,0 +1,13 @@
+// kiln._kiln: the extension module behind the kiln package (python/kiln/__init__.py).
+#include "python/src/binders.h"
+
+#include "kiln/kiln.h"
+
+PYBIND11_MODULE(_kiln, m) {
+  m.doc() = "Kiln's native module; import kiln instead.";
+  m.attr("__version__") = std::to_string(KILN_VERSION_MAJOR) + "." + std::to_string(KILN_VERSION_MINOR) + "." +
+                          std::to_string(KILN_VERSION_PATCH);
+  kiln::python::bind_errors(m);
+  kiln::python::bind_session(m);
+  kiln::python::bind_compile(m);
+}
