@@ -18,6 +18,9 @@ import types as _types
 
 from . import _kiln
 from ._kiln import Error, NodeArg, compile, inspect  # noqa: A004 (compile: kiln compile's name)
+from ._kiln import (ERROR_FAILURE, ERROR_FEATURE_UNSUPPORTED, ERROR_INVALID_FILE, ERROR_INVALID_PARAM,
+                    ERROR_INVALID_RESOURCE_HANDLE, ERROR_MODEL_INPUT_NOT_MATCH, ERROR_MODEL_OUTPUT_NOT_MATCH,
+                    ERROR_UNINITIALIZE)
 
 __version__: str = _kiln.__version__
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include "compiler/compiler.h"
 #include "compiler/pass_manager.h"
@@ -58,9 +59,10 @@ std::string batch_text(const py::object& value) {
   return list_text(value, ',', [](const py::object& b) { return std::to_string(py::cast<int64_t>(b)); });
 }
 
-py::object compile(const std::string& src, const std::string& dst, py::object input_shape, py::object dynamic_dims,
-                   py::object dynamic_batch_size, std::optional<std::string> precision,
-                   std::optional<std::string> insert_op_conf, bool report) {
+py::object compile(const std::filesystem::path& src_path, const std::filesystem::path& dst_path, py::object input_shape,
+                   py::object dynamic_dims, py::object dynamic_batch_size, std::optional<std::string> precision,
+                   std::optional<std::filesystem::path> insert_op_conf, bool report) {
+  const std::string src = src_path.string(), dst = dst_path.string();
   compiler::CompileOptions options;
   if (precision) {
     auto p = compiler::precision_from_name(*precision);
@@ -77,7 +79,7 @@ py::object compile(const std::string& src, const std::string& dst, py::object in
     py::gil_scoped_release unlocked;
     [&] {
       if (insert_op_conf) {
-        auto aipp = preprocess::read_aipp_config(*insert_op_conf);
+        auto aipp = preprocess::read_aipp_config(insert_op_conf->string());
         if (!aipp.ok()) return void(failed = aipp.status());
         options.aipp = std::move(*aipp);
       }
@@ -93,7 +95,8 @@ py::object compile(const std::string& src, const std::string& dst, py::object in
   return report ? to_python(j) : py::object(py::none());
 }
 
-py::object inspect(const std::string& path, bool nodes) {
+py::object inspect(const std::filesystem::path& file, bool nodes) {
+  const std::string path = file.string();
   nlohmann::json j;
   Status failed;
   {
