@@ -12,5 +12,10 @@ namespace py = pybind11;
 void bind_errors(py::module_& m);   // kiln.Error (errors.cc); first: the others raise it
 void bind_session(py::module_& m);  // kiln.InferenceSession, NodeArg (session.cc)
 void bind_compile(py::module_& m);  // kiln.compile, kiln.inspect (compile.cc)
+void bind_util(py::module_& m);     // kiln.init, kiln.create_data_buffer, ..., kiln.util (util.cc)
+void bind_rt(py::module_& m);       // kiln.rt (rt.cc)
+void bind_mdl(py::module_& m);      // kiln.mdl (mdl.cc)
+void bind_prof(py::module_& m);     // kiln.prof (prof.cc)
+void bind_comm(py::module_& m);     // kiln.comm (comm.cc)
 
 }  // namespace kiln::python

@@ -10,4 +10,9 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bind_errors(m);
   kiln::python::bind_session(m);
   kiln::python::bind_compile(m);
+  kiln::python::bind_util(m);
+  kiln::python::bind_rt(m);
+  kiln::python::bind_mdl(m);
+  kiln::python::bind_prof(m);
+  kiln::python::bind_comm(m);
 }
