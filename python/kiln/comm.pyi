@@ -5,7 +5,7 @@ host NumPy arrays) and return ret; the *_array forms take NumPy arrays, run sync
 released) and return (result, ret). Ranks as threads: init_all(devices), each thread calls
 kiln.rt.set_device(devices[rank]) and uses its comm; ranks as processes: init_from_env under mpirun."""
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -99,7 +99,7 @@ def group_end() -> int:
 def group_start() -> int:
     """group_start() -> ret: this thread's operations are collected until group_end()."""
 
-def init_all(devices: list[int]) -> tuple[list[int], int]:
+def init_all(devices: Sequence[int]) -> tuple[list[int], int]:
     """init_all(devices) -> ([comm, ...], ret): one process, rank i on devices[i] (ranks are
     threads: each calls kiln.rt.set_device(devices[i]) and uses comms[i]).
     """

@@ -3,7 +3,7 @@
 Each function wraps one kilnmdl* function of include/kiln/kiln.h; returns `ret` codes or
 (value, ret) tuples; handles are ints. execute() releases the GIL."""
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt

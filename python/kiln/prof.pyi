@@ -3,7 +3,7 @@ timeline.json, op_summary.csv, op_statistic.csv and api_statistic.csv into dir.
 Unlike aclprof there is no config object: everything is recorded. These calls do not
 need kiln.init(); while KILN_PROFILE is set, init() returns 100002."""
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt

@@ -4,7 +4,7 @@ Each function wraps one kilnrt* function of include/kiln/kiln.h. Functions retur
 error code `ret` (0 is success; kiln.get_recent_err_msg() says why) or a tuple
 (value, ret); handles and addresses are ints. Blocking calls release the GIL."""
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt

@@ -1,6 +1,6 @@
 """NumPy arrays <-> addresses (pyACL's acl.util). On the CPU device, device memory is host-addressable, so ptr_to_numpy views kiln.rt.malloc memory without a copy."""
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ def numpy_to_ptr(array: npt.NDArray[Any]) -> int:
 def ptr_to_bytes(ptr: int, size: int) -> bytes:
     """ptr_to_bytes(ptr, size) -> bytes: a copy of size bytes of host-addressable memory."""
 
-def ptr_to_numpy(ptr: int, shape: list[int], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+def ptr_to_numpy(ptr: int, shape: Sequence[int], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     """ptr_to_numpy(ptr, shape, dtype) -> a writable NumPy view (no copy) of host-addressable
     memory: kiln.rt.malloc_host memory, and kiln.rt.malloc memory of the CPU device. dtype: a
     NumPy dtype or its type number as pyACL passes it. The view does not own the memory: do not
