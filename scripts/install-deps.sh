@@ -25,6 +25,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
   imagemagick fonts-dejavu-core
+  # the Python package (python/, docs/python.md): the binding, its tests, `pip install .`,
+  # and examples/python's image decoding
+  pybind11-dev python3-dev python3-pytest python3-pip python3-pil
 )
 
 missing=()
