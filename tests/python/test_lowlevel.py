@@ -7,6 +7,7 @@ own runtime (finalize, 4 devices for collectives) runs in a child interpreter.
 
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import threading
@@ -412,6 +413,36 @@ check(kiln.finalize())
 def test_collectives_over_numpy_arrays_with_ranks_as_threads():
     out = run_child(COLLECTIVES, {"KILN_DEVICES": "cpu:4", "KILN_COMM_TIMEOUT": "30"})
     assert out.split("\n")[:3] == ["ranks 2 ok", "ranks 3 ok", "ranks 4 ok"]
+
+
+RANK_PROCESS = r"""
+import numpy as np, kiln
+assert kiln.init() == 0
+assert kiln.rt.set_device(0) == 0
+comm, ret = kiln.comm.init_from_env()
+assert ret == 0, kiln.get_recent_err_msg()
+rank, ret = kiln.comm.get_rank_id(comm)
+total, ret = kiln.comm.all_reduce_array(np.arange(5, dtype=np.float64) * (rank + 1), kiln.comm.REDUCE_SUM, comm)
+assert ret == 0, kiln.get_recent_err_msg()
+print(rank, total.tolist())
+assert kiln.comm.destroy(comm) == 0
+assert kiln.finalize() == 0
+"""
+
+
+def test_collectives_with_ranks_as_processes():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(kiln.__file__).resolve().parents[1]), KILN_WORLD_SIZE="2",
+               KILN_ROOT_ADDR=f"127.0.0.1:{port}", KILN_COMM_TIMEOUT="30")
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_PROCESS], env=dict(env, KILN_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    want = (np.arange(5) * 3.0).tolist()
+    assert sorted(out.strip() for out, _ in outs) == [f"0 {want}", f"1 {want}"]
 
 
 def test_comm_array_forms_refuse_what_they_cannot_reduce():
