@@ -172,7 +172,8 @@ void bind_address_collectives(py::module_& m) {
     return kilnReduce(sp, rp, count, static_cast<kilnCommDataType>(dt), static_cast<kilnReduceOp>(op), root,
                       comm_of(c), stream_of(s));
   }, arg("send_buf"), arg("recv_buf"), arg("count"), arg("data_type"), arg("op"), arg("root"), arg("comm"),
-        arg("stream"), "reduce(send_buf, recv_buf, count, data_type, op, root, comm, stream) -> ret (recv_buf on root only).");
+        arg("stream"),
+        "reduce(send_buf, recv_buf, count, data_type, op, root, comm, stream) -> ret (recv_buf on root only).");
   m.def("all_gather", [](py::object send, py::object recv, uint64_t count, int dt, Ptr c, Ptr s) {
     void* sp = address_arg(send, false);
     void* rp = address_arg(recv, true);

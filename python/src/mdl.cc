@@ -194,7 +194,8 @@ void bind_aipp(py::module_& m) {
         "destroy_aipp(aipp) -> ret.");
   m.def("set_aipp_input_format", [](Ptr a, int f) {
     return kilnmdlSetAIPPInputFormat(aipp_of(a), static_cast<kilnAippInputFormat>(f));
-  }, py::arg("aipp"), py::arg("input_format"), "set_aipp_input_format(aipp, input_format) -> ret (kiln.mdl.YUV420SP_U8 ...).");
+  }, py::arg("aipp"), py::arg("input_format"),
+        "set_aipp_input_format(aipp, input_format) -> ret (kiln.mdl.YUV420SP_U8 ...).");
   m.def("set_aipp_csc_params", [](Ptr a, int8_t sw, int16_t r0c0, int16_t r0c1, int16_t r0c2, int16_t r1c0,
                                   int16_t r1c1, int16_t r1c2, int16_t r2c0, int16_t r2c1, int16_t r2c2, uint8_t ob0,
                                   uint8_t ob1, uint8_t ob2, uint8_t ib0, uint8_t ib1, uint8_t ib2) {
@@ -207,7 +208,8 @@ void bind_aipp(py::module_& m) {
         "set_aipp_csc_params(aipp, csc_switch, 9 matrix entries (1/256 units), 3 output biases, 3 input "
         "biases) -> ret: colour-space conversion for every image.");
   m.def("set_aipp_rbuv_swap_switch", [](Ptr a, int8_t sw) { return kilnmdlSetAIPPRbuvSwapSwitch(aipp_of(a), sw); },
-        py::arg("aipp"), py::arg("rbuv_swap_switch"), "set_aipp_rbuv_swap_switch(aipp, switch) -> ret: swap U/V or R/B.");
+        py::arg("aipp"), py::arg("rbuv_swap_switch"),
+        "set_aipp_rbuv_swap_switch(aipp, switch) -> ret: swap U/V or R/B.");
   m.def("set_aipp_ax_swap_switch", [](Ptr a, int8_t sw) { return kilnmdlSetAIPPAxSwapSwitch(aipp_of(a), sw); },
         py::arg("aipp"), py::arg("ax_swap_switch"), "set_aipp_ax_swap_switch(aipp, switch) -> ret: alpha byte last.");
   m.def("set_aipp_src_image_size", [](Ptr a, int32_t w, int32_t h) {

@@ -262,7 +262,8 @@ void bind_rt(py::module_& parent) {
     return kilnrtMemcpy2dAsync(d, dpitch, s, spitch, width, height, static_cast<kilnrtMemcpyKind>(kind),
                                handle_ptr<void>(stream));
   }, py::arg("dst"), py::arg("dpitch"), py::arg("src"), py::arg("spitch"), py::arg("width"), py::arg("height"),
-        py::arg("kind"), py::arg("stream"), "memcpy2d_async(dst, dpitch, src, spitch, width, height, kind, stream) -> ret.");
+        py::arg("kind"), py::arg("stream"),
+        "memcpy2d_async(dst, dpitch, src, spitch, width, height, kind, stream) -> ret.");
   m.def("memset", [](Ptr p, size_t max_count, int32_t value, size_t count) {
     py::gil_scoped_release release;
     return kilnrtMemset(handle_ptr<void>(p), max_count, value, count);
