@@ -8,7 +8,8 @@ setuptools):
 (or, in a virtual environment made with --system-site-packages, without
 --break-system-packages). CMake is configured as the release preset (Ninja, -O3
 -march=native) in a temporary build folder with tests, benchmarks and examples off, and
-builds only the extension target _kiln. KILN_CMAKE_ARGS adds CMake arguments.
+builds only the extension target _kiln. KILN_CMAKE_ARGS adds CMake arguments;
+KILN_BUILD_DIR keeps the CMake build folder between installs.
 """
 
 import os
@@ -32,7 +33,8 @@ def version():
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build = pathlib.Path(self.build_temp).resolve() / "cmake"
+        # KILN_BUILD_DIR: a CMake build folder kept between installs (else a temporary one).
+        build = pathlib.Path(os.environ.get("KILN_BUILD_DIR") or pathlib.Path(self.build_temp) / "cmake").resolve()
         build.mkdir(parents=True, exist_ok=True)
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         configure = ["cmake", "-S", str(ROOT), "-B", str(build), *generator,
@@ -56,7 +58,7 @@ setup(
     install_requires=["numpy"],
     packages=["kiln"],
     package_dir={"kiln": "python/kiln"},
-    package_data={"kiln": ["__init__.pyi", "py.typed"]},
+    package_data={"kiln": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kiln._kiln", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,

@@ -79,4 +79,10 @@ for _name in dir(_kiln):
         globals()[_name] = _value
         _sys.modules[__name__ + "." + _name] = _value
         __all__.append(_name)
+# The native module's other public names (kiln.init, kiln.create_data_buffer, ... of the
+# low level) are the package's too.
+for _name in dir(_kiln):
+    if not _name.startswith("_") and _name not in globals():
+        globals()[_name] = getattr(_kiln, _name)
+        __all__.append(_name)
 del _name, _value

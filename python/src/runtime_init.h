@@ -4,10 +4,11 @@
 
 namespace kiln::python {
 
-// kilnInit(NULL) once (KILN_DEVICES decides the devices), with intra-op threads capped at
-// `threads` (> 0) when this call initializes; an initialization by someone else (kiln.rt)
-// is accepted. A different thread count after initialization gives a RuntimeWarning.
-// Raises kiln.Error on failure. Call with the GIL held.
+// kilnInit(NULL) when the runtime is not running (KILN_DEVICES decides the devices), with
+// intra-op threads capped at `threads` (> 0) the first time; an initialization by the low
+// level (kiln.init) is accepted, and so is a re-initialization after kiln.finalize. A
+// different thread count once running gives a RuntimeWarning. Raises kiln.Error on failure.
+// Call with the GIL held.
 void ensure_runtime(int threads);
 
 }  // namespace kiln::python

@@ -319,9 +319,13 @@ class Session {
     const nlohmann::json* described = nullptr;
     bool open = std::any_of(ios.begin(), ios.end(), [](const Io& io) { return !io.spec.is_fixed(); });
     if (open && !symbolic_loaded_) {
-      symbolic_loaded_ = true;
-      py::gil_scoped_release unlocked;
-      if (auto m = tools::inspect_model(path_); m.ok()) symbolic_ = tools::inspect_json(path_, *m, false);
+      symbolic_loaded_ = true;  // once; a concurrent caller meanwhile shows None for open dims
+      nlohmann::json described_file;
+      {
+        py::gil_scoped_release unlocked;
+        if (auto m = tools::inspect_model(path_); m.ok()) described_file = tools::inspect_json(path_, *m, false);
+      }
+      symbolic_ = std::move(described_file);
     }
     if (symbolic_.is_object()) described = &symbolic_[inputs ? "inputs" : "outputs"];
     std::vector<NodeArg> out;

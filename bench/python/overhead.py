@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Per-call overhead of kiln.InferenceSession.run against the C API on the same model.
+
+Usage: PYTHONPATH=build/release/python bench/python/overhead.py [--c-bench PATH]
+           [--threads N] [--runs N] [--repeats N]
+
+For a single-Add model and a chain of 1000 Adds (x: float32[1, 16]) it compiles a .kiln
+with kiln.compile, then times
+  - C API: bench/python/overhead_c.cc (build target python_overhead_c): kilnmdlExecute
+    on datasets staged once ("C staged"), and with buffers, input copies and datasets
+    made per call as sess.run makes them ("C per call");
+  - Python: sess.run(None, {"x": x}) per run (inputs copied host -> device each call, the
+    datasets built, kilnmdlExecute, output arrays wrapping Kiln's buffers).
+(The compiler fuses the 1000 Adds into one FusedElementwise node: the "nodes" column.)
+Each side reports the median over --repeats blocks of --runs runs' mean; the difference is
+what the binding costs per call ("py - staged").
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+from conftest import add_chain_model  # noqa: E402  (the tests' model builder)
+
+import kiln  # noqa: E402
+
+
+def c_api_us(binary, model, threads, runs, repeats):
+    out = subprocess.run([binary, model, str(threads), str(runs), str(repeats)], check=True, capture_output=True,
+                         text=True).stdout
+    result = json.loads(out)
+    if "error" in result:
+        raise SystemExit(result["error"])
+    return result["staged_us"], result["per_call_us"]
+
+
+def python_us(model, threads, runs, repeats, x):
+    with kiln.InferenceSession(model, threads=threads) as sess:
+        feed = {"x": x}
+        for _ in range(runs // 10):
+            sess.run(None, feed)
+        means = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(runs):
+                sess.run(None, feed)
+            means.append(1e6 * (time.perf_counter() - t) / runs)
+    return statistics.median(means)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--c-bench", default=str(REPO / "build" / "release" / "bench" / "python_overhead_c"),
+                        help="the C API side (build target python_overhead_c)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        x = np.zeros((1, 16), np.float32)
+        np.save(tmp / "x.npy", x)
+        print(f"threads={args.threads}, {args.runs} runs x {args.repeats} blocks, median of block means")
+        print(f"{'model':>10} {'nodes':>6} {'C staged':>10} {'C per call':>10} {'Python':>10} {'py - staged':>12}  (us per run)")
+        # The C side first: once this process has initialized Kiln, its idle worker threads
+        # would compete with the kiln_session process for the cores.
+        rows = []
+        for n in (1, 1000):
+            onnx_path = add_chain_model(tmp / f"add{n}.onnx", n)
+            kiln_path = str(tmp / f"add{n}.kiln")
+            report = kiln.compile(onnx_path, kiln_path)
+            runs = args.runs if n == 1 else max(args.runs // 10, 50)
+            staged, per_call = c_api_us(args.c_bench, kiln_path, args.threads, runs, args.repeats)
+            rows.append((f"{n} Add", report["nodes"]["after"], kiln_path, runs, staged, per_call))
+        for name, nodes, kiln_path, runs, staged, per_call in rows:
+            py = python_us(kiln_path, args.threads, runs, args.repeats, x)
+            print(f"{name:>10} {nodes:>6} {staged:10.2f} {per_call:10.2f} {py:10.2f} {py - staged:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
