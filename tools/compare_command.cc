@@ -311,7 +311,9 @@ int run_compare(CompareArgs args) {
   for (size_t i = 0; i < compared.size(); ++i) {
     Compared& c = compared[i];
     RuntimeValue& got = (*opt_values)[slots[i].first];
-    if (blocks[i] > 0 && got.is_tensor()) {
+    // With --kernels both sides run the same graph, layouts included; otherwise the -O0
+    // reference is plain.
+    if (blocks[i] > 0 && !args.kernels && got.is_tensor()) {
       // Compared in the reference's layout: the blocked value's plain view.
       Expected<Tensor> plain = ops::to_plain(got.tensor(), blocks[i]);
       if (plain.ok()) got = RuntimeValue(std::move(*plain));

@@ -195,6 +195,34 @@ class CompareTest(unittest.TestCase):
         self.assertIn(f"produced by node '{node}'", r.stdout)
         self.assertIn("verdict: DIFFER", r.stdout)
 
+    def test_kernels_mode_compares_blocked_values_as_they_are(self):
+        # 32-channel convolutions store their outputs NC1HWC0 (both block sizes divide 32);
+        # with --kernels both runs hold them blocked, so nothing may read as a shape mismatch.
+        rng = np.random.default_rng(5)
+        wa = (rng.standard_normal((32, 3, 3, 3)) * 0.3).astype(np.float32)
+        wb = (rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "WA"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
+                 helper.make_node("Conv", ["ra", "WB"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
+                 helper.make_node("GlobalAveragePool", ["rb"], ["y"], name="gap")]
+        g = helper.make_graph(nodes, "blocked",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])],
+                              [numpy_helper.from_array(wa, "WA"), numpy_helper.from_array(wb, "WB")])
+        path = os.path.join(WORK, "blocked.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+        out_json = os.path.join(WORK, "blocked.json")
+        r = kiln("compare", path, "--kernels", "--json", out_json, check=0)
+        self.assertIn("verdict: AGREE", r.stdout)
+        with open(out_json) as f:
+            rep = json.load(f)
+        blocked = [v for v in rep["values"] if len(v["shape"].split(",")) == 5]
+        self.assertTrue(blocked, "no value stored blocked: the test no longer covers the layout")
+        for v in rep["values"]:
+            self.assertEqual(v["mismatch"], "", v)
+            self.assertEqual(v["shape"], v["reference_shape"], v)
+
     def test_precision_of_the_optimised_side(self):
         # bf16 moves every product by about bfloat16's rounding (2^-8 of the operands): at the
         # default rtol 1e-4 the first convolution already diverges, at 1e-2 the model agrees.
