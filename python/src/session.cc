@@ -93,6 +93,7 @@ struct NodeArg {
 // One model input/output with what a run needs to check and size it.
 struct Io {
   TensorSpec spec;
+  py::str key;  // spec.name, for feed lookups
   py::dtype dtype{"float32"};
   bool numeric = true;
   size_t item_bytes = 0;
@@ -113,6 +114,14 @@ struct RunResources {
     for (void* p : memory)
       if (p) kilnrtFree(p);
   }
+};
+
+// The datasets of one run of a model whose inputs and outputs all have fixed sizes, kept
+// for the next run: input device buffers the inputs are copied into, and output data
+// buffers pointed (kilnUpdateDataBuffer) at each run's fresh output memory.
+struct Slot {
+  RunResources r;
+  std::vector<kilnDataBuffer*> output_buffers;
 };
 
 // Makes `context` current on the calling thread for a scope, restoring the previous one.
@@ -186,6 +195,8 @@ class Session {
     device_ = device;
     for (const TensorSpec& s : model_->inputs()) inputs_.push_back(make_io(s));
     for (const TensorSpec& s : model_->outputs()) outputs_.push_back(make_io(s));
+    all_fixed_ = std::all_of(inputs_.begin(), inputs_.end(), [](const Io& io) { return io.spec.is_fixed(); }) &&
+                 std::all_of(outputs_.begin(), outputs_.end(), [](const Io& io) { return io.spec.is_fixed(); });
     output_guess_ = std::make_unique<std::atomic<size_t>[]>(outputs_.size());
     for (size_t i = 0; i < outputs_.size(); ++i) output_guess_[i] = 0;
   }
@@ -213,21 +224,24 @@ class Session {
         wanted.push_back(i);
       }
     }
-    for (auto item : feed) {
-      std::string name = py::cast<std::string>(item.first);
-      if (find(inputs_, name) == inputs_.size())
-        throw_error(KILN_ERROR_INVALID_PARAM,
-                    "'" + name + "' is not an input of " + path_ + "; its inputs: " + names(inputs_));
-    }
     // The input arrays, checked and kept alive for the run.
     std::vector<py::array> arrays;
     arrays.reserve(inputs_.size());
     for (const Io& io : inputs_) {
-      PyObject* value = PyDict_GetItemString(feed.ptr(), io.spec.name.c_str());
+      PyObject* value = PyDict_GetItemWithError(feed.ptr(), io.key.ptr());
+      if (!value && PyErr_Occurred()) throw py::error_already_set();
       if (!value)
         throw_error(KILN_ERROR_INVALID_PARAM, "input '" + io.spec.name + "' (" + ort_type(io.spec.api_dtype) +
                                                   dims_text(io.spec.dims) + ") is missing from the feed");
       arrays.push_back(check_input(io, py::reinterpret_borrow<py::object>(value)));
+    }
+    if (static_cast<size_t>(PyDict_Size(feed.ptr())) != inputs_.size()) {
+      for (auto item : feed) {
+        std::string name = py::cast<std::string>(item.first);
+        if (find(inputs_, name) == inputs_.size())
+          throw_error(KILN_ERROR_INVALID_PARAM,
+                      "'" + name + "' is not an input of " + path_ + "; its inputs: " + names(inputs_));
+      }
     }
 
     std::vector<std::vector<int64_t>> out_dims(outputs_.size());
@@ -292,6 +306,7 @@ class Session {
   static Io make_io(const TensorSpec& s) {
     Io io;
     io.spec = s;
+    io.key = py::str(s.name);
     py::object dt = numpy_dtype(s.api_dtype);
     io.numeric = !dt.is_none();
     if (io.numeric) io.dtype = py::reinterpret_borrow<py::dtype>(dt);
@@ -389,6 +404,7 @@ class Session {
   kilnError execute(const std::vector<py::array>& arrays, std::vector<std::vector<int64_t>>& out_dims,
                     std::vector<void*>& out_memory, std::string* error) {
     ContextScope scope(context_);
+    if (all_fixed_) return execute_fixed(arrays, out_dims, out_memory, error);
     RunResources r;
     r.inputs = kilnmdlCreateDataset();
     r.outputs = kilnmdlCreateDataset();
@@ -468,10 +484,72 @@ class Session {
     return KILN_SUCCESS;
   }
 
+  // execute() for a model whose inputs and outputs all have fixed sizes: the datasets and
+  // input buffers come from the session's pool, so a run allocates only its outputs.
+  kilnError execute_fixed(const std::vector<py::array>& arrays, std::vector<std::vector<int64_t>>& out_dims,
+                          std::vector<void*>& out_memory, std::string* error) {
+    auto fail = [&](kilnError code, const char* call) {
+      const char* msg = kilnGetRecentErrMsg();
+      *error = msg && *msg ? msg : std::string(call) + " failed with error " + std::to_string(code);
+      return code;
+    };
+    std::unique_ptr<Slot> slot;
+    {
+      std::lock_guard lock(pool_mutex_);
+      if (!pool_.empty()) {
+        slot = std::move(pool_.back());
+        pool_.pop_back();
+      }
+    }
+    if (!slot) {
+      slot = std::make_unique<Slot>();
+      RunResources& r = slot->r;
+      r.inputs = kilnmdlCreateDataset();
+      r.outputs = kilnmdlCreateDataset();
+      if (!r.inputs || !r.outputs) return fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset");
+      for (const Io& io : inputs_) {
+        void* p = nullptr;
+        if (kilnError e = kilnrtMalloc(&p, std::max<size_t>(io.spec.bytes, 1), KILN_MEM_MALLOC_NORMAL_ONLY))
+          return fail(e, "kilnrtMalloc");
+        r.memory.push_back(p);
+        kilnDataBuffer* b = kilnCreateDataBuffer(p, io.spec.bytes);
+        if (!b) return fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer");
+        r.buffers.push_back(b);
+        if (kilnError e = kilnmdlAddDatasetBuffer(r.inputs, b)) return fail(e, "kilnmdlAddDatasetBuffer");
+      }
+      for (size_t i = 0; i < outputs_.size(); ++i) {
+        kilnDataBuffer* b = kilnCreateDataBuffer(nullptr, 0);
+        if (!b) return fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer");
+        r.buffers.push_back(b);
+        slot->output_buffers.push_back(b);
+        if (kilnError e = kilnmdlAddDatasetBuffer(r.outputs, b)) return fail(e, "kilnmdlAddDatasetBuffer");
+      }
+    }
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      size_t bytes = inputs_[i].spec.bytes;
+      if (bytes > 0)
+        if (kilnError e = kilnrtMemcpy(slot->r.memory[i], bytes, arrays[i].data(), bytes, KILN_MEMCPY_HOST_TO_DEVICE))
+          return fail(e, "kilnrtMemcpy");
+    }
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      size_t bytes = outputs_[i].spec.bytes;
+      if (kilnError e = kilnrtMalloc(&out_memory[i], std::max<size_t>(bytes, 1), KILN_MEM_MALLOC_NORMAL_ONLY))
+        return fail(e, "kilnrtMalloc");
+      if (kilnError e = kilnUpdateDataBuffer(slot->output_buffers[i], out_memory[i], bytes))
+        return fail(e, "kilnUpdateDataBuffer");
+      out_dims[i] = outputs_[i].spec.dims;
+    }
+    if (kilnError e = kilnmdlExecute(model_->id(), slot->r.inputs, slot->r.outputs)) return fail(e, "kilnmdlExecute");
+    std::lock_guard lock(pool_mutex_);
+    pool_.push_back(std::move(slot));
+    return KILN_SUCCESS;
+  }
+
   void release() {
     std::unique_lock lock(mutex_);  // waits for runs in progress
     if (closed_) return;
     closed_ = true;
+    pool_.clear();
     if (context_) {
       ContextScope scope(context_);
       model_.reset();
@@ -486,6 +564,9 @@ class Session {
   std::unique_ptr<tools::LoadedApiModel> model_;
   std::vector<Io> inputs_, outputs_;
   std::unique_ptr<std::atomic<size_t>[]> output_guess_;
+  bool all_fixed_ = false;  // every input and output has a fixed size: execute_fixed
+  std::mutex pool_mutex_;
+  std::vector<std::unique_ptr<Slot>> pool_;  // datasets of finished runs (execute_fixed)
   std::shared_mutex mutex_;
   bool closed_ = false;
   bool symbolic_loaded_ = false;
