@@ -120,33 +120,10 @@ void bind_util_module(py::module_& m) {
         "ptr_to_bytes(ptr, size) -> bytes: a copy of size bytes of host-addressable memory.");
 }
 
-// Copies the names bind_top_level defines to the package, as pyACL has them on `acl` itself.
-void export_to_package(py::module_& m) {
-  // kiln/__init__.py imports kiln._kiln while the package is being initialized: the
-  // package is already in sys.modules, and gets the top-level names here, so that
-  // kiln.init() works as acl.init() without a list of them in __init__.py.
-  std::string name = py::str(m.attr("__name__"));
-  std::string package = name.substr(0, name.rfind('.'));
-  py::dict modules = py::module_::import("sys").attr("modules");
-  if (package == name || !modules.contains(package)) return;
-  py::object pkg = modules[package.c_str()];
-  for (const char* attr : {"init", "finalize", "get_recent_err_msg", "data_type_size", "create_data_buffer",
-                           "destroy_data_buffer", "update_data_buffer", "get_data_buffer_addr",
-                           "get_data_buffer_size_v2", "get_data_buffer_size", "create_tensor_desc",
-                           "destroy_tensor_desc", "get_tensor_desc_type", "get_tensor_desc_format",
-                           "get_tensor_desc_num_dims", "get_tensor_desc_dim_v2", "get_tensor_desc_element_count",
-                           "get_tensor_desc_size", "DT_UNDEFINED", "FLOAT", "FLOAT16", "INT8", "INT32", "UINT8",
-                           "INT16", "UINT16", "UINT32", "INT64", "UINT64", "DOUBLE", "BOOL", "STRING", "COMPLEX64",
-                           "COMPLEX128", "BF16", "FORMAT_UNDEFINED", "FORMAT_NCHW", "FORMAT_NHWC", "FORMAT_ND",
-                           "FORMAT_NC1HWC0", "SUCCESS"}) {
-    if (!py::hasattr(pkg, attr)) pkg.attr(attr) = m.attr(attr);
-  }
-}
 }  // namespace
 
 void bind_util(py::module_& m) {
-  bind_top_level(m);
-  export_to_package(m);
+  bind_top_level(m);  // kiln/__init__.py re-exports the native module's public names
   py::module_ util = m.def_submodule(
       "util", "NumPy arrays <-> addresses (pyACL's acl.util). On the CPU device, device memory is "
               "host-addressable, so ptr_to_numpy views kiln.rt.malloc memory without a copy.");
