@@ -12,6 +12,9 @@ with kiln.compile, then times
   - Python: sess.run(None, {"x": x}) per run (inputs copied host -> device each call, the
     datasets built, kilnmdlExecute, output arrays wrapping Kiln's buffers).
 (The compiler fuses the 1000 Adds into one FusedElementwise node: the "nodes" column.)
+  - ONNX Runtime: onnxruntime-node's session.run on the .onnx (ort_node_overhead.js, one
+    intra-op thread), when node_modules/onnxruntime-node is installed: ORT's Python wheel is
+    not installable offline, its Node binding is (scripts/install-deps.sh).
 Each side reports the median over --repeats blocks of --runs runs' mean; the difference is
 what the binding costs per call ("py - staged").
 """
@@ -44,6 +47,18 @@ def c_api_us(binary, model, threads, runs, repeats):
     return result["staged_us"], result["per_call_us"]
 
 
+def ort_node_us(onnx_path, runs, repeats):
+    """onnxruntime-node's time per session.run (ort_node_overhead.js), or None without it."""
+    if not (REPO / "node_modules" / "onnxruntime-node").exists():
+        return None
+    out = subprocess.run(["node", str(pathlib.Path(__file__).with_name("ort_node_overhead.js")), str(onnx_path),
+                          str(runs), str(repeats)], capture_output=True, text=True, cwd=REPO)
+    try:
+        return json.loads(out.stdout)["median_us"]
+    except (ValueError, KeyError):
+        return None
+
+
 def python_us(model, threads, runs, repeats, x):
     with kiln.InferenceSession(model, threads=threads) as sess:
         feed = {"x": x}
@@ -71,7 +86,7 @@ def main():
         x = np.zeros((1, 16), np.float32)
         np.save(tmp / "x.npy", x)
         print(f"threads={args.threads}, {args.runs} runs x {args.repeats} blocks, median of block means")
-        print(f"{'model':>10} {'nodes':>6} {'C staged':>10} {'C per call':>10} {'Python':>10} {'py - staged':>12}  (us per run)")
+        print(f"{'model':>10} {'nodes':>6} {'C staged':>10} {'C per call':>10} {'Python':>10} {'py - staged':>12} {'ORT node':>10}  (us per run)")
         # The C side first: once this process has initialized Kiln, its idle worker threads
         # would compete with the kiln_session process for the cores.
         rows = []
@@ -81,10 +96,12 @@ def main():
             report = kiln.compile(onnx_path, kiln_path)
             runs = args.runs if n == 1 else max(args.runs // 10, 50)
             staged, per_call = c_api_us(args.c_bench, kiln_path, args.threads, runs, args.repeats)
-            rows.append((f"{n} Add", report["nodes"]["after"], kiln_path, runs, staged, per_call))
-        for name, nodes, kiln_path, runs, staged, per_call in rows:
+            ort = ort_node_us(onnx_path, runs if n == 1 else max(runs // 10, 50), args.repeats)
+            rows.append((f"{n} Add", report["nodes"]["after"], kiln_path, runs, staged, per_call, ort))
+        for name, nodes, kiln_path, runs, staged, per_call, ort in rows:
             py = python_us(kiln_path, args.threads, runs, args.repeats, x)
-            print(f"{name:>10} {nodes:>6} {staged:10.2f} {per_call:10.2f} {py:10.2f} {py - staged:12.2f}")
+            ort_text = f"{ort:10.2f}" if ort is not None else f"{'-':>10}"
+            print(f"{name:>10} {nodes:>6} {staged:10.2f} {per_call:10.2f} {py:10.2f} {py - staged:12.2f} {ort_text}")
 
 
 if __name__ == "__main__":
