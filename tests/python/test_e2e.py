@@ -69,3 +69,34 @@ assert not errors, errors
 """
     env = dict(os.environ, KILN_DEVICES="cpu:2")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_compile_with_aipp(models_dir, tmp_path):
+    # kiln.compile(insert_op_conf=...): the input becomes the raw RGB image, normalised in
+    # the model; the same image normalised in NumPy through the plain model agrees.
+    cfg = tmp_path / "aipp.cfg"
+    cfg.write_text("""aipp_op {
+  aipp_mode: static
+  input_format: RGB888_U8
+  src_image_size_w: 224
+  src_image_size_h: 224
+  mean_chn_0: 123.675  mean_chn_1: 116.28  mean_chn_2: 103.53
+  var_reci_chn_0: 0.0171248  var_reci_chn_1: 0.0175070  var_reci_chn_2: 0.0174292
+}
+""")
+    dst = tmp_path / "mnv2_aipp.kiln"
+    onnx_path = models_dir / "mobilenet_v2" / "model.onnx"
+    kiln.compile(onnx_path, dst, insert_op_conf=cfg, report=False)
+    assert kiln.inspect(dst)["aipp"]
+    image = np.random.default_rng(0).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
+    with kiln.InferenceSession(dst) as sess:
+        inp = sess.get_inputs()[0]
+        assert inp.dtype == np.uint8
+        got = sess.run(None, {inp.name: image.reshape(inp.shape)})[0]
+    mean = np.array([123.675, 116.28, 103.53], np.float32)
+    var_reci = np.array([0.0171248, 0.0175070, 0.0174292], np.float32)
+    x = ((image.astype(np.float32) - mean) * var_reci).transpose(0, 3, 1, 2).copy()
+    with kiln.InferenceSession(onnx_path) as plain:
+        ref = plain.run(None, {plain.get_inputs()[0].name: x})[0]
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 1e-3 * np.abs(ref).max()
