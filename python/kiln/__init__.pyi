@@ -7,6 +7,9 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
+# The pyACL-shaped low level (stubs in their own files).
+from . import comm as comm, mdl as mdl, prof as prof, rt as rt, util as util
+
 __version__: str
 
 ShapeSpec = Union[str, Mapping[str, Sequence[Union[int, None]]]]
