@@ -28,6 +28,7 @@ ERROR_MODEL_OUTPUT_NOT_MATCH: int
 ERROR_INVALID_RESOURCE_HANDLE: int
 ERROR_FEATURE_UNSUPPORTED: int
 ERROR_FAILURE: int
+SUCCESS: int
 
 class NodeArg:
     """An input or output of a model, as ONNX Runtime's NodeArg."""
@@ -94,3 +95,92 @@ def compile(
 
 def inspect(path: Union[str, PathLike[str]], nodes: bool = False) -> dict[str, Any]:
     """What a model file holds, as `kiln inspect --json`'s dict."""
+
+# ---- The pyACL-shaped top level (acl.init, acl.create_data_buffer, ...) ----
+
+# An address: an int from this API (0 for NULL), or an object with the buffer protocol
+# (a C-contiguous NumPy array, bytearray, bytes where read-only is enough).
+Address = Union[int, None, np.ndarray, bytes, bytearray, memoryview]
+
+BF16: int
+BOOL: int
+COMPLEX128: int
+COMPLEX64: int
+DOUBLE: int
+DT_UNDEFINED: int
+FLOAT: int
+FLOAT16: int
+FORMAT_NC1HWC0: int
+FORMAT_NCHW: int
+FORMAT_ND: int
+FORMAT_NHWC: int
+FORMAT_UNDEFINED: int
+INT16: int
+INT32: int
+INT64: int
+INT8: int
+STRING: int
+UINT16: int
+UINT32: int
+UINT64: int
+UINT8: int
+
+def create_data_buffer(data: Address, size: int) -> int:
+    """create_data_buffer(data, size) -> data_buffer: wraps (does not own) size bytes at the
+    address data (device memory from kiln.rt.malloc); 0 on failure.
+    """
+
+def create_tensor_desc(data_type: int, dims: Sequence[int], format: int) -> int:
+    """create_tensor_desc(data_type, dims, format) -> tensor_desc (0 on failure)."""
+
+def data_type_size(data_type: int) -> int:
+    """data_type_size(data_type) -> int: bytes per element (0 for STRING)."""
+
+def destroy_data_buffer(data_buffer: int) -> int:
+    """destroy_data_buffer(data_buffer) -> ret: the memory is not freed."""
+
+def destroy_tensor_desc(tensor_desc: int) -> None:
+    """destroy_tensor_desc(tensor_desc) -> None."""
+
+def finalize() -> int:
+    """finalize() -> ret: waits for all work and releases every stream, event, context, model and
+    allocation. InferenceSession objects and their outputs must be gone before.
+    """
+
+def get_data_buffer_addr(data_buffer: int) -> int:
+    """get_data_buffer_addr(data_buffer) -> address (0 on error)."""
+
+def get_data_buffer_size_v2(data_buffer: int) -> int:
+    """get_data_buffer_size_v2(data_buffer) -> bytes (0 on error)."""
+
+get_data_buffer_size = get_data_buffer_size_v2
+
+def get_recent_err_msg() -> str:
+    """get_recent_err_msg() -> str: the message of this thread's last failed call ('' if none)."""
+
+def get_tensor_desc_dim_v2(tensor_desc: int, index: int) -> tuple[int, int]:
+    """get_tensor_desc_dim_v2(tensor_desc, index) -> (dim, ret)."""
+
+def get_tensor_desc_element_count(tensor_desc: int) -> int:
+    """get_tensor_desc_element_count(tensor_desc) -> int."""
+
+def get_tensor_desc_format(tensor_desc: int) -> int:
+    """get_tensor_desc_format(tensor_desc) -> format."""
+
+def get_tensor_desc_num_dims(tensor_desc: int) -> int:
+    """get_tensor_desc_num_dims(tensor_desc) -> int."""
+
+def get_tensor_desc_size(tensor_desc: int) -> int:
+    """get_tensor_desc_size(tensor_desc) -> bytes."""
+
+def get_tensor_desc_type(tensor_desc: int) -> int:
+    """get_tensor_desc_type(tensor_desc) -> data_type."""
+
+def init(config_path: str | None = None) -> int:
+    """init(config_path=None) -> ret: kilnInit. config_path: None (KILN_DEVICES=cpu:N decides) or a
+    JSON file such as {"devices": "cpu:2"}. 100002 when already initialized (an InferenceSession
+    initializes the runtime too).
+    """
+
+def update_data_buffer(data_buffer: int, data: Address, size: int) -> int:
+    """update_data_buffer(data_buffer, data, size) -> ret."""
