@@ -17,14 +17,21 @@ import threading as _threading
 import types as _types
 
 from . import _kiln
-from ._kiln import Error, NodeArg, compile, inspect  # noqa: A004 (compile: kiln compile's name)
+from ._kiln import Error, NodeArg, OcrPipeline, compile, inspect  # noqa: A004 (compile: kiln compile's name)
 from ._kiln import (ERROR_FAILURE, ERROR_FEATURE_UNSUPPORTED, ERROR_INVALID_FILE, ERROR_INVALID_PARAM,
                     ERROR_INVALID_RESOURCE_HANDLE, ERROR_MODEL_INPUT_NOT_MATCH, ERROR_MODEL_OUTPUT_NOT_MATCH,
                     ERROR_UNINITIALIZE)
 
 __version__: str = _kiln.__version__
 
-__all__ = ["Error", "InferenceSession", "NodeArg", "compile", "inspect", "__version__"]
+__all__ = ["Error", "InferenceSession", "NodeArg", "OcrPipeline", "compile", "inspect", "ocr", "__version__"]
+
+
+def ocr(image, model_dir, **options):
+    """Reads the text in one image (`kiln ocr`): OcrPipeline(model_dir, **options).run(image).
+    For many images keep one OcrPipeline: it loads the models once."""
+    with OcrPipeline(model_dir, **options) as pipeline:
+        return pipeline.run(image)
 
 
 class InferenceSession(_kiln.InferenceSession):

@@ -96,6 +96,28 @@ def compile(
 def inspect(path: Union[str, PathLike[str]], nodes: bool = False) -> dict[str, Any]:
     """What a model file holds, as `kiln inspect --json`'s dict."""
 
+class OcrPipeline:
+    """Reads the text in images with the PP-OCR models in model_dir, as `kiln ocr` (docs/ocr.md)."""
+
+    def __init__(
+        self,
+        model_dir: str,
+        precision: str = "fp32",
+        angle_classifier: bool = True,
+        merge_lines: bool = True,
+        rec_batch: int = 1,
+        cache_dir: str | None = None,
+    ) -> None: ...
+    def run(self, image: Union[str, bytes, npt.NDArray[np.uint8]], pixel_format: str = "bgr") -> dict[str, Any]:
+        """{'lines': [{'text', 'confidence', 'box'}], 'ms', 'note'} for a path, encoded bytes or
+        uint8 pixels ([H, W, 3] BGR/RGB or [H, W] grey)."""
+    def close(self) -> None: ...
+    def __enter__(self) -> OcrPipeline: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def ocr(image: Union[str, bytes, npt.NDArray[np.uint8]], model_dir: str, **options: Any) -> dict[str, Any]:
+    """OcrPipeline(model_dir, **options).run(image), for one image."""
+
 # ---- The pyACL-shaped top level (acl.init, acl.create_data_buffer, ...) ----
 
 # An address: an int from this API (0 for NULL), or an object with the buffer protocol

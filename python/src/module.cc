@@ -15,4 +15,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bind_mdl(m);
   kiln::python::bind_prof(m);
   kiln::python::bind_comm(m);
+  kiln::python::bind_ocr(m);
 }
