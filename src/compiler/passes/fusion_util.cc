@@ -190,9 +190,9 @@ std::string fused_name(const std::vector<ir::Node*>& nodes) {
   return s;
 }
 
-ir::Node* add_fused_node(ir::Graph& g, GraphUses& uses, const std::string& op,
-                         const std::vector<ir::Node*>& replaced, std::vector<ir::Value*> inputs,
-                         ir::Value* output, std::unordered_set<const ir::Node*>& removed) {
+ir::Node* add_replacing_node(ir::Graph& g, GraphUses& uses, const std::string& op, const std::string& domain,
+                             int64_t opset, const std::vector<ir::Node*>& replaced, std::vector<ir::Value*> inputs,
+                             ir::Value* output, std::unordered_set<const ir::Node*>& removed) {
   for (ir::Node* n : replaced) {
     uses.forget_node(n);
     removed.insert(n);
@@ -200,10 +200,18 @@ ir::Node* add_fused_node(ir::Graph& g, GraphUses& uses, const std::string& op,
     for (ir::Value* v : n->outputs())
       if (v) v->set_producer(nullptr, -1);
   }
-  ir::Node* node = g.add_node(fused_name(replaced), op, ops::kKilnDomain, ops::kKilnOpset,
-                              std::vector<ir::Value*>(inputs.size(), nullptr), {output});
+  ir::Node* node = g.add_node(fused_name(replaced), op, domain, opset, std::vector<ir::Value*>(inputs.size(), nullptr),
+                              {output});
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i]) uses.set_input(node, i, inputs[i]);
+  return node;
+}
+
+ir::Node* add_fused_node(ir::Graph& g, GraphUses& uses, const std::string& op,
+                         const std::vector<ir::Node*>& replaced, std::vector<ir::Value*> inputs,
+                         ir::Value* output, std::unordered_set<const ir::Node*>& removed) {
+  ir::Node* node = add_replacing_node(g, uses, op, ops::kKilnDomain, ops::kKilnOpset, replaced, std::move(inputs),
+                                      output, removed);
   g.opset_imports()[ops::kKilnDomain] = ops::kKilnOpset;
   return node;
 }

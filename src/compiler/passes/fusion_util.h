@@ -62,6 +62,11 @@ ir::Node* add_fused_node(ir::Graph& g, GraphUses& uses, const std::string& op,
                          const std::vector<ir::Node*>& replaced, std::vector<ir::Value*> inputs,
                          ir::Value* output, std::unordered_set<const ir::Node*>& removed);
 
+// The same for a node of any domain and opset (which the graph must import already).
+ir::Node* add_replacing_node(ir::Graph& g, GraphUses& uses, const std::string& op, const std::string& domain,
+                             int64_t opset, const std::vector<ir::Node*>& replaced, std::vector<ir::Value*> inputs,
+                             ir::Value* output, std::unordered_set<const ir::Node*>& removed);
+
 // Removes the replaced nodes and restores execution order.
 Status finish(ir::Graph& g, const std::unordered_set<const ir::Node*>& removed);
 

@@ -113,20 +113,10 @@ class OnednnDeconvKernel final : public Kernel {
     if (!ws && lb.workspace_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
                                 lb.workspace_bytes);
-    dnnl::stream& s = onednn::thread_stream();
     try {
-      const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
-      if (lb.reorder_src)
-        onednn::Args{{DNNL_ARG_FROM, &m.x_user}, {DNNL_ARG_TO, &m.src}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
-            lb.src_reorder, s);
-      onednn::Args args{{DNNL_ARG_SRC, &m.src}, {DNNL_ARG_WEIGHTS, &weights}, {DNNL_ARG_DST, &m.dst},
-                        {DNNL_ARG_SCRATCHPAD, &m.scratch}};
+      onednn::Args args{{DNNL_ARG_WEIGHTS, &weights}};
       if (b_initializer.defined()) args.add(DNNL_ARG_BIAS, bias);
-      args.execute(deconv, s);
-      if (lb.reorder_dst)
-        onednn::Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
-            lb.dst_reorder, s);
-      s.wait();
+      lb.run(deconv, args, ws, x->raw_data(), y->raw_data(), onednn::thread_stream());
     } catch (const dnnl::error& e) {
       return internal_error("node %s: oneDNN deconvolution failed: %s", node.label().c_str(), e.what());
     }

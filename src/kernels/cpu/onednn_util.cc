@@ -261,6 +261,14 @@ Args& Args::add(int arg, const dnnl::memory& mem) {
   return *this;
 }
 
+Args& Args::add(const Args& other) {
+  for (int i = 0; i < other.count_; ++i) {
+    KILN_CHECK(count_ < kMaxArgs, "a oneDNN execution with more than %d arguments", kMaxArgs);
+    args_[count_++] = other.args_[i];
+  }
+  return *this;
+}
+
 void Args::execute(const dnnl::primitive& p, dnnl::stream& s) const {
   dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), s.get(), count_, args_), "could not execute a primitive");
 }
@@ -290,6 +298,18 @@ LayoutBridge::Bound LayoutBridge::bind(char* ws, const void* x, void* y) const {
   const dnnl::memory& src_mem = reorder_src ? memories.get(3, src, ws + src_offset) : x_user;
   const dnnl::memory& dst_mem = reorder_dst ? memories.get(4, dst, ws + dst_offset) : y_user;
   return {scratch, x_user, y_user, src_mem, dst_mem};
+}
+
+void LayoutBridge::run(const dnnl::primitive& p, const Args& extra, char* ws, const void* x, void* y,
+                       dnnl::stream& s) const {
+  const Bound m = bind(ws, x, y);
+  if (reorder_src)
+    Args{{DNNL_ARG_FROM, &m.x_user}, {DNNL_ARG_TO, &m.src}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(src_reorder, s);
+  Args args{{DNNL_ARG_SRC, &m.src}, {DNNL_ARG_DST, &m.dst}, {DNNL_ARG_SCRATCHPAD, &m.scratch}};
+  args.add(extra).execute(p, s);
+  if (reorder_dst)
+    Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(dst_reorder, s);
+  s.wait();
 }
 
 }  // namespace kiln::kernels::onednn

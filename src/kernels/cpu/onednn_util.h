@@ -138,6 +138,8 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
 // holder, before the address can be reused. Throws dnnl::error.
 std::shared_ptr<void> pack_shared(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
 
+class Args;
+
 // How a primitive that picks its own source and destination layouts (format "any") runs on
 // Kiln's tensors: the source reordered into the thread workspace before the primitive, the
 // destination out of it after, each only when the layouts differ. The workspace holds one
@@ -164,6 +166,12 @@ struct LayoutBridge {
   };
   Bound bind(char* ws, const void* x, void* y) const;
   RunMemories memories;  // bind's, indices 0..4
+
+  // One run of primitive `p` from x to y (user layouts) on workspace `ws`: X reordered in,
+  // `p` executed with SRC, DST, SCRATCHPAD and `extra` (weights, bias, zero points ...), Y
+  // reordered out, then the stream waited for. Throws dnnl::error.
+  void run(const dnnl::primitive& p, const Args& extra, char* ws, const void* x, void* y,
+           dnnl::stream& s) const;
 };
 
 // The arguments of one primitive execution, kept on the stack and executed through the C API:
@@ -176,6 +184,8 @@ class Args {
     for (const auto& [arg, mem] : args) add(arg, *mem);
   }
   Args& add(int arg, const dnnl::memory& mem);
+  // Every argument of `other` too.
+  Args& add(const Args& other);
   // Executes `p` on `s` with these arguments. Throws dnnl::error, as the C++ API does.
   void execute(const dnnl::primitive& p, dnnl::stream& s) const;
 

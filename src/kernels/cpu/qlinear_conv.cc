@@ -1,0 +1,303 @@
+// oneDNN int8 convolution kernels for ONNX QLinearConv and kiln FusedQLinearConv (its Relu /
+// Clip in the epilogue): uint8 or int8 X, int8 weights with zero points 0 (symmetric, per
+// tensor or per output channel, what quantisers write), uint8 or int8 Y. On AVX512-VNNI
+// oneDNN runs its x8s8s32x kernels: int32 accumulation of 4 byte products per lane and
+// instruction, the requantisation fused into the epilogue:
+//
+//   y = saturate(round(act((acc + B) * x_scale * w_scale[c] / y_scale)) + y_zero_point)
+//
+// with acc the int32 sum of x_q * w_q over the window minus x_zero_point's share, which
+// oneDNN computes from a runtime source zero point (padding counts as x_zero_point: the real
+// value 0, as ONNX pads the real tensor). oneDNN 2.6 adds the bias to the accumulator before
+// the output scale, so QLinearConv's int32 B (of scale x_scale * w_scale) is passed as it is,
+// converted to float32 (exact below 2^24, which bias values of real models stay under).
+//
+// X and Y stay in Kiln's plain N C H W; the primitive picks its own layouts (format "any",
+// NHWC-like for the VNNI kernels) and the run reorders X in and Y out through the thread's
+// workspace (a byte per element: a quarter of the float32 traffic).
+//
+// Inputs other than the prepared ones (a shape, or a constant a caller replaced by feeding
+// it) run the reference kernel.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/lowp.h"
+#include "core/parallel.h"
+#include "kernels/cpu/onednn_util.h"
+#include "kernels/kernel_registry.h"
+#include "ops/fused_activation.h"
+#include "ops/spatial_util.h"
+
+namespace kiln::kernels {
+namespace {
+
+using dnnl::memory;
+
+bool is_x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
+
+memory::data_type dnnl_x8(DataType t) { return t == DataType::kUInt8 ? memory::data_type::u8 : memory::data_type::s8; }
+
+// Inputs 1..8 that must be constants: scales, zero points, W and B.
+constexpr int kConstantInputs[] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+struct QConvPlan {
+  std::vector<int64_t> x_dims, w_dims, y_dims;
+  DataType x_dtype = DataType::kUInt8, y_dtype = DataType::kUInt8;
+  int64_t group = 1;
+  ops::WindowGeometry geo;
+  std::vector<float> output_scales;  // x_scale * w_scale[c] / y_scale, per output channel
+  int32_t x_zero_point = 0, y_zero_point = 0;
+  std::vector<float> bias;  // B as float32, empty when absent
+  ops::FusedActivation act;
+  const Tensor* weights = nullptr;
+  std::vector<const Tensor*> constants;  // inputs 1..8 (null where absent)
+};
+
+double scalar(const Tensor& t) { return lowp_to_double(t.dtype(), t.raw_data(), 0); }
+
+const Tensor* constant_input(const ir::Node& node, int i) {
+  const ir::Value* v = node.input(i);
+  return v && v->has_initializer() ? v->initializer() : nullptr;
+}
+
+Expected<QConvPlan> plan_qconv(const ir::Node& node) {
+  const std::string label = node.label();
+  const bool fused = node.domain() == ops::kKilnDomain && node.op_type() == "FusedQLinearConv";
+  if (!fused && !(node.domain() == ops::kOnnxDomain && node.op_type() == "QLinearConv"))
+    return unsupported("node %s: not a QLinearConv or FusedQLinearConv", label.c_str());
+  const ir::Value* x = node.input(0);
+  const ir::Value* y = node.output(0);
+  if (node.outputs().size() != 1 || !x || !y) return unsupported("node %s: unexpected inputs/outputs", label.c_str());
+  for (const ir::Value* v : {x, y})
+    if (!is_x8(v->dtype()) || !v->shape().has_rank() || !v->shape().is_static())
+      return unsupported("node %s: X and Y must be int8 / uint8 with static shapes", label.c_str());
+  QConvPlan p;
+  for (int i : kConstantInputs) {
+    const ir::Value* v = node.input(i);
+    if (v && !v->has_initializer())
+      return unsupported("node %s: input %d must be a constant (initializer)", label.c_str(), i);
+    p.constants.push_back(constant_input(node, i));
+  }
+  for (int i = 1; i <= 7; ++i)
+    if (!constant_input(node, i)) return unsupported("node %s: input %d is missing", label.c_str(), i);
+  const Tensor& x_scale = *constant_input(node, 1);
+  const Tensor& x_zp = *constant_input(node, 2);
+  const Tensor& w = *constant_input(node, 3);
+  const Tensor& w_scale = *constant_input(node, 4);
+  const Tensor& w_zp = *constant_input(node, 5);
+  const Tensor& y_scale = *constant_input(node, 6);
+  const Tensor& y_zp = *constant_input(node, 7);
+  const Tensor* b = constant_input(node, 8);
+  p.x_dtype = x->dtype();
+  p.y_dtype = y->dtype();
+  if (w.dtype() != DataType::kInt8) return unsupported("node %s: W must be int8 (oneDNN's s8 weights)", label.c_str());
+  if (x_zp.dtype() != p.x_dtype || y_zp.dtype() != p.y_dtype)
+    return unsupported("node %s: zero points must have their operands' dtypes", label.c_str());
+  for (const Tensor* s : {&x_scale, &w_scale, &y_scale})
+    if (s->dtype() != DataType::kFloat32) return unsupported("node %s: scales must be float32", label.c_str());
+  if (x_scale.num_elements() != 1 || x_zp.num_elements() != 1 || y_scale.num_elements() != 1 || y_zp.num_elements() != 1)
+    return unsupported("node %s: per-tensor X and Y quantisation only", label.c_str());
+  for (int64_t i = 0; i < w_zp.num_elements(); ++i)
+    if (lowp_to_double(w_zp.dtype(), w_zp.raw_data(), i) != 0)
+      return unsupported("node %s: W zero points must be 0 (symmetric weights)", label.c_str());
+  p.x_dims = x->shape().static_dims();
+  p.y_dims = y->shape().static_dims();
+  p.w_dims = w.dims();
+  const size_t rank = p.x_dims.size();
+  if (rank < 3 || rank > 5 || p.w_dims.size() != rank || p.y_dims.size() != rank)
+    return unsupported("node %s: 1-D, 2-D and 3-D convolutions only", label.c_str());
+  for (int64_t d : p.x_dims)
+    if (d <= 0) return unsupported("node %s: empty input", label.c_str());
+  p.group = node.attr_int("group", 1);
+  const int64_t c_in = p.x_dims[1], c_out = p.w_dims[0];
+  if (p.group < 1 || c_out % p.group != 0 || c_in != p.w_dims[1] * p.group)
+    return unsupported("node %s: group %lld does not fit X and W", label.c_str(), (long long)p.group);
+  if (w_scale.num_elements() != 1 && w_scale.num_elements() != c_out)
+    return unsupported("node %s: w_scale must be a scalar or have C_out values", label.c_str());
+  if (b && (b->dtype() != DataType::kInt32 || b->num_elements() != c_out))
+    return unsupported("node %s: B must be int32 [C_out]", label.c_str());
+  KILN_ASSIGN_OR_RETURN(p.geo, ops::window_geometry(node, std::vector<int64_t>(p.x_dims.begin() + 2, p.x_dims.end()),
+                                                    std::vector<int64_t>(p.w_dims.begin() + 2, p.w_dims.end()),
+                                                    false));
+  std::vector<int64_t> expect{p.x_dims[0], c_out};
+  expect.insert(expect.end(), p.geo.out.begin(), p.geo.out.end());
+  if (expect != p.y_dims) return unsupported("node %s: output shape does not fit the geometry", label.c_str());
+  const double sx = scalar(x_scale), sy = scalar(y_scale);
+  for (int64_t c = 0; c < c_out; ++c) {
+    const double sw = lowp_to_double(w_scale.dtype(), w_scale.raw_data(), w_scale.num_elements() == 1 ? 0 : c);
+    // As the reference computes it (scale_ratio, float32 scales): float32(float32(sx sw) / sy).
+    p.output_scales.push_back(static_cast<float>(static_cast<double>(static_cast<float>(sx * sw)) / sy));
+  }
+  p.x_zero_point = static_cast<int32_t>(scalar(x_zp));
+  p.y_zero_point = static_cast<int32_t>(scalar(y_zp));
+  if (b) {
+    for (int64_t c = 0; c < c_out; ++c) {
+      const int32_t v = b->data<int32_t>()[c];
+      if (std::abs(static_cast<int64_t>(v)) > (int64_t{1} << 24))
+        return unsupported("node %s: bias %d is not exact in float32", label.c_str(), v);
+      p.bias.push_back(static_cast<float>(v));
+    }
+  }
+  p.weights = &w;
+  if (fused) {
+    KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
+    const bool ok = p.act.is_none() || p.act.kind == ops::FusedActivationKind::kRelu ||
+                    (p.act.kind == ops::FusedActivationKind::kClip && p.act.p0 <= p.act.p1);
+    if (!ok || p.act.has_post_affine()) return unsupported("node %s: activation other than Relu / Clip", label.c_str());
+    // In the epilogue the activation sees values in units of y_scale (before the zero point).
+    if (p.act.kind == ops::FusedActivationKind::kClip) {
+      p.act.p0 = static_cast<float>(p.act.p0 / sy);
+      p.act.p1 = static_cast<float>(p.act.p1 / sy);
+    }
+  }
+  return p;
+}
+
+class OnednnQConvKernel final : public Kernel {
+ public:
+  Status run(ops::KernelContext& ctx) const override;
+  std::string implementation() const override { return impl_; }
+
+  const ops::KernelFn* reference = nullptr;
+  std::vector<Tensor> constants;  // the node's constant inputs 1..8 (undefined where absent)
+  QConvPlan plan;
+  std::string impl_;
+  dnnl::convolution_forward conv;
+  onednn::LayoutBridge layouts;
+  memory weights;
+  std::shared_ptr<void> weights_buffer;
+  memory bias;
+  memory x_zero_point, y_zero_point;  // s32 scalars, runtime zero points
+
+  bool inputs_as_prepared(const ops::KernelContext& ctx) const {
+    const Tensor* x = ctx.input(0);
+    if (!x || x->dtype() != plan.x_dtype || x->dims() != plan.x_dims) return false;
+    for (size_t i = 0; i < constants.size(); ++i) {
+      const Tensor* t = ctx.input(static_cast<int>(i) + 1);
+      if (!constants[i].defined() ? t != nullptr : (!t || t->raw_data() != constants[i].raw_data())) return false;
+    }
+    return true;
+  }
+};
+
+Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
+  const ir::Node& node = ctx.node();
+  if (!inputs_as_prepared(ctx)) return (*reference)(ctx);
+  const Tensor* x = ctx.input(0);
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, plan.y_dtype, plan.y_dims, TensorInit::kUninitialized));
+  const onednn::LayoutBridge& lb = layouts;
+  char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
+  if (!ws && lb.workspace_bytes > 0)
+    return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
+                              lb.workspace_bytes);
+  try {
+    onednn::Args args{{DNNL_ARG_WEIGHTS, &weights},
+                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &x_zero_point},
+                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &y_zero_point}};
+    if (!plan.bias.empty()) args.add(DNNL_ARG_BIAS, bias);
+    lb.run(conv, args, ws, x->raw_data(), y->raw_data(), onednn::thread_stream());
+  } catch (const dnnl::error& e) {
+    return internal_error("node %s: oneDNN int8 convolution failed: %s", node.label().c_str(), e.what());
+  }
+  return ok_status();
+}
+
+memory s32_scalar(int32_t v) {
+  memory m(memory::desc({1}, memory::data_type::s32, memory::format_tag::a), onednn::cpu_engine());
+  *static_cast<int32_t*>(m.get_data_handle()) = v;
+  return m;
+}
+
+Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
+  KILN_ASSIGN_OR_RETURN(QConvPlan plan, plan_qconv(node));
+  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
+  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
+  auto k = std::make_unique<OnednnQConvKernel>();
+  k->plan = std::move(plan);
+  k->reference = &schema->kernel_fn();
+  for (const Tensor* t : k->plan.constants) k->constants.push_back(t ? *t : Tensor());
+  const QConvPlan& p = k->plan;
+  const int rank = static_cast<int>(p.x_dims.size());
+  const int n = rank - 2;
+  try {
+    onednn::CreationThreadsScope threads;
+    memory::dims w_dims = onednn::to_dims(p.w_dims);
+    int w_rank = rank;
+    if (p.group > 1) {
+      w_dims[0] /= p.group;
+      w_dims.insert(w_dims.begin(), p.group);
+      ++w_rank;
+    }
+    const auto s8 = memory::data_type::s8;
+    k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), dnnl_x8(p.x_dtype), onednn::plain_tag(rank));
+    k->layouts.user_dst = memory::desc(onednn::to_dims(p.y_dims), dnnl_x8(p.y_dtype), onednn::plain_tag(rank));
+    const memory::desc user_w(w_dims, s8, onednn::plain_tag(w_rank));
+    const memory::desc any_src(onednn::to_dims(p.x_dims), dnnl_x8(p.x_dtype), memory::format_tag::any);
+    const memory::desc any_dst(onednn::to_dims(p.y_dims), dnnl_x8(p.y_dtype), memory::format_tag::any);
+    const memory::desc any_w(w_dims, s8, memory::format_tag::any);
+    const memory::desc bias_md =
+        p.bias.empty() ? memory::desc() : memory::desc({p.w_dims[0]}, memory::data_type::f32, memory::format_tag::a);
+    memory::dims strides, dilations, pad_l, pad_r;
+    for (int d = 0; d < n; ++d) {
+      strides.push_back(p.geo.strides[d]);
+      dilations.push_back(p.geo.dilations[d] - 1);
+      pad_l.push_back(p.geo.pad_begin(d));
+      pad_r.push_back(p.geo.pad_end(d));
+    }
+    dnnl::post_ops po;
+    KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, po));
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    // Per output channel: dim 0 of the weights, or dims 0 and 1 (g, oc/g) with groups, which
+    // is dim 1 of the destination either way.
+    attr.set_output_scales(p.output_scales.size() == 1 ? 0 : 1 << 1, p.output_scales);
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         any_src, any_w, bias_md, any_dst, strides, dilations, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::cpu_engine());
+    k->impl_ = onednn::implementation_name(pd);
+    // oneDNN's reference int8 convolution is no fast kernel: the node then runs Kiln's own
+    // reference, which the compile report names.
+    if (k->impl_.rfind("onednn:ref", 0) == 0)
+      return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl_.c_str());
+    k->conv = dnnl::convolution_forward(pd);
+    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size());
+    k->weights_buffer = onednn::pack_shared(user_w, p.weights->raw_data(), pd.weights_desc());
+    k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
+    if (!p.bias.empty()) {
+      k->bias = memory(bias_md, onednn::cpu_engine());
+      std::memcpy(k->bias.get_data_handle(), p.bias.data(), p.bias.size() * sizeof(float));
+    }
+    k->x_zero_point = s32_scalar(p.x_zero_point);
+    k->y_zero_point = s32_scalar(p.y_zero_point);
+  } catch (const dnnl::error& e) {
+    return unsupported("node %s: oneDNN has no int8 convolution for it: %s", node.label().c_str(), e.what());
+  }
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+bool qconv_applicable(const ir::Node& node) { return plan_qconv(node).ok(); }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
+                                    .op_type = "QLinearConv",
+                                    .device = DeviceKind::kCpu,
+                                    .priority = 100,
+                                    .name = "onednn",
+                                    .applicable = qconv_applicable,
+                                    .prepare = prepare_qconv}));
+KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kKilnDomain,
+                                    .op_type = "FusedQLinearConv",
+                                    .device = DeviceKind::kCpu,
+                                    .priority = 100,
+                                    .name = "onednn",
+                                    .applicable = qconv_applicable,
+                                    .prepare = prepare_qconv}));
+
+}  // namespace kiln::kernels
