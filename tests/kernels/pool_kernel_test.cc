@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -169,6 +170,43 @@ TEST(OnednnPoolTest, MatchesReference) {
       {"global_avg_1d", {"GlobalAveragePool", {3, 5, 9}, {}}},
   };
   for (const auto& [name, c] : cases) check(c, name);
+}
+
+// uint8 / int8 max pooling (what a QDQ model's pools become): the maximum is one of the inputs,
+// so the kernel equals the reference exactly, including the padding, which never wins.
+TEST(OnednnPoolTest, Int8MaxPoolMatchesReferenceExactly) {
+  const std::vector<std::pair<std::string, PoolCase>> cases{
+      {"resnet_maxpool", {"MaxPool", {1, 64, 112, 112}, attrs({{"kernel_shape", {3, 3}}, {"pads", {1, 1, 1, 1}},
+                                                                 {"strides", {2, 2}}})}},
+      {"odd_channels_ceil", {"MaxPool", {2, 13, 9, 7}, attrs({{"kernel_shape", {2, 3}}, {"ceil_mode", {1}}})}},
+      {"max_1d", {"MaxPool", {2, 7, 15}, attrs({{"kernel_shape", {4}}, {"strides", {3}}})}},
+  };
+  for (DataType dt : {DataType::kUInt8, DataType::kInt8}) {
+    for (const auto& [name, c] : cases) {
+      SCOPED_TRACE(name + (dt == DataType::kUInt8 ? " uint8" : " int8"));
+      auto g = make_graph(c, 5);
+      Tensor x = Tensor::make(dt, c.x);
+      for (int64_t i = 0; i < x.num_elements(); ++i) {
+        const int v = static_cast<int>(std::lround(g->x.data<float>()[i] * 127.5 - 0.5));  // -128..127
+        if (dt == DataType::kUInt8)
+          x.data<uint8_t>()[i] = static_cast<uint8_t>(v + 128);
+        else
+          x.data<int8_t>()[i] = static_cast<int8_t>(v);
+      }
+      g->x = x;
+      g->node->input(0)->type() = ir::TensorType{dt, x.shape()};
+      ASSERT_TRUE(ops::infer_node(*g->node).ok());
+      auto k = select_kernel(*g->node);
+      ASSERT_TRUE(k);
+      EXPECT_EQ(k->implementation().find("simple"), std::string::npos) << k->implementation();
+      auto want = run_with(nullptr, *g);
+      auto got = run_with(k.get(), *g);
+      ASSERT_TRUE(want.ok() && got.ok());
+      ASSERT_EQ(got->dtype(), dt);
+      ASSERT_EQ(got->dims(), want->dims());
+      EXPECT_EQ(std::memcmp(got->raw_data(), want->raw_data(), want->size_bytes()), 0);
+    }
+  }
 }
 
 // The kernel leaves these to the reference kernel.

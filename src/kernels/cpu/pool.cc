@@ -33,11 +33,14 @@ struct PoolPlan {
   dnnl::algorithm algorithm = dnnl::algorithm::pooling_max;
   memory::dims kernel, strides, dilations, pad_l, pad_r;
   bool global = false;  // GlobalMaxPool / GlobalAveragePool
+  DataType dtype = DataType::kFloat32;  // X's and Y's: float32, or uint8 / int8 for max pooling
 };
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+bool is_static(const ir::Value* v, DataType dtype) {
+  return v && v->dtype() == dtype && v->shape().has_rank() && v->shape().is_static();
 }
+
+bool is_x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
 
 Expected<PoolPlan> plan_pool(const ir::Node& node) {
   const std::string label = node.label();
@@ -52,9 +55,12 @@ Expected<PoolPlan> plan_pool(const ir::Node& node) {
     return unsupported("node %s: MaxPool's Indices output runs on the reference kernel", label.c_str());
   const ir::Value* x = node.input(0);
   const ir::Value* y = node.output(0);
-  if (!is_static_f32(x) || !is_static_f32(y))
-    return unsupported("node %s: X and Y must be float32 with static shapes", label.c_str());
   PoolPlan p;
+  p.dtype = x ? x->dtype() : DataType::kUndefined;
+  const bool int8_max = op == "MaxPool" && !kiln_pooling && is_x8(p.dtype);  // ONNX's only int8 pool
+  if (!(p.dtype == DataType::kFloat32 || int8_max) || !is_static(x, p.dtype) || !is_static(y, p.dtype))
+    return unsupported("node %s: X and Y must be float32 (uint8 / int8 for max pooling) with static shapes",
+                       label.c_str());
   p.x_tensor_dims = p.x_dims = x->shape().static_dims();
   p.y_tensor_dims = p.y_dims = y->shape().static_dims();
   if (kiln_pooling && ops::is_blocked_format(node.attr_string("format", ops::kFormatPlain))) {
@@ -126,8 +132,9 @@ class OnednnPoolKernel final : public Kernel {
   Status run(ops::KernelContext& ctx) const override {
     const ir::Node& node = ctx.node();
     const Tensor* x = ctx.input(0);
-    if (!x || x->dtype() != DataType::kFloat32 || x->dims() != plan.x_tensor_dims) return (*reference)(ctx);
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_tensor_dims, TensorInit::kUninitialized));
+    if (!x || x->dtype() != plan.dtype || x->dims() != plan.x_tensor_dims) return (*reference)(ctx);
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, plan.dtype, plan.y_tensor_dims, TensorInit::kUninitialized));
+    if (channels_last) return run_channels_last(ctx, *x, *y);
     void* ws = onednn::thread_workspace(scratch_bytes);
     if (!ws && scratch_bytes > 0)
       return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
@@ -146,7 +153,23 @@ class OnednnPoolKernel final : public Kernel {
   }
   std::string implementation() const override { return impl; }
 
+  // int8 on plain NCHW: through the channels-last layout of the primitive.
+  Status run_channels_last(const ops::KernelContext& ctx, const Tensor& x, Tensor& y) const {
+    char* ws = static_cast<char*>(onednn::thread_workspace(layouts.workspace_bytes));
+    if (!ws && layouts.workspace_bytes > 0)
+      return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", ctx.node().label().c_str(),
+                                layouts.workspace_bytes);
+    try {
+      layouts.run(pool, onednn::Args{}, ws, x.raw_data(), y.raw_data(), onednn::thread_stream());
+    } catch (const dnnl::error& e) {
+      return internal_error("node %s: oneDNN pooling failed: %s", ctx.node().label().c_str(), e.what());
+    }
+    return ok_status();
+  }
+
   const ops::KernelFn* reference = nullptr;  // inputs the kernel was not prepared for
+  bool channels_last = false;
+  onednn::LayoutBridge layouts;  // channels_last's
   PoolPlan plan;
   std::string impl;
   dnnl::pooling_v2_forward pool;
@@ -168,8 +191,15 @@ Expected<std::unique_ptr<Kernel>> prepare_pool(const ir::Node& node) {
     const memory::format_tag tag = plan.block == 8    ? memory::format_tag::nChw8c
                                    : plan.block == 16 ? memory::format_tag::nChw16c
                                                       : onednn::plain_tag(rank);
-    k->src_md = memory::desc(onednn::to_dims(plan.x_dims), memory::data_type::f32, tag);
-    k->dst_md = memory::desc(onednn::to_dims(plan.y_dims), memory::data_type::f32, tag);
+    const memory::data_type dt = plan.dtype == DataType::kUInt8  ? memory::data_type::u8
+                                 : plan.dtype == DataType::kInt8 ? memory::data_type::s8
+                                                                 : memory::data_type::f32;
+    k->channels_last = plan.dtype != DataType::kFloat32 && plan.block == 0;
+    const memory::format_tag channels_last_tag = rank == 3   ? memory::format_tag::nwc
+                                                 : rank == 4 ? memory::format_tag::nhwc
+                                                             : memory::format_tag::ndhwc;
+    k->src_md = memory::desc(onednn::to_dims(plan.x_dims), dt, k->channels_last ? channels_last_tag : tag);
+    k->dst_md = memory::desc(onednn::to_dims(plan.y_dims), dt, k->channels_last ? channels_last_tag : tag);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, plan.algorithm, k->src_md, k->dst_md,
@@ -184,6 +214,11 @@ Expected<std::unique_ptr<Kernel>> prepare_pool(const ir::Node& node) {
       return unsupported("node %s: oneDNN offers only %s on NCHW", node.label().c_str(), k->impl.c_str());
     k->pool = dnnl::pooling_v2_forward(pd);
     k->scratch_bytes = pd.scratchpad_desc().get_size();
+    if (k->channels_last) {
+      k->layouts.user_src = memory::desc(onednn::to_dims(plan.x_dims), dt, tag);
+      k->layouts.user_dst = memory::desc(onednn::to_dims(plan.y_dims), dt, tag);
+      k->layouts.plan(k->src_md, k->dst_md, k->scratch_bytes);
+    }
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no pooling for it: %s", node.label().c_str(), e.what());
   }
