@@ -176,6 +176,54 @@ def build(act_type, bias_kind, seed, shape=(1, 8, 20, 20)):
     return model, x, scale
 
 
+def build_products(act_type, seed):
+    """x [6, 40] -> QDQ -> Gemm(transB, DQ(w) per row, bias) -> Relu -> QDQ -> MatMul(DQ(w) per
+    column) + bias -> y (float: no QuantizeLinear after the last product)."""
+    net = QdqNet(act_type, seed)
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (6, 40)).astype(np.float32)
+
+    def weights(k, n, axis):
+        w = rng.normal(0, 1 / np.sqrt(k), (k, n) if axis == 1 else (n, k)).astype(np.float32)
+        s = (np.abs(w).max(axis=1 - axis) / 127).astype(np.float32)
+        q = np.clip(np.rint(w / (s[None, :] if axis == 1 else s[:, None])), -127, 127).astype(np.int8)
+        out = net.name("wdq")
+        net.nodes.append(helper.make_node("DequantizeLinear", [net.const("wq", q), net.const("ws", s),
+                                                               net.const("wz", np.zeros(n, np.int8))], [out],
+                                          axis=axis, name=out))
+        wf = q.astype(np.float32) * (s[None, :] if axis == 1 else s[:, None])
+        return out, (wf if axis == 1 else wf.T)
+
+    def qdq_of(value, v):
+        out = net.qdq(value, float(v.min()), float(v.max()))
+        scale = float(numpy_helper.to_array(net.inits[-2]))
+        zp = int(numpy_helper.to_array(net.inits[-1]))
+        return out, fake_quant(v, scale, zp, act_type)
+
+    cur, val = qdq_of("x", x)
+    w1, w1f = weights(40, 32, 0)
+    b1 = rng.normal(0, 0.1, 32).astype(np.float32)
+    g = net.name("gemm")
+    net.nodes.append(helper.make_node("Gemm", [cur, w1, net.const("b", b1)], [g], transB=1, name=g))
+    r = net.name("relu")
+    net.nodes.append(helper.make_node("Relu", [g], [r], name=r))
+    cur, val = qdq_of(r, np.maximum(val @ w1f + b1, 0))
+    hidden_scale = float(numpy_helper.to_array(net.inits[-2]))
+    w2, w2f = weights(32, 10, 1)
+    m = net.name("matmul")
+    net.nodes.append(helper.make_node("MatMul", [cur, w2], [m], name=m))
+    y = net.name("add")
+    net.nodes.append(helper.make_node("Add", [m, net.const("b", rng.normal(0, 0.1, 10).astype(np.float32))], [y],
+                                      name=y))
+    graph = helper.make_graph(net.nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 40])],
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [6, 10])], net.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    # What one hidden value landing a step away (a rounding tie) moves an output by.
+    one_step = hidden_scale * float(np.abs(w2f).max())
+    return model, x, one_step
+
+
 def run(args, **kw):
     return subprocess.run([KILN] + args, capture_output=True, text=True, **kw)
 
@@ -231,6 +279,40 @@ class QdqTest(unittest.TestCase):
         steps = np.abs(outs["3"] - ort) / out_scale
         self.assertLessEqual(float(steps.max()), 1.0 + 1e-3, f"{tag}: Kiln vs ONNX Runtime differ by {steps.max()} steps")
         self.assertLessEqual(float(np.mean(steps > 0.5)), 0.01, f"{tag}: more than 1% of outputs a step off")
+
+    def test_products(self):
+        for act_type, tag in ((TensorProto.UINT8, "u8"), (TensorProto.INT8, "s8")):
+            d = os.path.join(WORK, "products_" + tag)
+            os.makedirs(d, exist_ok=True)
+            model, x, one_step = build_products(act_type, seed=7)
+            path = os.path.join(d, "m.onnx")
+            onnx.save(model, path)
+            np.save(os.path.join(d, "x.npy"), x)
+            report = os.path.join(d, "report.json")
+            r = run(["compile", path, "-o", os.path.join(d, "m.kiln"), "--report", report])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(report) as f:
+                rep = json.load(f)
+            self.assertEqual(rep["fusions"].get("QDQ:Gemm+Bias+Relu"), 1, rep["fusions"])
+            self.assertEqual(rep["fusions"].get("QDQ:MatMul+Bias+Float"), 1, rep["fusions"])
+            self.assertEqual(rep["kernels"].get("kiln.FusedQLinearMatMul/onednn"), 2, rep["kernels"])
+            outs = {}
+            for level in ("3", "0"):
+                compiled = os.path.join(d, f"m_O{level}.kiln")
+                self.assertEqual(run(["compile", path, "-O", level, "-o", compiled]).returncode, 0)
+                od = os.path.join(d, "O" + level)
+                r = run(["run", compiled, "--input", "x=" + os.path.join(d, "x.npy"), "--output-dir", od])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                outs[level] = load_output(od)
+            # The float output: float32 rounding, plus at most two hidden values a step away.
+            tol = 2 * one_step + 1e-5 * float(np.abs(outs["0"]).max())
+            self.assertLess(float(np.abs(outs["3"] - outs["0"]).max()), tol, tag)
+            if ort_available():
+                od = os.path.join(d, "ort")
+                r = subprocess.run(["node", ORT_SCRIPT, path, od, "x=" + os.path.join(d, "x.npy")], cwd=REPO,
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertLess(float(np.abs(outs["3"] - load_output(od)).max()), tol, tag)
 
     def test_uint8_float_bias(self):
         self.check_model("u8_float_bias", TensorProto.UINT8, "float")

@@ -9,7 +9,7 @@ namespace kiln::compiler {
 PassInfo constant_node_folding_pass();  // Constant nodes -> initializers (required)
 PassInfo shape_inference_pass();        // dtype and shape of every value (required)
 PassInfo gradient_lowering_pass();      // Gradient nodes -> ordinary ops (required)
-PassInfo qdq_folding_pass();         // DQ/Q around Conv, MaxPool -> int8 operators (-O2)
+PassInfo qdq_folding_pass();         // DQ/Q around Conv, MatMul, Gemm, MaxPool -> int8 ops (-O2)
 PassInfo constant_folding_pass();       // constant inputs and static Shape -> initializers (-O1)
 PassInfo symbolic_shape_folding_pass();  // shape computations over open dims followed by name (-O1)
 PassInfo algebraic_simplify_pass();     // identities, no-ops, chains (-O1)

@@ -5,6 +5,13 @@
 //
 //   DQ(x) -> Conv(., DQ(w), b) [-> Relu | Clip] -> Q      =>  QLinearConv / kiln FusedQLinearConv
 //   DQ(x) -> MaxPool -> Q  (same scale and zero point)    =>  MaxPool on the int8 values
+//   DQ(a) -> MatMul|Gemm(., DQ(w)) [+ bias] [-> Relu | Clip] [-> Q]
+//                                                          =>  QLinearMatMul / kiln FusedQLinearMatMul
+//
+// A MatMul / Gemm without a QuantizeLinear after it gets a float32 output (its consumers are
+// float). Gemm: alpha = beta = 1, A not transposed; a transposed B ([N, K], scales per row)
+// is stored transposed ([K, N], scales per column); C a float [N] (or DQ of int32) bias.
+// MatMul: an Add of a constant [N] after it is the bias.
 //
 // Conditions, as ONNX Runtime's QDQ selectors: X and Y quantised per tensor (uint8 or int8)
 // with constant scales and zero points; W a constant int8 tensor quantised per tensor or per
@@ -93,6 +100,7 @@ class QdqFolder {
       if (removed_.count(n)) continue;
       if (is_op(*n, "Conv")) try_conv(*n);
       else if (is_op(*n, "MaxPool")) try_max_pool(*n);
+      else if (is_op(*n, "MatMul") || is_op(*n, "Gemm")) try_matmul(*n);
     }
     return fusion::finish(g_, removed_);
   }
@@ -104,6 +112,25 @@ class QdqFolder {
     ir::Node* n = uses_.consumers(y)[0];
     if (!is_op(*n, "QuantizeLinear") || n->input(0) != y || !quant_params(g_, n, q) || !q->per_tensor()) return false;
     return is_x8(n->output(0)->dtype());
+  }
+
+  // A Relu or a Clip with finite constant bounds that alone reads `y`, or null.
+  ir::Node* activation_after(ir::Value* y, std::string* name, std::vector<float>* params) {
+    if (!fusion::fusable_intermediate(uses_, y)) return nullptr;
+    ir::Node* a = uses_.consumers(y)[0];
+    if (a->num_outputs() != 1 || a->input(0) != y) return nullptr;
+    float lo = 0, hi = 0;
+    if (is_op(*a, "Relu")) {
+      *name = "Relu";
+      return a;
+    }
+    if (is_op(*a, "Clip") && fusion::clip_bounds(g_, *a, &lo, &hi) && lo <= hi && std::isfinite(lo) &&
+        std::isfinite(hi)) {
+      *name = "Clip";
+      *params = {lo, hi};
+      return a;
+    }
+    return nullptr;
   }
 
   // A zero point as an input: the node's, or a new 0 of `dtype` (`shape`: [] or [C]).
@@ -173,20 +200,9 @@ class QdqFolder {
     ir::Value* y = conv.output(0);
     std::string activation;
     std::vector<float> params;
-    if (fusion::fusable_intermediate(uses_, y)) {
-      ir::Node* a = uses_.consumers(y)[0];
-      float lo = 0, hi = 0;
-      if (is_op(*a, "Relu") && a->num_outputs() == 1) {
-        activation = "Relu";
-      } else if (is_op(*a, "Clip") && a->num_outputs() == 1 && fusion::clip_bounds(g_, *a, &lo, &hi) && lo <= hi &&
-                 std::isfinite(lo) && std::isfinite(hi)) {
-        activation = "Clip";
-        params = {lo, hi};
-      }
-      if (!activation.empty()) {
-        chain.push_back(a);
-        y = a->output(0);
-      }
+    if (ir::Node* a = activation_after(y, &activation, &params)) {
+      chain.push_back(a);
+      y = a->output(0);
     }
     if (!quantized_by(y, &qy)) return;
     chain.push_back(qy.node);
@@ -222,6 +238,98 @@ class QdqFolder {
     drop_if_unused(dx.node);
     drop_if_unused(dw.node);
     ctx_.count_fusion("QDQ:Conv" + (activation.empty() ? std::string() : "+" + activation));
+  }
+
+  // The int8 weights [K, N] of DQ(w) for a product, with scales per column or per tensor:
+  // `transposed` (Gemm's transB) reads w as [N, K] with scales per row and transposes it.
+  bool product_weights(const QuantParams& dw, bool transposed, ir::Value** w_out, ir::Value** scale_out) {
+    const Tensor* w = constant_tensor(g_, dw.node->input(0));
+    if (!w || w->dtype() != DataType::kInt8 || w->rank() != 2 || !all_zero(dw.zero_point)) return false;
+    const Tensor& s = *dw.scale->initializer();
+    const int64_t out_axis = transposed ? 0 : 1;
+    const int64_t n = w->dim(out_axis);
+    if (!dw.per_tensor() && (s.num_elements() != n || (dw.axis != out_axis && dw.axis != out_axis - 2))) return false;
+    *scale_out = dw.scale;
+    if (!transposed) {
+      *w_out = dw.node->input(0);
+      return true;
+    }
+    const int64_t k = w->dim(1);
+    Tensor t = Tensor::make(DataType::kInt8, {k, n});
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) t.data<int8_t>()[c * n + r] = w->data<int8_t>()[r * k + c];
+    *w_out = add_initializer(g_, dw.node->input(0)->name() + "_t", std::move(t));
+    return true;
+  }
+
+  void try_matmul(ir::Node& mm) {
+    const bool gemm = is_op(mm, "Gemm");
+    if (mm.num_outputs() != 1 || mm.num_inputs() < 2) return;
+    if (gemm && (mm.attr_float("alpha", 1.0f) != 1.0f || mm.attr_float("beta", 1.0f) != 1.0f ||
+                 mm.attr_int("transA", 0) != 0))
+      return;
+    QuantParams da, dw, qy;
+    if (!dequantized(g_, mm.input(0), &da) || !da.per_tensor() || !is_x8(da.node->input(0)->dtype())) return;
+    if (!dequantized(g_, mm.input(1), &dw)) return;
+    ir::Value* w = nullptr;
+    ir::Value* w_scale = nullptr;
+    if (!product_weights(dw, gemm && mm.attr_int("transB", 0) != 0, &w, &w_scale)) return;
+    const int64_t n = w->initializer()->dim(1);
+    const ir::Value* a = mm.input(0);
+    if (!a->shape().has_rank() || a->shape().rank() < 2 || (gemm && a->shape().rank() != 2)) return;
+    std::vector<ir::Node*> chain{&mm};
+    ir::Value* y = mm.output(0);
+    ir::Value* bias_in = gemm ? mm.input(2) : nullptr;
+    if (!gemm && fusion::fusable_intermediate(uses_, y)) {
+      // MatMul + Add(constant [N]): the bias.
+      ir::Node* add = uses_.consumers(y)[0];
+      ir::Value* other = add->num_inputs() == 2 ? (add->input(0) == y ? add->input(1) : add->input(0)) : nullptr;
+      const Tensor* c = other ? constant_tensor(g_, other) : nullptr;
+      if (is_op(*add, "Add") && c && c->dtype() == DataType::kFloat32 && c->num_elements() == n &&
+          c->dim(c->rank() - 1) == n && other != y) {
+        bias_in = other;
+        chain.push_back(add);
+        y = add->output(0);
+      }
+    }
+    std::string activation;
+    std::vector<float> params;
+    ir::Node* act = activation_after(y, &activation, &params);
+    if (act) {
+      chain.push_back(act);
+      y = act->output(0);
+    }
+    const bool quantised_y = quantized_by(y, &qy);
+    if (quantised_y) chain.push_back(qy.node);
+    ir::Value* bias = nullptr;
+    ir::Node* bias_dq = nullptr;
+    if (!int32_bias(bias_in, scalar_f32(da.scale), *w_scale->initializer(), n, &bias, &bias_dq)) return;
+    if (bias_dq) chain.push_back(bias_dq);
+    const std::string base = mm.name().empty() ? mm.output(0)->name() : mm.name();
+    ir::Value* aq = da.node->input(0);
+    std::vector<ir::Value*> in{aq,
+                               da.scale,
+                               zero_point_or_zeros(da.zero_point, aq->dtype(), {}, base + "_a"),
+                               w,
+                               w_scale,
+                               zero_point_or_zeros(nullptr, DataType::kInt8, w_scale->initializer()->dims(), base + "_b"),
+                               quantised_y ? qy.scale : nullptr,
+                               quantised_y ? zero_point_or_zeros(qy.zero_point, qy.node->output(0)->dtype(), {},
+                                                                 base + "_y")
+                                           : nullptr,
+                               bias};
+    while (!in.back()) in.pop_back();
+    ir::Node* node = fusion::add_fused_node(g_, uses_, "FusedQLinearMatMul", chain, in,
+                                            quantised_y ? qy.node->output(0) : y, removed_);
+    if (!activation.empty()) node->attrs()["activation"] = ir::Attribute::from_string(activation);
+    if (!params.empty()) node->attrs()["activation_params"] = ir::Attribute::from_floats(params);
+    drop_if_unused(da.node);
+    drop_if_unused(dw.node);
+    std::string pattern = std::string("QDQ:") + (gemm ? "Gemm" : "MatMul");
+    if (bias_in) pattern += "+Bias";
+    if (!activation.empty()) pattern += "+" + activation;
+    if (!quantised_y) pattern += "+Float";
+    ctx_.count_fusion(pattern);
   }
 
   void try_max_pool(ir::Node& pool) {
@@ -263,7 +371,7 @@ PassInfo qdq_folding_pass() {
   PassInfo p;
   p.name = "qdq_folding";
   p.min_level = 2;
-  p.description = "DequantizeLinear/QuantizeLinear around Conv and MaxPool -> int8 operators";
+  p.description = "DequantizeLinear/QuantizeLinear around Conv, MatMul, Gemm and MaxPool -> int8 operators";
   p.run = [](ir::Graph& g, PassContext& ctx) -> Status {
     if (!fusion::kiln_op_available("FusedQLinearConv")) {
       ctx.note("qdq_folding: kiln FusedQLinearConv is not registered; nothing folded");

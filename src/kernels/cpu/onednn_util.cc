@@ -261,6 +261,12 @@ Args& Args::add(int arg, const dnnl::memory& mem) {
   return *this;
 }
 
+dnnl::memory s32_scalar(int32_t v) {
+  dnnl::memory m(dnnl::memory::desc({1}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::a), cpu_engine());
+  *static_cast<int32_t*>(m.get_data_handle()) = v;
+  return m;
+}
+
 Args& Args::add(const Args& other) {
   for (int i = 0; i < other.count_; ++i) {
     KILN_CHECK(count_ < kMaxArgs, "a oneDNN execution with more than %d arguments", kMaxArgs);

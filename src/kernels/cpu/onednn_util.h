@@ -121,6 +121,10 @@ class RunMemories {
   uint64_t generation_;  // tells this kernel's entries from those of an earlier holder of id_
 };
 
+// A one-element int32 memory holding `v`: a runtime zero point (DNNL_RUNTIME_S32_VAL at
+// creation) of the int8 kernels. Throws dnnl::error.
+dnnl::memory s32_scalar(int32_t v);
+
 // A reorder from `from` to `to` with a user scratchpad; `scratch` becomes the larger of
 // itself and the reorder's scratchpad size. Throws dnnl::error, as primitive creation does.
 dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, size_t& scratch);

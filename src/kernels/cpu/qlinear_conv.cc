@@ -205,12 +205,6 @@ Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
   return ok_status();
 }
 
-memory s32_scalar(int32_t v) {
-  memory m(memory::desc({1}, memory::data_type::s32, memory::format_tag::a), onednn::cpu_engine());
-  *static_cast<int32_t*>(m.get_data_handle()) = v;
-  return m;
-}
-
 Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(QConvPlan plan, plan_qconv(node));
   KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
@@ -273,8 +267,8 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
       k->bias = memory(bias_md, onednn::cpu_engine());
       std::memcpy(k->bias.get_data_handle(), p.bias.data(), p.bias.size() * sizeof(float));
     }
-    k->x_zero_point = s32_scalar(p.x_zero_point);
-    k->y_zero_point = s32_scalar(p.y_zero_point);
+    k->x_zero_point = onednn::s32_scalar(p.x_zero_point);
+    k->y_zero_point = onednn::s32_scalar(p.y_zero_point);
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no int8 convolution for it: %s", node.label().c_str(), e.what());
   }

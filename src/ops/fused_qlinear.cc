@@ -1,0 +1,210 @@
+// Kiln's quantised fused ops (domain kiln, docs/quantization.md), made by the qdq_folding
+// pass so that an int8 kernel computes a whole QDQ chain with its epilogue:
+//
+// FusedQLinearConv: ONNX QLinearConv whose quantised output also carries a Relu or a Clip,
+//   from DequantizeLinear(x) -> Conv(., DequantizeLinear(w), b) -> Relu|Clip -> QuantizeLinear.
+// FusedQLinearMatMul: QLinearMatMul with an int32 bias over N (at scale a_scale * b_scale[n]),
+//   the same activations, and a float32 output when y_scale / y_zero_point are absent (a
+//   product whose consumers are float: its DequantizeLinear folded in), from
+//   DequantizeLinear(a) -> MatMul|Gemm(., DequantizeLinear(b)) [+ bias] [-> Relu|Clip] [-> Q].
+//
+// The activation needs no float step: quantisation is monotonic, so
+//   Q(relu(v))       = max(Q(v), Q(0))          = max(Q(v), y_zero_point)
+//   Q(clip(v, a, b)) = clamp(Q(v), Q(a), Q(b))
+// exactly. The reference kernel is therefore QLinearConv's followed by that clamp.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/lowp.h"
+#include "ops/elementwise_common.h"
+#include "ops/fused_activation.h"
+
+namespace kiln::ops {
+namespace {
+
+using ir::AttrKind;
+
+// The activation of a FusedQLinearConv: none, Relu, or Clip with finite bounds.
+Expected<FusedActivation> quantised_activation(const ir::Node& node) {
+  const std::string& op = node.op_type();
+  KILN_ASSIGN_OR_RETURN(FusedActivation act, parse_fused_activation(node));
+  const bool ok = act.is_none() || act.kind == FusedActivationKind::kRelu ||
+                  (act.kind == FusedActivationKind::kClip && act.p0 <= act.p1);
+  if (!ok || act.has_post_affine())
+    return invalid_argument("node %s: %s takes no activation, Relu or Clip(lo <= hi), got '%s'", node.label().c_str(),
+                            op.c_str(), node.attr_string("activation", "").c_str());
+  return act;
+}
+
+Status infer_fused_qlinear_conv(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(quantised_activation(ctx.node()).status());
+  return run_onnx_inference(ctx, "QLinearConv");
+}
+
+// Q(v) for the output's scale and zero point, saturated to T.
+template <typename T>
+T quantise(double v, double scale, double zero_point) {
+  const double q = std::nearbyint(v / scale) + zero_point;
+  return static_cast<T>(std::clamp(q, double(std::numeric_limits<T>::lowest()), double(std::numeric_limits<T>::max())));
+}
+
+// Clamps the quantised `y` (of y_scale, y_zero_point) to the activation's quantised bounds.
+void clamp_to_activation(const FusedActivation& act, double y_scale, double y_zero_point, Tensor& y) {
+  if (act.is_none()) return;
+  const bool clip = act.kind == FusedActivationKind::kClip;
+  dispatch_numeric(y.dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+      const T lo = quantise<T>(clip ? act.p0 : 0.0, y_scale, y_zero_point);
+      const T hi = clip ? quantise<T>(act.p1, y_scale, y_zero_point) : std::numeric_limits<T>::max();
+      T* p = y.data<T>();
+      for (int64_t i = 0; i < y.num_elements(); ++i) p[i] = std::clamp(p[i], lo, hi);
+    }
+  });
+}
+
+double scalar(const Tensor& t) { return lowp_to_double(t.dtype(), t.raw_data(), 0); }
+
+Status fused_qlinear_conv_kernel(KernelContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(FusedActivation act, quantised_activation(ctx.node()));
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_onnx_reference(ctx, "QLinearConv", ctx.num_inputs()));
+  // QLinearConv's kernel has checked y_scale and y_zero_point (scalars, int8 / uint8).
+  clamp_to_activation(act, scalar(*ctx.input(6)), scalar(*ctx.input(7)), y);
+  ctx.set_output(0, std::move(y));
+  return ok_status();
+}
+
+// ---- FusedQLinearMatMul -----------------------------------------------------------------
+
+// Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, bias.
+// a per tensor, b 2-D [K, N] per tensor or per column; y_scale / y_zero_point both present
+// (quantised output) or both absent (float32 output).
+Status check_fused_qlinear_matmul(const ir::Node& node, const std::vector<int64_t>* b_dims,
+                                  const Tensor* b_scale, const Tensor* bias) {
+  if (b_dims && b_dims->size() != 2)
+    return invalid_argument("node %s: FusedQLinearMatMul takes a 2-D b, got %s", node.label().c_str(),
+                            dims_to_string(*b_dims).c_str());
+  const int64_t n = b_dims ? (*b_dims)[1] : -1;
+  if (b_scale && n >= 0 && b_scale->num_elements() != 1 && b_scale->num_elements() != n)
+    return invalid_argument("node %s: b_scale %s must be a scalar or have N = %lld values", node.label().c_str(),
+                            b_scale->description().c_str(), (long long)n);
+  if (bias && (bias->dtype() != DataType::kInt32 || (n >= 0 && bias->num_elements() != n)))
+    return invalid_argument("node %s: bias must be int32 with N values, got %s", node.label().c_str(),
+                            bias->description().c_str());
+  return ok_status();
+}
+
+Status infer_fused_qlinear_matmul(InferContext& ctx) {
+  const ir::Node& node = ctx.node();
+  KILN_RETURN_IF_ERROR(quantised_activation(node).status());
+  const bool quantised_y = ctx.has_input(7);
+  if (ctx.has_input(6) != ctx.has_input(7))
+    return invalid_argument("node %s: y_scale and y_zero_point come together", node.label().c_str());
+  if (!ctx.has_input(0) || !ctx.has_input(3))
+    return invalid_argument("node %s: a and b are required", node.label().c_str());
+  const Shape& a = ctx.input_type(0).shape;
+  const Shape& b = ctx.input_type(3).shape;
+  if (b.has_rank() && b.rank() != 2)
+    return invalid_argument("node %s: FusedQLinearMatMul takes a 2-D b, got %s", node.label().c_str(),
+                            b.to_string().c_str());
+  Shape out = Shape::unknown_rank();
+  if (a.has_rank() && a.rank() >= 1 && b.has_rank()) {
+    std::vector<Dim> dims = a.dims();
+    dims.back() = b[1];
+    out = Shape(dims);
+  }
+  ctx.set_output(0, quantised_y ? ctx.input_type(7).dtype : DataType::kFloat32, out);
+  return ok_status();
+}
+
+Status fused_qlinear_matmul_kernel(KernelContext& ctx) {
+  const ir::Node& node = ctx.node();
+  KILN_ASSIGN_OR_RETURN(FusedActivation act, quantised_activation(node));
+  for (int i : {0, 1, 3, 4})
+    if (!ctx.input(i)) return invalid_argument("node %s: input %d is missing", node.label().c_str(), i);
+  const Tensor& a_scale = *ctx.input(1);
+  const Tensor& b = *ctx.input(3);
+  const Tensor& b_scale = *ctx.input(4);
+  const Tensor* y_scale = ctx.input(6);
+  const Tensor* y_zp = ctx.input(7);
+  const Tensor* bias = ctx.input(8);
+  if (!y_scale != !y_zp) return invalid_argument("node %s: y_scale and y_zero_point come together", node.label().c_str());
+  KILN_RETURN_IF_ERROR(check_fused_qlinear_matmul(node, &b.dims(), &b_scale, bias));
+  if (a_scale.num_elements() != 1 || (y_scale && (y_scale->num_elements() != 1 || y_zp->num_elements() != 1)))
+    return invalid_argument("node %s: a and y are quantised per tensor", node.label().c_str());
+  // The exact int32 products, as MatMulInteger computes them.
+  KILN_ASSIGN_OR_RETURN(Tensor acc, run_onnx_reference(ctx, "MatMulInteger", 4,
+                                                       {ctx.value(0), ctx.value(3), ctx.value(2), ctx.value(5)}));
+  const int64_t n = b.dims()[1];
+  const double sa = scalar(a_scale);
+  const DataType st = a_scale.dtype();
+  auto acc_scale = [&](int64_t col) {  // float32(sa * sb[col]), as QLinearMatMul rounds it
+    const double sb = lowp_to_double(b_scale.dtype(), b_scale.raw_data(), b_scale.num_elements() == 1 ? 0 : col);
+    return st == DataType::kFloat32 ? static_cast<double>(static_cast<float>(sa * sb)) : sa * sb;
+  };
+  const int32_t* c = acc.data<int32_t>();
+  auto value = [&](int64_t i) {
+    const int64_t col = i % n;
+    return static_cast<double>(static_cast<int64_t>(c[i]) + (bias ? bias->data<int32_t>()[col] : 0));
+  };
+  if (!y_scale) {
+    Tensor y = Tensor::make(DataType::kFloat32, acc.dims());
+    float* py = y.data<float>();
+    for (int64_t i = 0; i < y.num_elements(); ++i) py[i] = static_cast<float>(value(i) * acc_scale(i % n));
+    apply_fused_activation(act, py, y.num_elements());
+    ctx.set_output(0, std::move(y));
+    return ok_status();
+  }
+  const double sy = scalar(*y_scale), zy = scalar(*y_zp);
+  Tensor y = Tensor::make(y_zp->dtype(), acc.dims());
+  Status st_ok = ok_status();
+  dispatch_numeric(y.dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+      T* py = y.data<T>();
+      for (int64_t i = 0; i < y.num_elements(); ++i) {
+        const double ratio = st == DataType::kFloat32 ? static_cast<double>(static_cast<float>(acc_scale(i % n) / sy))
+                                                      : acc_scale(i % n) / sy;
+        const double q = std::nearbyint(value(i) * ratio) + zy;
+        py[i] = static_cast<T>(std::clamp(q, double(std::numeric_limits<T>::lowest()), double(std::numeric_limits<T>::max())));
+      }
+    } else {
+      st_ok = invalid_argument("node %s: y_zero_point must be int8 or uint8", node.label().c_str());
+    }
+  });
+  KILN_RETURN_IF_ERROR(st_ok);
+  clamp_to_activation(act, sy, zy, y);
+  ctx.set_output(0, std::move(y));
+  return ok_status();
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpSchema("FusedQLinearMatMul", kKilnDomain)
+                     .since(1, kKilnOpset)
+                     .inputs(6, 9)
+                     .outputs(1, 1)
+                     .attr("activation", AttrKind::kString)
+                     .attr("activation_params", AttrKind::kFloats)
+                     .infer(infer_fused_qlinear_matmul)
+                     .kernel(fused_qlinear_matmul_kernel)
+                     .doc("y = act(QLinearMatMul(...) + bias), quantised or float32 (docs/quantization.md)"));
+
+// Inputs as QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+// y_zero_point, B.
+KILN_REGISTER_OP(OpSchema("FusedQLinearConv", kKilnDomain)
+                     .since(1, kKilnOpset)
+                     .inputs(8, 9)
+                     .outputs(1, 1)
+                     .attr("auto_pad", AttrKind::kString)
+                     .attr("dilations", AttrKind::kInts)
+                     .attr("group", AttrKind::kInt)
+                     .attr("kernel_shape", AttrKind::kInts)
+                     .attr("pads", AttrKind::kInts)
+                     .attr("strides", AttrKind::kInts)
+                     .attr("activation", AttrKind::kString)
+                     .attr("activation_params", AttrKind::kFloats)
+                     .infer(infer_fused_qlinear_conv)
+                     .kernel(fused_qlinear_conv_kernel)
+                     .doc("y = clamp(QLinearConv(...)) at the quantised Relu / Clip bounds (docs/quantization.md)"));
+
+}  // namespace kiln::ops
