@@ -8,6 +8,10 @@
 //   product whose consumers are float: its DequantizeLinear folded in), from
 //   DequantizeLinear(a) -> MatMul|Gemm(., DequantizeLinear(b)) [+ bias] [-> Relu|Clip] [-> Q].
 //
+// FusedQLinearConv's X and Y may be stored channels-last (x_format / y_format "NC1HWC0" with
+// one block of all channels, C0 = C: [N, 1, H, W, C], NHWC's bytes), the layout of oneDNN's
+// int8 kernels, which the int8_layout pass keeps between int8 operators.
+//
 // The activation needs no float step: quantisation is monotonic, so
 //   Q(relu(v))       = max(Q(v), Q(0))          = max(Q(v), y_zero_point)
 //   Q(clip(v, a, b)) = clamp(Q(v), Q(a), Q(b))
@@ -19,6 +23,7 @@
 #include "core/lowp.h"
 #include "ops/elementwise_common.h"
 #include "ops/fused_activation.h"
+#include "ops/layout.h"
 
 namespace kiln::ops {
 namespace {
@@ -37,9 +42,38 @@ Expected<FusedActivation> quantised_activation(const ir::Node& node) {
   return act;
 }
 
+// The channel blocks of X (input 0) and Y: 0 when plain, else the whole channel count (of X's
+// blocked shape [N, 1, H, W, C], and W's output channels for Y).
+struct ChannelsLast {
+  int64_t x_c0 = 0, y_c0 = 0;
+};
+
+Expected<ChannelsLast> channels_last(const ir::Node& node, const Shape& x, const Shape& w) {
+  ChannelsLast c;
+  for (const char* attr : {"x_format", "y_format"}) {
+    const std::string f = node.attr_string(attr, kFormatPlain);
+    if (!valid_format(f))
+      return invalid_argument("node %s: %s '%s': expected %s or %s", node.label().c_str(), attr, f.c_str(), kFormatPlain,
+                              kFormatBlocked);
+    if (!is_blocked_format(f)) continue;
+    const bool is_x = attr[0] == 'x';
+    const Shape& s = is_x ? x : w;
+    const Dim d = !s.has_rank() ? Dim() : is_x ? (s.rank() == 5 ? s[4] : Dim()) : (s.rank() >= 1 ? s[0] : Dim());
+    if (!d.is_static() || d.value <= 0)
+      return invalid_argument("node %s: %s %s needs a known channel count (%s)", node.label().c_str(), attr, f.c_str(),
+                              is_x ? "X [N, 1, H, W, C]" : "W's first dim");
+    (is_x ? c.x_c0 : c.y_c0) = d.value;
+  }
+  return c;
+}
+
 Status infer_fused_qlinear_conv(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(quantised_activation(ctx.node()).status());
-  return run_onnx_inference(ctx, "QLinearConv");
+  KILN_ASSIGN_OR_RETURN(ChannelsLast c, channels_last(ctx.node(), ctx.input_type(0).shape, ctx.input_type(3).shape));
+  if (!c.x_c0 && !c.y_c0) return run_onnx_inference(ctx, "QLinearConv");
+  return infer_on_plain_view(ctx, {c.x_c0}, c.y_c0, [](InferContext& inner) {
+    return run_onnx_inference(inner, "QLinearConv");
+  });
 }
 
 // Q(v) for the output's scale and zero point, saturated to T.
@@ -65,13 +99,22 @@ void clamp_to_activation(const FusedActivation& act, double y_scale, double y_ze
 
 double scalar(const Tensor& t) { return lowp_to_double(t.dtype(), t.raw_data(), 0); }
 
-Status fused_qlinear_conv_kernel(KernelContext& ctx) {
+Status fused_qlinear_conv_plain(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(FusedActivation act, quantised_activation(ctx.node()));
   KILN_ASSIGN_OR_RETURN(Tensor y, run_onnx_reference(ctx, "QLinearConv", ctx.num_inputs()));
   // QLinearConv's kernel has checked y_scale and y_zero_point (scalars, int8 / uint8).
   clamp_to_activation(act, scalar(*ctx.input(6)), scalar(*ctx.input(7)), y);
   ctx.set_output(0, std::move(y));
   return ok_status();
+}
+
+Status fused_qlinear_conv_kernel(KernelContext& ctx) {
+  const Tensor* x = ctx.input(0);
+  const Tensor* w = ctx.input(3);
+  if (!x || !w) return invalid_argument("node %s: X and W are required", ctx.node().label().c_str());
+  KILN_ASSIGN_OR_RETURN(ChannelsLast c, channels_last(ctx.node(), x->shape(), w->shape()));
+  if (!c.x_c0 && !c.y_c0) return fused_qlinear_conv_plain(ctx);
+  return run_on_plain_view(ctx, {c.x_c0}, c.y_c0, fused_qlinear_conv_plain);
 }
 
 // ---- FusedQLinearMatMul -----------------------------------------------------------------
@@ -203,6 +246,8 @@ KILN_REGISTER_OP(OpSchema("FusedQLinearConv", kKilnDomain)
                      .attr("strides", AttrKind::kInts)
                      .attr("activation", AttrKind::kString)
                      .attr("activation_params", AttrKind::kFloats)
+                     .attr("x_format", AttrKind::kString)
+                     .attr("y_format", AttrKind::kString)
                      .infer(infer_fused_qlinear_conv)
                      .kernel(fused_qlinear_conv_kernel)
                      .doc("y = clamp(QLinearConv(...)) at the quantised Relu / Clip bounds (docs/quantization.md)"));

@@ -139,10 +139,20 @@ bool blocked_at(const std::vector<bool>& mask, int i) {
   return i < static_cast<int>(mask.size()) && mask[static_cast<size_t>(i)];
 }
 
+int64_t c0_at(const std::vector<int64_t>& c0s, int i) { return i < static_cast<int>(c0s.size()) ? c0s[static_cast<size_t>(i)] : 0; }
+
 }  // namespace
 
 Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
                            bool blocked_output, const std::function<Status(InferContext&)>& plain_infer) {
+  std::vector<int64_t> input_c0(static_cast<size_t>(ctx.num_inputs()), 0);
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (blocked_at(blocked_inputs, i)) input_c0[static_cast<size_t>(i)] = c0;
+  return infer_on_plain_view(ctx, input_c0, blocked_output ? c0 : 0, plain_infer);
+}
+
+Status infer_on_plain_view(InferContext& ctx, const std::vector<int64_t>& input_c0, int64_t output_c0,
+                           const std::function<Status(InferContext&)>& plain_infer) {
   const ir::Node& node = ctx.node();
   std::vector<ir::TensorType> plain(static_cast<size_t>(ctx.num_inputs()));
   std::vector<const ir::TensorType*> types;
@@ -155,21 +165,21 @@ Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool
     }
     ir::TensorType& t = plain[static_cast<size_t>(i)];
     t = ctx.input_type(i);
-    const bool blocked = blocked_at(blocked_inputs, i);
-    if (blocked && t.shape.has_rank()) {
+    const int64_t c0 = c0_at(input_c0, i);
+    if (c0 > 0 && t.shape.has_rank()) {
       Expected<Shape> ps = plain_shape(t.shape, c0);
       if (!ps.ok()) return invalid_argument("node %s: input %d: %s", node.label().c_str(), i, ps.status().message().c_str());
       t.shape = *ps;
     }
     types.push_back(&t);
-    constants.push_back(blocked ? nullptr : ctx.input_constant(i));
+    constants.push_back(c0 > 0 ? nullptr : ctx.input_constant(i));
   }
   InferContext inner(node, types, constants);
   KILN_RETURN_IF_ERROR(plain_infer(inner));
   for (int o = 0; o < ctx.num_outputs(); ++o) {
     ir::TensorType y = inner.output(o);
-    if (o == 0 && blocked_output && y.shape.has_rank()) {
-      Expected<Shape> bs = blocked_shape(y.shape, c0);
+    if (o == 0 && output_c0 > 0 && y.shape.has_rank()) {
+      Expected<Shape> bs = blocked_shape(y.shape, output_c0);
       if (!bs.ok()) return invalid_argument("node %s: output: %s", node.label().c_str(), bs.status().message().c_str());
       y.shape = *bs;
     }
@@ -180,11 +190,20 @@ Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool
 
 Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
                          bool blocked_output, const std::function<Status(KernelContext&)>& plain_kernel) {
+  std::vector<int64_t> input_c0(static_cast<size_t>(ctx.num_inputs()), 0);
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (blocked_at(blocked_inputs, i)) input_c0[static_cast<size_t>(i)] = c0;
+  return run_on_plain_view(ctx, input_c0, blocked_output ? c0 : 0, plain_kernel);
+}
+
+Status run_on_plain_view(KernelContext& ctx, const std::vector<int64_t>& input_c0, int64_t output_c0,
+                         const std::function<Status(KernelContext&)>& plain_kernel) {
   const ir::Node& node = ctx.node();
   std::vector<RuntimeValue> plain(static_cast<size_t>(ctx.num_inputs()));
   std::vector<const RuntimeValue*> inputs;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
-    if (!blocked_at(blocked_inputs, i) || !ctx.input(i)) {
+    const int64_t c0 = c0_at(input_c0, i);
+    if (c0 <= 0 || !ctx.input(i)) {
       inputs.push_back(ctx.value(i));
       continue;
     }
@@ -198,8 +217,8 @@ Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>
   KILN_RETURN_IF_ERROR(plain_kernel(inner));
   for (int o = 0; o < ctx.num_outputs(); ++o) {
     RuntimeValue& v = outputs[static_cast<size_t>(o)];
-    if (o == 0 && blocked_output && v.is_tensor()) {
-      KILN_ASSIGN_OR_RETURN(Tensor y, to_blocked(v.tensor(), c0));
+    if (o == 0 && output_c0 > 0 && v.is_tensor()) {
+      KILN_ASSIGN_OR_RETURN(Tensor y, to_blocked(v.tensor(), output_c0));
       ctx.set_output(o, std::move(y));
     } else {
       ctx.set_output_value(o, std::move(v));

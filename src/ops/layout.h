@@ -61,5 +61,12 @@ Status infer_on_plain_view(InferContext& ctx, int64_t c0, const std::vector<bool
                            bool blocked_output, const std::function<Status(InferContext&)>& plain_infer);
 Status run_on_plain_view(KernelContext& ctx, int64_t c0, const std::vector<bool>& blocked_inputs,
                          bool blocked_output, const std::function<Status(KernelContext&)>& plain_kernel);
+// The same with a block per input and for output 0 (0: plain), for ops whose tensors have
+// different blocks: kiln FusedQLinearConv's channels-last int8 tensors are blocked by their
+// whole channel count (C1 = 1, C0 = C: NHWC's bytes).
+Status infer_on_plain_view(InferContext& ctx, const std::vector<int64_t>& input_c0, int64_t output_c0,
+                           const std::function<Status(InferContext&)>& plain_infer);
+Status run_on_plain_view(KernelContext& ctx, const std::vector<int64_t>& input_c0, int64_t output_c0,
+                         const std::function<Status(KernelContext&)>& plain_kernel);
 
 }  // namespace kiln::ops

@@ -24,6 +24,7 @@ PassInfo elementwise_fusion_pass();     // elementwise op trees -> kiln FusedEle
 PassInfo cse_pass();                    // common-subexpression elimination (-O1)
 PassInfo dead_node_removal_pass();      // nodes reaching no output (-O0, optional)
 PassInfo channel_padding_pass();        // zero channels up to whole NC1HWC0 blocks (-O3)
+PassInfo int8_layout_pass();         // channels-last int8 values between int8 ops (-O3)
 PassInfo layout_assignment_pass();      // blocked NC1HWC0 activations between convs (-O3)
 PassInfo precision_assignment_pass();    // bf16 convs / products (--precision; required)
 PassInfo memory_scheduling_pass();      // execution order lowering the arena (-O3)

@@ -5,6 +5,7 @@
 //
 //   DQ(x) -> Conv(., DQ(w), b) [-> Relu | Clip] -> Q      =>  QLinearConv / kiln FusedQLinearConv
 //   DQ(x) -> MaxPool -> Q  (same scale and zero point)    =>  MaxPool on the int8 values
+//   DQ(a) + DQ(b) [-> Relu | Clip] -> Q                    =>  kiln FusedQLinearAdd
 //   DQ(a) -> MatMul|Gemm(., DQ(w)) [+ bias] [-> Relu | Clip] [-> Q]
 //                                                          =>  QLinearMatMul / kiln FusedQLinearMatMul
 //
@@ -101,6 +102,7 @@ class QdqFolder {
       if (is_op(*n, "Conv")) try_conv(*n);
       else if (is_op(*n, "MaxPool")) try_max_pool(*n);
       else if (is_op(*n, "MatMul") || is_op(*n, "Gemm")) try_matmul(*n);
+      else if (is_op(*n, "Add") && add_available_) try_add(*n);
     }
     return fusion::finish(g_, removed_);
   }
@@ -332,6 +334,43 @@ class QdqFolder {
     ctx_.count_fusion(pattern);
   }
 
+  // The residual additions of quantised networks: both operands and the sum per tensor, one
+  // int8 dtype.
+  void try_add(ir::Node& add) {
+    if (add.num_inputs() != 2 || add.num_outputs() != 1 || add.input(0) == add.input(1)) return;
+    QuantParams da, db, qy;
+    if (!dequantized(g_, add.input(0), &da) || !dequantized(g_, add.input(1), &db)) return;
+    if (!da.per_tensor() || !db.per_tensor()) return;
+    ir::Value* aq = da.node->input(0);
+    ir::Value* bq = db.node->input(0);
+    if (!is_x8(aq->dtype()) || bq->dtype() != aq->dtype()) return;
+    std::vector<ir::Node*> chain{&add};
+    ir::Value* y = add.output(0);
+    std::string activation;
+    std::vector<float> params;
+    if (ir::Node* a = activation_after(y, &activation, &params)) {
+      chain.push_back(a);
+      y = a->output(0);
+    }
+    if (!quantized_by(y, &qy) || qy.node->output(0)->dtype() != aq->dtype()) return;
+    chain.push_back(qy.node);
+    const std::string base = add.name().empty() ? add.output(0)->name() : add.name();
+    std::vector<ir::Value*> in{aq,
+                               da.scale,
+                               zero_point_or_zeros(da.zero_point, aq->dtype(), {}, base + "_a"),
+                               bq,
+                               db.scale,
+                               zero_point_or_zeros(db.zero_point, bq->dtype(), {}, base + "_b"),
+                               qy.scale,
+                               zero_point_or_zeros(qy.zero_point, aq->dtype(), {}, base + "_y")};
+    ir::Node* n = fusion::add_fused_node(g_, uses_, "FusedQLinearAdd", chain, in, qy.node->output(0), removed_);
+    if (!activation.empty()) n->attrs()["activation"] = ir::Attribute::from_string(activation);
+    if (!params.empty()) n->attrs()["activation_params"] = ir::Attribute::from_floats(params);
+    drop_if_unused(da.node);
+    drop_if_unused(db.node);
+    ctx_.count_fusion("QDQ:Add" + (activation.empty() ? std::string() : "+" + activation));
+  }
+
   void try_max_pool(ir::Node& pool) {
     if (pool.num_outputs() != 1 || pool.num_inputs() != 1) return;  // Indices: not int8
     QuantParams dx, qy;
@@ -363,6 +402,8 @@ class QdqFolder {
   PassContext& ctx_;
   GraphUses uses_;
   std::unordered_set<const ir::Node*> removed_;
+  // kiln FusedQLinearAdd is registered (its kernels and inference exist).
+  const bool add_available_ = fusion::kiln_op_available("FusedQLinearAdd");
 };
 
 }  // namespace
