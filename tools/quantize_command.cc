@@ -1,0 +1,293 @@
+// `kiln quantize MODEL.onnx --calibration DATA -o MODEL.int8.onnx`: post-training static
+// quantisation into a standard QDQ ONNX model (docs/quantization.md). The float model is
+// compiled at -O0 and run on Kiln over the calibration set to collect the ranges of the
+// tensors the plan quantises (src/quant/calibrator.h); the QDQ writer then edits the
+// ModelProto. A JSON summary goes to stdout, or to --report FILE.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "compiler/compiler.h"
+#include "core/parallel.h"
+#include "quant/calibration_data.h"
+#include "quant/calibrator.h"
+#include "quant/image_preprocess.h"
+#include "quant/qdq_plan.h"
+#include "quant/qdq_writer.h"
+#include "quant/quant_params.h"
+#include "quant/tensor_stats.h"
+#include "tools/cli_options.h"
+#include "tools/subcommand.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* kCmd = "quantize";
+
+struct QuantizeArgs {
+  std::string model;
+  std::string calibration;
+  std::string output;
+  std::string preprocess;
+  std::string method = "minmax";
+  double percentile = 99.99;
+  std::string activation_type = "u8";
+  std::string op_types;
+  std::string exclude;
+  int64_t calibration_size = 0;
+  uint32_t seed = 0;
+  int64_t batch_size = 8;
+  std::string report;
+  int threads = 0;
+  const CLI::Option* threads_opt = nullptr;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Expected<std::string> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found("cannot open %s", path.c_str());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Status write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << bytes;
+  f.close();
+  if (!f) return unavailable("cannot write %s", path.c_str());
+  return ok_status();
+}
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+int emit_report(const QuantizeArgs& args, const nlohmann::json& j) {
+  std::string text = j.dump(2) + "\n";
+  if (args.report.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+  Status s = write_bytes(args.report, text);
+  if (!s.ok()) return report_error(kCmd, s.to_string());
+  return 0;
+}
+
+int run_quantize(const QuantizeArgs& args) {
+  // 1. Options, checked before any file is opened (usage errors, exit 2).
+  quant::CalibrationMethod method;
+  if (args.method == "minmax") method = quant::CalibrationMethod::kMinMax;
+  else if (args.method == "percentile") method = quant::CalibrationMethod::kPercentile;
+  else if (args.method == "entropy") method = quant::CalibrationMethod::kEntropy;
+  else return usage_error(kCmd, "--method " + args.method + ": expected minmax, percentile or entropy");
+  if (!(args.percentile > 0 && args.percentile <= 100))
+    return usage_error(kCmd, str_format("--percentile %g: expected a value in (0, 100]", args.percentile));
+  quant::ActivationType act_type;
+  if (args.activation_type == "u8") act_type = quant::ActivationType::kU8;
+  else if (args.activation_type == "s8") act_type = quant::ActivationType::kS8;
+  else return usage_error(kCmd, "--activation-type " + args.activation_type + ": expected u8 or s8");
+  if (args.calibration_size < 0) return usage_error(kCmd, "--calibration-size must not be negative");
+  if (args.batch_size < 1) return usage_error(kCmd, "--batch-size must be at least 1");
+  quant::QdqPlanOptions plan_options;
+  std::vector<std::string> ops = args.op_types.empty() ? quant::default_op_types() : split_list(args.op_types);
+  if (ops.empty()) return usage_error(kCmd, "--op-types is empty");
+  for (const std::string& op : ops) {
+    const auto& known = quant::quantizable_op_types();
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ",") + k;
+      return usage_error(kCmd, "--op-types: '" + op + "' is not an op kiln quantize handles (" + list + ")");
+    }
+    plan_options.op_types.insert(op);
+  }
+  for (const std::string& n : split_list(args.exclude)) plan_options.exclude.insert(n);
+  if (!args.preprocess.empty()) {
+    auto pre = quant::parse_image_preprocess(args.preprocess);
+    if (!pre.ok()) return usage_error(kCmd, pre.status().to_string());
+  }
+  std::string error;
+  int threads = checked_threads(kCmd, args.threads_opt, args.threads, 1, &error);
+  if (!error.empty()) return usage_error(kCmd, error);
+  if (threads > 0) set_num_threads(threads);
+  for (auto [opt, path] : {std::pair{"-o", &args.output}, std::pair{"--report", &args.report}})
+    if (std::string bad = check_output_file(opt, *path); !bad.empty()) return usage_error(kCmd, bad);
+
+  // 2. The model: its protobuf (to edit) and its -O0 compile (types, and the calibration run).
+  auto bytes = read_bytes(args.model);
+  if (!bytes.ok()) return report_error(kCmd, bytes.status().to_string());
+  auto model = std::make_unique<onnx::ModelProto>();
+  bool parsed = false;
+  try {
+    parsed = model->ParseFromString(*bytes);
+  } catch (const std::exception&) {
+    parsed = false;
+  }
+  if (!parsed) return report_error(kCmd, args.model + ": not an ONNX model (the protobuf does not parse)");
+  for (const auto& n : model->graph().node())
+    if (n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear" || n.op_type().rfind("QLinear", 0) == 0)
+      return report_error(kCmd, args.model + " is quantised already (node '" + n.name() + "' is " + n.op_type() + ")");
+  for (const auto& t : model->graph().initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL)
+      return report_error(kCmd, args.model + ": initializer '" + t.name() +
+                                    "' is stored as external data, which kiln quantize does not write yet");
+  compiler::CompileOptions options;
+  options.passes.opt_level = 0;
+  auto compiled = compiler::compile_onnx_file(args.model, options);
+  if (!compiled.ok()) return report_error(kCmd, compiled.status().to_string());
+  std::shared_ptr<ir::Graph> graph = compiled->graph;
+  auto is_float32 = [&](const std::string& name) {
+    const ir::Value* v = graph->find_value(name);
+    return v && v->dtype() == DataType::kFloat32;
+  };
+
+  // 3. The plan: which nodes, which tensors.
+  auto plan = quant::plan_qdq(*model, plan_options, is_float32);
+  if (!plan.ok()) return report_error(kCmd, plan.status().to_string());
+  nlohmann::json j;
+  j["model"] = args.model;
+  j["output"] = args.output;
+  j["method"] = args.method;
+  if (method == quant::CalibrationMethod::kPercentile) j["percentile"] = args.percentile;
+  j["activation_type"] = args.activation_type;
+  j["weight_type"] = "s8 per channel, symmetric";
+  j["skipped"] = plan->skipped;
+  if (plan->empty()) {
+    std::fprintf(stderr, "kiln quantize: nothing to quantise in %s (no float %s node); wrote the model unchanged to %s\n",
+                 args.model.c_str(), args.op_types.empty() ? "Conv, MatMul, Gemm, Add, pooling, Concat or Resize"
+                                                           : ("'" + args.op_types + "'").c_str(),
+                 args.output.c_str());
+    Status w = write_bytes(args.output, *bytes);
+    if (!w.ok()) return report_error(kCmd, w.to_string());
+    j["samples"] = 0;
+    j["quantized_nodes"] = {{"total", 0}, {"by_op", nlohmann::json::object()}};
+    j["tensors"] = nlohmann::json::array();
+    j["weights"] = nlohmann::json::array();
+    return emit_report(args, j);
+  }
+  if (quant::onnx_opset(*model) < 13)
+    return report_error(kCmd, str_format("%s imports ai.onnx opset %lld; per-channel DequantizeLinear needs opset 13 or "
+                                         "newer: convert it first (onnx.version_converter.convert_version(model, 13))",
+                                         args.model.c_str(), static_cast<long long>(quant::onnx_opset(*model))));
+
+  // 4. Calibration data and statistics.
+  std::vector<quant::ModelInput> inputs = quant::model_inputs(*graph);
+  quant::CalibrationDataOptions data_options{args.calibration, args.preprocess, args.calibration_size, args.seed};
+  auto data = quant::load_calibration_data(inputs, data_options);
+  if (!data.ok()) return report_error(kCmd, data.status().to_string());
+  quant::CalibratorOptions cal;
+  cal.batch_size = args.batch_size;
+  cal.histograms = method != quant::CalibrationMethod::kMinMax;
+  const bool tty = isatty(fileno(stderr));
+  const int passes = cal.histograms ? 2 : 1;
+  int64_t last_reported = -1;
+  cal.progress = [&](int pass, int64_t done, int64_t total) {
+    // A terminal gets one line redrawn; a log gets a line per tenth.
+    int64_t tenth = total >= 10 ? done * 10 / total : done;
+    if (!tty && tenth == last_reported && done != total) return;
+    last_reported = tenth;
+    std::fprintf(stderr, "%scalibrating %lld/%lld samples%s%s", tty ? "\r" : "", static_cast<long long>(done),
+                 static_cast<long long>(total),
+                 passes == 2 ? (pass == 1 ? " (pass 1/2: ranges)" : " (pass 2/2: histograms)") : "",
+                 tty && !(done == total && pass == passes) ? "" : "\n");
+    std::fflush(stderr);
+  };
+  auto stats = quant::collect_statistics(graph, inputs, plan->activations, *data, cal);
+  if (!stats.ok()) return report_error(kCmd, stats.status().to_string());
+
+  // 5. Ranges, parameters, the QDQ model.
+  std::map<std::string, quant::QuantParams> params;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const std::string& name : plan->activations) {
+    const quant::TensorStats& s = stats->at(name);
+    quant::CalibratedRange r = quant::choose_range(s, method, args.percentile);
+    quant::QuantParams p = quant::activation_params(r.lo, r.hi, act_type);
+    params[name] = p;
+    tensors.push_back({{"name", name},
+                       {"min", finite_or_null(s.min())},
+                       {"max", finite_or_null(s.max())},
+                       {"threshold", finite_or_null(r.threshold)},
+                       {"range", {finite_or_null(r.lo), finite_or_null(r.hi)}},
+                       {"scale", p.scale},
+                       {"zero_point", p.zero_point}});
+  }
+  std::string dir = std::filesystem::path(args.model).parent_path().string();
+  auto weights = quant::write_qdq(*model, *plan, params, act_type, dir);
+  if (!weights.ok()) return report_error(kCmd, weights.status().to_string());
+  std::string out;
+  if (!model->SerializeToString(&out)) return report_error(kCmd, "cannot serialise the quantised model (over 2 GiB?)");
+  Status w = write_bytes(args.output, out);
+  if (!w.ok()) return report_error(kCmd, w.to_string());
+
+  j["calibration"] = {{"path", args.calibration},
+                      {"layout", data->layout},
+                      {"samples_found", data->available},
+                      {"samples_used", data->samples.size()},
+                      {"seed", args.seed}};
+  j["samples"] = data->samples.size();
+  nlohmann::json by_op = nlohmann::json::object();
+  for (const auto& [op, n] : plan->nodes_by_op) by_op[op] = n;
+  j["quantized_nodes"] = {{"total", plan->nodes.size()}, {"by_op", by_op}, {"names", plan->nodes}};
+  j["tensors"] = tensors;
+  nlohmann::json wj = nlohmann::json::array();
+  for (const auto& r : *weights)
+    wj.push_back({{"name", r.tensor},
+                  {"kind", r.bias ? "bias int32" : "weight int8"},
+                  {"axis", r.axis},
+                  {"channels", r.channels},
+                  {"scale_min", r.scale_min},
+                  {"scale_max", r.scale_max}});
+  j["weights"] = wj;
+  std::fprintf(stderr, "kiln quantize: %zu nodes quantised, %zu activations calibrated on %zu samples (%s); wrote %s\n",
+               plan->nodes.size(), plan->activations.size(), data->samples.size(), args.method.c_str(),
+               args.output.c_str());
+  return emit_report(args, j);
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto args = std::make_shared<QuantizeArgs>();
+  app.add_option("model", args->model, "Float ONNX model to quantise")->required();
+  app.add_option("--calibration", args->calibration,
+                 "Calibration data folder: one sub-folder per sample holding <input>.npy, or .npy files / images "
+                 "for a one-input model (docs/quantization.md)")
+      ->required();
+  app.add_option("-o,--output", args->output, "The QDQ ONNX model to write")->required();
+  app.add_option("--preprocess", args->preprocess,
+                 "How images become the input: resize=H,W:scale=1/255:mean=M,M,M:std=S,S,S:layout=NCHW|NHWC:"
+                 "color=RGB|BGR|GRAY");
+  app.add_option("--method", args->method, "Calibration: minmax (default), percentile or entropy (KL divergence)");
+  app.add_option("--percentile", args->percentile, "Percentile of |x| kept by --method percentile (default 99.99)");
+  app.add_option("--activation-type", args->activation_type,
+                 "Activations: u8 (asymmetric, default) or s8 (symmetric); weights are always s8 per channel");
+  app.add_option("--op-types", args->op_types,
+                 "Ops to quantise, comma-separated (default Conv,MatMul,Gemm,Add,MaxPool,AveragePool,"
+                 "GlobalAveragePool,Concat,Resize; also Mul, Relu, Clip)");
+  app.add_option("--exclude", args->exclude, "Node names to keep in float, comma-separated");
+  app.add_option("--calibration-size", args->calibration_size, "Samples to use, picked with --seed (default: all)");
+  app.add_option("--seed", args->seed, "Seed picking the samples (default 0)");
+  app.add_option("--batch-size", args->batch_size,
+                 "Samples per execution when the model's batch dim is open (default 8)");
+  app.add_option("--report", args->report, "Write the JSON summary here instead of stdout");
+  args->threads_opt = app.add_option("--threads", args->threads,
+                                     "Intra-op threads, at most the cores (default: KILN_NUM_THREADS or all cores)");
+  return [args] { return run_quantize(*args); };
+}
+
+KILN_REGISTER_SUBCOMMAND("quantize",
+                         "Post-training int8 quantisation: calibrate on Kiln and write a QDQ ONNX model", setup);
+
+}  // namespace
+}  // namespace kiln::tools
