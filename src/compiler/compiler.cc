@@ -250,6 +250,12 @@ int remove_dead_nodes(ir::Graph& graph) {
   }
   size_t before = nodes.size();
   graph.remove_nodes_if([&](const ir::Node& n) { return !keep.count(&n); });
+  // Constants nothing reads any more (those of the removed nodes, and initializers a model
+  // ships unused, such as the float weights a QDQ model replaced) are not stored. A graph
+  // input keeps its initializer: it is the default of a value the caller may feed.
+  const std::unordered_set<const ir::Value*> inputs(graph.inputs().begin(), graph.inputs().end());
+  for (const auto& v : graph.values())
+    if (v->has_initializer() && !live.count(v.get()) && !inputs.count(v.get())) v->clear_initializer();
   return static_cast<int>(before - graph.nodes().size());
 }
 
