@@ -63,6 +63,31 @@ TEST(DeadNodeTest, RemovesNodesThatReachNoOutput) {
   EXPECT_EQ(g->nodes()[0]->name(), "relu");
 }
 
+// Constants only removed nodes read, or none at all (a QDQ model's replaced float weights), are
+// not kept for the .kiln; a graph input's initializer (a default the caller may feed) is.
+TEST(DeadNodeTest, DropsInitializersNothingReads) {
+  auto g = symbolic_graph();
+  ir::Value* w_dead = *g->add_value("w_dead");
+  w_dead->set_initializer(Tensor::make(DataType::kFloat32, {7}));
+  ir::Value* w_unused = *g->add_value("w_unused");
+  w_unused->set_initializer(Tensor::make(DataType::kFloat32, {1000}));
+  ir::Value* feedable = *g->add_value("feedable");
+  feedable->set_initializer(Tensor::make(DataType::kFloat32, {2}));
+  g->inputs().push_back(feedable);
+  ir::Value* kept = *g->add_value("kept");
+  kept->set_initializer(Tensor::make(DataType::kFloat32, {1}));
+  ir::Value* y2 = *g->add_value("y2");
+  g->outputs().push_back(y2);
+  g->add_node("add", "Add", "", 14, {g->find_value("ids"), kept}, {y2});
+  ir::Value* dead_out = *g->add_value("dead_out");
+  g->add_node("dead_add", "Add", "", 14, {g->find_value("mask"), w_dead}, {dead_out});
+  remove_dead_nodes(*g);
+  EXPECT_FALSE(w_dead->has_initializer());
+  EXPECT_FALSE(w_unused->has_initializer());
+  EXPECT_TRUE(feedable->has_initializer());
+  EXPECT_TRUE(kept->has_initializer());
+}
+
 }  // namespace
 }  // namespace kiln::compiler
 
