@@ -4,10 +4,11 @@
 // element A or B; what the kernel refuses; fed constants; and (disabled, run by hand) the
 // time per element at one thread.
 //
-// The kernel computes the reference's float32 steps (two products, their sum, the clamp, a
-// division) with the same roundings, so the comparison is byte for byte. The checks also
-// count outputs one step away (a looser kernel, say a multiply by 1 / C_scale, would show
-// them): none are expected.
+// The kernel computes the reference's float32 steps (two products, their sum, a division)
+// with the same roundings and applies Relu / Clip as bounds on the quantised value (exact,
+// quantisation being monotonic), so the comparison is byte for byte. The checks also count
+// outputs one step away, which a looser kernel shows (an FMA of a product into the sum moves
+// ~1% of them, a multiply by 1 / C_scale a few): none are expected.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,12 +27,12 @@ using namespace kiln::kernels::testing;
 struct QAddCase {
   std::string name;
   DataType type = DataType::kUInt8;
-  Dims a, b;
+  Dims a{}, b{};
   float sa = 0.05f, sb = 0.07f, sc = 0.1f;
   int za = 128, zb = 120, zc = 125;
   bool zero_points = true;
-  std::string activation;
-  std::vector<float> params;
+  std::string activation{};
+  std::vector<float> params{};
 };
 
 Built qadd_graph(const QAddCase& c, const Tensor& a, const Tensor& b) {

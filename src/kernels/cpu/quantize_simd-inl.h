@@ -44,20 +44,45 @@ struct QuantBounds {
   VI zero_point;
 
   explicit QuantBounds(int32_t zp)
-      : lo(hn::Set(DF(), static_cast<float>(int32_t{std::numeric_limits<T>::lowest()} - zp))),
-        hi(hn::Set(DF(), static_cast<float>(int32_t{std::numeric_limits<T>::max()} - zp))),
+      : QuantBounds(zp, std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max()) {}
+  // Narrower integer bounds [q_lo, q_hi] within T's range (an activation's, quantised).
+  QuantBounds(int32_t zp, int32_t q_lo, int32_t q_hi)
+      : lo(hn::Set(DF(), static_cast<float>(q_lo - zp))),
+        hi(hn::Set(DF(), static_cast<float>(q_hi - zp))),
         zero_point(hn::Set(DI(), zp)) {}
 };
 
-// saturate(round_half_to_even(v) + zero_point) stored as T at p; NaN stores T's lowest
-// value. Clamping before rounding is the same as after (the bounds are integers), and keeps
-// the float -> int32 conversion in range.
+// Stores int32 lanes that are within T's range as T at p. AVX-512 has the one-instruction
+// narrowing (vpmovdb); Highway's DemoteTo saturates through two packs and a permute.
 template <typename T>
-HWY_INLINE void store_quantized(VF v, const QuantBounds<T>& q, T* p) {
-  v = hn::IfThenElse(hn::IsNaN(v), q.lo, v);
-  v = hn::Min(hn::Max(v, q.lo), q.hi);
-  const VI r = hn::Add(hn::NearestInt(v), q.zero_point);  // rounds to nearest even (MXCSR)
+HWY_INLINE void store_narrowed(VI r, T* p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(r.raw));
+#else
   hn::StoreU(hn::DemoteTo(D8<T>(), r), D8<T>(), p);
+#endif
+}
+
+// round_half_to_even(v) for v within int32 (no overflow fix-up, unlike NearestInt).
+HWY_INLINE VI nearest_int_in_range(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return VI{_mm512_cvtps_epi32(v.raw)};  // rounds as MXCSR says: to nearest even
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  return VI{_mm256_cvtps_epi32(v.raw)};
+#else
+  return hn::NearestInt(v);
+#endif
+}
+
+// saturate(round_half_to_even(v) + zero_point) within q's bounds, stored as T at p. Clamping
+// before rounding is the same as after (the bounds are integers), and keeps the float ->
+// int32 conversion in range. kNaN: v may be NaN, which stores q.lo's value (T's lowest for
+// the plain bounds), as the QuantizeLinear reference does.
+template <bool kNaN, typename T>
+HWY_INLINE void store_quantized(VF v, const QuantBounds<T>& q, T* p) {
+  if (kNaN) v = hn::IfThenElse(hn::IsNaN(v), q.lo, v);
+  v = hn::Min(hn::Max(v, q.lo), q.hi);
+  store_narrowed(hn::Add(nearest_int_in_range(v), q.zero_point), p);
 }
 
 // Keeps the compiler from contracting the product v with a following addition into an FMA
