@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -308,7 +307,6 @@ TEST(FusedQLinearAddReferenceTest, MatchesNumPyOnHandValues) {
   EXPECT_EQ(reference_values(s, sa8, sb8, &dims), (std::vector<int>{-14, -12, -6, -14, 2, 2}));
 }
 
-// Run by hand: kernels_test --gtest_also_run_disabled_tests --gtest_filter='*Timing*'
 TEST(QLinearAddKernelTest, DISABLED_TimingAtOneThread) {
   QAddCase c{"resnet residual", DataType::kUInt8, {1, 256, 56, 56}, {1, 256, 56, 56}};
   c.activation = "Relu";
@@ -316,11 +314,7 @@ TEST(QLinearAddKernelTest, DISABLED_TimingAtOneThread) {
   Built g = qadd_graph(c, random_bytes(c.type, c.a, rng), random_bytes(c.type, c.b, rng));
   auto k = simd_factory(*g.node)->prepare(*g.node);
   ASSERT_TRUE(k.ok());
-  const int64_t n = num_elements(c.a);
-  const double fast = ns_per_element(n, 50, [&] { ASSERT_TRUE(run_kernel(**k, *g.node, g.inputs).ok()); });
-  const double ref = ns_per_element(n, 3, [&] { ASSERT_TRUE(run_reference(*g.node, g.inputs).ok()); });
-  std::printf("FusedQLinearAdd u8 Relu [1,256,56,56] 1 thread: %s %.3f ns/element, reference %.2f ns/element (%.0fx)\n",
-              (*k)->implementation().c_str(), fast, ref, ref / fast);
+  print_timing("FusedQLinearAdd u8 Relu [1,256,56,56]", **k, g);
 }
 
 }  // namespace

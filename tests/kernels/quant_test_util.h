@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -65,10 +66,10 @@ inline const KernelFactory* simd_factory(const ir::Node& node) {
   return nullptr;
 }
 
-// Nanoseconds per output element of fn() on one thread: the best of `reps` runs.
+// Nanoseconds per element of fn() on `threads` threads: the best of `reps` runs.
 template <typename Fn>
-double ns_per_element(int64_t elements, int reps, Fn&& fn) {
-  const int saved = set_thread_num_threads_override(1);
+double ns_per_element(int64_t elements, int threads, int reps, Fn&& fn) {
+  const int saved = set_thread_num_threads_override(threads);
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -78,6 +79,20 @@ double ns_per_element(int64_t elements, int reps, Fn&& fn) {
   }
   set_thread_num_threads_override(saved);
   return best / static_cast<double>(elements);
+}
+
+// Prints the time per output element of b's node on kernel k at 1 and 2 threads and on the
+// reference kernel at 1 (for the disabled timing tests, run by hand: kernels_test
+// --gtest_also_run_disabled_tests --gtest_filter='*Timing*'). Timing is never asserted.
+inline void print_timing(const std::string& label, const Kernel& k, const Built& b) {
+  auto y = run_kernel(k, *b.node, b.inputs);
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  const int64_t n = y->num_elements();
+  auto fast = [&] { EXPECT_TRUE(run_kernel(k, *b.node, b.inputs).ok()); };
+  const double t1 = ns_per_element(n, 1, 50, fast), t2 = ns_per_element(n, 2, 50, fast);
+  const double ref = ns_per_element(n, 1, 3, [&] { EXPECT_TRUE(run_reference(*b.node, b.inputs).ok()); });
+  std::printf("%s: %s %.3f ns/element at 1 thread (%.3f at 2), reference %.2f at 1 thread (%.0fx)\n", label.c_str(),
+              k.implementation().c_str(), t1, t2, ref, ref / t1);
 }
 
 }  // namespace kiln::kernels::testing

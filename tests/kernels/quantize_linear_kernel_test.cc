@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -162,20 +161,15 @@ TEST(QuantizeLinearKernelTest, FedConstantsRunTheReference) {
   EXPECT_NE(std::memcmp(prepared->raw_data(), want->raw_data(), want->size_bytes()), 0);
 }
 
-// Run by hand: kernels_test --gtest_also_run_disabled_tests --gtest_filter='*Timing*'
 TEST(QuantizeLinearKernelTest, DISABLED_TimingAtOneThread) {
   const Dims dims = {1, 256, 56, 56};
-  const int64_t n = num_elements(dims);
   std::mt19937 rng(3);
   Built q = quantize_graph(random_tensor(dims, rng, -3, 3), 0.02f, DataType::kUInt8, 128, true);
   Built d = dequantize_graph(random_bytes(DataType::kUInt8, dims, rng), 0.02f, 128, true);
   for (const Built* b : {&q, &d}) {
     auto k = simd_factory(*b->node)->prepare(*b->node);
     ASSERT_TRUE(k.ok());
-    const double fast = ns_per_element(n, 20, [&] { ASSERT_TRUE(run_kernel(**k, *b->node, b->inputs).ok()); });
-    const double ref = ns_per_element(n, 3, [&] { ASSERT_TRUE(run_reference(*b->node, b->inputs).ok()); });
-    std::printf("%s [1,256,56,56] 1 thread: %s %.3f ns/element, reference %.2f ns/element (%.0fx)\n",
-                b->node->op_type().c_str(), (*k)->implementation().c_str(), fast, ref, ref / fast);
+    print_timing(b->node->op_type() + " u8 [1,256,56,56]", **k, *b);
   }
 }
 
