@@ -16,6 +16,7 @@
 
 #include "compiler/compiler.h"
 #include "core/parallel.h"
+#include "quant/batchnorm_folding.h"
 #include "quant/calibration_data.h"
 #include "quant/calibrator.h"
 #include "quant/image_preprocess.h"
@@ -144,9 +145,19 @@ int run_quantize(const QuantizeArgs& args) {
     if (t.data_location() == onnx::TensorProto::EXTERNAL)
       return report_error(kCmd, args.model + ": initializer '" + t.name() +
                                     "' is stored as external data, which kiln quantize does not write yet");
+  // BatchNormalization folded into the convolutions first (quant/batchnorm_folding.h): the
+  // calibration then runs, and the QDQ pairs go, on the model the int8 kernels compute.
+  std::string model_dir = std::filesystem::path(args.model).parent_path().string();
+  auto bn_folded = quant::fold_batchnorm_into_conv(*model, model_dir);
+  if (!bn_folded.ok()) return report_error(kCmd, args.model + ": " + bn_folded.status().to_string());
   compiler::CompileOptions options;
   options.passes.opt_level = 0;
-  auto compiled = compiler::compile_onnx_file(args.model, options);
+  std::string folded_bytes;
+  if (*bn_folded > 0 && !model->SerializeToString(&folded_bytes))
+    return report_error(kCmd, args.model + ": cannot serialise the model after folding BatchNormalization");
+  auto compiled = *bn_folded > 0
+                      ? compiler::compile_onnx_bytes(folded_bytes.data(), folded_bytes.size(), args.model, options)
+                      : compiler::compile_onnx_file(args.model, options);
   if (!compiled.ok()) return report_error(kCmd, compiled.status().to_string());
   std::shared_ptr<ir::Graph> graph = compiled->graph;
   auto is_float32 = [&](const std::string& name) {
@@ -157,6 +168,8 @@ int run_quantize(const QuantizeArgs& args) {
   // 3. The plan: which nodes, which tensors.
   auto plan = quant::plan_qdq(*model, plan_options, is_float32);
   if (!plan.ok()) return report_error(kCmd, plan.status().to_string());
+  for (const std::string& e : plan->unknown_excludes)
+    report_warning(kCmd, "--exclude " + e + ": the model has no node of that name (unnamed nodes are <OpType>#<index>)");
   nlohmann::json j;
   j["model"] = args.model;
   j["output"] = args.output;
@@ -224,8 +237,7 @@ int run_quantize(const QuantizeArgs& args) {
                        {"scale", p.scale},
                        {"zero_point", p.zero_point}});
   }
-  std::string dir = std::filesystem::path(args.model).parent_path().string();
-  auto weights = quant::write_qdq(*model, *plan, params, act_type, dir);
+  auto weights = quant::write_qdq(*model, *plan, params, act_type, model_dir);
   if (!weights.ok()) return report_error(kCmd, weights.status().to_string());
   std::string out;
   if (!model->SerializeToString(&out)) return report_error(kCmd, "cannot serialise the quantised model (over 2 GiB?)");
