@@ -307,7 +307,7 @@ TEST(FusedQLinearAddReferenceTest, MatchesNumPyOnHandValues) {
   EXPECT_EQ(reference_values(s, sa8, sb8, &dims), (std::vector<int>{-14, -12, -6, -14, 2, 2}));
 }
 
-TEST(QLinearAddKernelTest, DISABLED_TimingAtOneThread) {
+TEST(QLinearAddKernelTest, DISABLED_Timing) {
   QAddCase c{"resnet residual", DataType::kUInt8, {1, 256, 56, 56}, {1, 256, 56, 56}};
   c.activation = "Relu";
   std::mt19937 rng(9);

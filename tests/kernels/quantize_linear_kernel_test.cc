@@ -161,7 +161,7 @@ TEST(QuantizeLinearKernelTest, FedConstantsRunTheReference) {
   EXPECT_NE(std::memcmp(prepared->raw_data(), want->raw_data(), want->size_bytes()), 0);
 }
 
-TEST(QuantizeLinearKernelTest, DISABLED_TimingAtOneThread) {
+TEST(QuantizeLinearKernelTest, DISABLED_Timing) {
   const Dims dims = {1, 256, 56, 56};
   std::mt19937 rng(3);
   Built q = quantize_graph(random_tensor(dims, rng, -3, 3), 0.02f, DataType::kUInt8, 128, true);
