@@ -98,7 +98,8 @@ TEST(DequantizeLinearKernelTest, MatchesTheReferenceBitForBit) {
         for (int64_t n : kSizes) {
           std::mt19937 rng(static_cast<uint32_t>(n + zp));
           Tensor x = random_bytes(t, {n}, rng);
-          for (int64_t i = 0; i < std::min<int64_t>(n, 256); ++i) static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>(i);
+          uint8_t* bytes = static_cast<uint8_t*>(x.raw_data());
+          for (int64_t i = 0; i < std::min<int64_t>(n, 256); ++i) bytes[i] = static_cast<uint8_t>(i);  // every value
           const std::string what = std::string(dtype_name(t)) + " zp " + std::to_string(zp) + " scale " +
                                    std::to_string(scale) + " n " + std::to_string(n);
           Built b = dequantize_graph(x, scale, zp, zp != 0);

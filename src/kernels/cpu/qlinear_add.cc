@@ -74,8 +74,7 @@ HWY_INLINE void qadd_range(const Job& job, int64_t begin, int64_t end) {
   const qs::VI za = hn::Set(di, job.a_zero_point), zb = hn::Set(di, job.b_zero_point);
   const qs::QuantBounds<T> q(job.c_zero_point, job.c_lo, job.c_hi);
   // A single-element B: its dequantised value, computed as the lanes compute it.
-  const qs::VF fb0 =
-      qs::rounded(hn::Mul(hn::ConvertTo(df, hn::Sub(hn::Set(di, job.b0), zb)), sb));
+  const qs::VF fb0 = qs::rounded(hn::Mul(hn::ConvertTo(df, hn::Sub(hn::Set(di, job.b0), zb)), sb));
   qs::for_vectors(begin, end, static_cast<const T*>(job.a), static_cast<const T*>(job.b), static_cast<T*>(job.c),
                   [&](const T* a, const T* b, T* c) {
                     const qs::VF fa = qs::rounded(hn::Mul(qs::load_centered(a, za), sa));

@@ -57,7 +57,9 @@ HWY_INLINE void quantize_range(const Job& job, int64_t b, int64_t e) {
   const qs::VF scale = hn::Set(df, job.scale);
   const qs::QuantBounds<T> q(job.zero_point);
   qs::for_vectors(b, e, static_cast<const float*>(job.x), static_cast<const float*>(nullptr), static_cast<T*>(job.y),
-                  [&](const float* x, const float*, T* y) { qs::store_quantized<true>(hn::Div(hn::LoadU(df, x), scale), q, y); });
+                  [&](const float* x, const float*, T* y) {
+                    qs::store_quantized<true>(hn::Div(hn::LoadU(df, x), scale), q, y);
+                  });
 }
 
 template <typename T>
