@@ -22,6 +22,7 @@
 #include "quant/image_preprocess.h"
 #include "quant/qdq_plan.h"
 #include "quant/qdq_writer.h"
+#include "quant/sensitivity.h"
 #include "quant/quant_params.h"
 #include "quant/tensor_stats.h"
 #include "tools/cli_options.h"
@@ -46,6 +47,11 @@ struct QuantizeArgs {
   uint32_t seed = 0;
   int64_t batch_size = 8;
   std::string report;
+  // Sensitivity analysis and float fallback (quant/sensitivity.h).
+  std::string sensitivity;      // --sensitivity FILE: the per-layer report
+  std::string accuracy_budget;  // "0.3%": the top-1 agreement drop allowed
+  double min_cosine = -1;
+  double eval_fraction = 0.2;
   int threads = 0;
   const CLI::Option* threads_opt = nullptr;
 };
@@ -116,6 +122,26 @@ int run_quantize(const QuantizeArgs& args) {
     plan_options.op_types.insert(op);
   }
   for (const std::string& n : split_list(args.exclude)) plan_options.exclude.insert(n);
+  quant::SensitivityOptions sens;
+  const bool sensitivity = !args.sensitivity.empty() || !args.accuracy_budget.empty() || args.min_cosine >= 0;
+  if (!args.accuracy_budget.empty() && args.min_cosine >= 0)
+    return usage_error(kCmd, "--accuracy-budget and --min-cosine are two budgets: give one");
+  if (!args.accuracy_budget.empty()) {
+    std::string v = args.accuracy_budget;
+    if (!v.empty() && v.back() == '%') v.pop_back();
+    char* end = nullptr;
+    const double pct = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(pct >= 0 && pct < 100))
+      return usage_error(kCmd, "--accuracy-budget " + args.accuracy_budget +
+                                   ": expected the top-1 agreement drop allowed, in percent (e.g. 0.3%)");
+    sens.metric = quant::SensitivityMetric::kTop1;
+    sens.target = 1.0 - pct / 100.0;
+  } else if (args.min_cosine >= 0) {
+    if (!(args.min_cosine <= 1)) return usage_error(kCmd, "--min-cosine: expected a value in [0, 1]");
+    sens.target = args.min_cosine;
+  }
+  if (sensitivity && !(args.eval_fraction > 0 && args.eval_fraction < 1))
+    return usage_error(kCmd, "--eval-fraction: expected a value in (0, 1)");
   if (!args.preprocess.empty()) {
     auto pre = quant::parse_image_preprocess(args.preprocess);
     if (!pre.ok()) return usage_error(kCmd, pre.status().to_string());
@@ -201,6 +227,17 @@ int run_quantize(const QuantizeArgs& args) {
   quant::CalibrationDataOptions data_options{args.calibration, args.preprocess, args.calibration_size, args.seed};
   auto data = quant::load_calibration_data(inputs, data_options);
   if (!data.ok()) return report_error(kCmd, data.status().to_string());
+  // The sensitivity analysis measures on held-out samples: the last part of the set.
+  std::vector<quant::Sample> eval;
+  if (sensitivity) {
+    const size_t n = data->samples.size();
+    if (n < 2)
+      return report_error(kCmd, str_format("the sensitivity analysis needs at least 2 samples (one to calibrate, one "
+                                           "to evaluate); %s has %zu", args.calibration.c_str(), n));
+    const size_t k = std::clamp<size_t>(static_cast<size_t>(std::lround(args.eval_fraction * n)), 1, n - 1);
+    eval.assign(std::make_move_iterator(data->samples.end() - k), std::make_move_iterator(data->samples.end()));
+    data->samples.resize(n - k);
+  }
   quant::CalibratorOptions cal;
   cal.batch_size = args.batch_size;
   cal.histograms = method != quant::CalibrationMethod::kMinMax;
@@ -237,10 +274,72 @@ int run_quantize(const QuantizeArgs& args) {
                        {"scale", p.scale},
                        {"zero_point", p.zero_point}});
   }
+  const onnx::ModelProto float_model = *model;  // before the QDQ pairs: the sensitivity variants' base
   auto weights = quant::write_qdq(*model, *plan, params, act_type, model_dir);
   if (!weights.ok()) return report_error(kCmd, weights.status().to_string());
   std::string out;
   if (!model->SerializeToString(&out)) return report_error(kCmd, "cannot serialise the quantised model (over 2 GiB?)");
+  if (sensitivity) {
+    // A variant quantises a subset of the plan's nodes with the same calibrated parameters.
+    quant::VariantBuilder build = [&](const std::set<std::string>& quantised) -> Expected<std::string> {
+      onnx::ModelProto variant = float_model;
+      if (!quantised.empty()) {
+        quant::QdqPlanOptions o = plan_options;
+        for (const std::string& node : plan->nodes)
+          if (!quantised.count(node)) o.exclude.insert(node);
+        KILN_ASSIGN_OR_RETURN(quant::QdqPlan sub, quant::plan_qdq(variant, o, is_float32));
+        KILN_RETURN_IF_ERROR(quant::write_qdq(variant, sub, params, act_type, model_dir).status());
+      }
+      std::string bytes;
+      if (!variant.SerializeToString(&bytes)) return internal_error("cannot serialise a sensitivity variant");
+      return bytes;
+    };
+    sens.progress = [&](const std::string& line) {
+      std::fprintf(stderr, "%s%s%s", tty ? "\r\033[K" : "", line.c_str(), tty ? "" : "\n");
+      std::fflush(stderr);
+    };
+    auto result = quant::analyse_sensitivity(plan->nodes, build, inputs, eval, sens);
+    if (tty) std::fprintf(stderr, "\n");
+    if (!result.ok()) return report_error(kCmd, result.status().to_string());
+    if (sens.target >= 0 && result->quantised.size() != plan->nodes.size()) {
+      auto chosen = build(result->quantised);
+      if (!chosen.ok()) return report_error(kCmd, chosen.status().to_string());
+      out = std::move(*chosen);
+    }
+    const char* metric = sens.metric == quant::SensitivityMetric::kTop1 ? "top1" : "cosine";
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& l : result->layers)
+      layers.push_back({{"node", l.node},
+                        {"only_int8", l.only_int8},
+                        {"only_float", l.only_float},
+                        {"choice", l.kept_float ? "float" : "int8"}});
+    nlohmann::json sj = {{"metric", metric},
+                         {"evaluation_samples", eval.size()},
+                         {"target", sens.target >= 0 ? nlohmann::json(sens.target) : nlohmann::json(nullptr)},
+                         {"all_int8", result->all_int8},
+                         {"chosen", result->chosen},
+                         {"budget_met", result->budget_met},
+                         {"kept_float", nlohmann::json::array()},
+                         {"latency_ms", {{"float", result->float_ms}, {"all_int8", result->all_int8_ms},
+                                         {"chosen", result->chosen_ms}}},
+                         {"speedup_over_float", {{"all_int8", result->float_ms / result->all_int8_ms},
+                                                 {"chosen", result->float_ms / result->chosen_ms}}},
+                         {"layers", layers}};
+    for (const auto& l : result->layers)
+      if (l.kept_float) sj["kept_float"].push_back(l.node);
+    j["sensitivity"] = sj;
+    if (!args.sensitivity.empty()) {
+      Status sw = write_bytes(args.sensitivity, sj.dump(2) + "\n");
+      if (!sw.ok()) return report_error(kCmd, sw.to_string());
+    }
+    std::fprintf(stderr,
+                 "kiln quantize: %s on %zu held-out samples: float 1, all int8 %.4f, chosen %.4f with %zu of %zu nodes "
+                 "int8 (%zu kept float)%s; %.2f / %.2f / %.2f ms float / all int8 / chosen\n",
+                 metric, eval.size(), result->all_int8, result->chosen, result->quantised.size(), plan->nodes.size(),
+                 plan->nodes.size() - result->quantised.size(),
+                 result->budget_met ? "" : ", BUDGET NOT MET even with every node float", result->float_ms,
+                 result->all_int8_ms, result->chosen_ms);
+  }
   Status w = write_bytes(args.output, out);
   if (!w.ok()) return report_error(kCmd, w.to_string());
 
@@ -288,6 +387,16 @@ std::function<int()> setup(CLI::App& app) {
                  "Ops to quantise, comma-separated (default Conv,MatMul,Gemm,Add,MaxPool,AveragePool,"
                  "GlobalAveragePool,Concat,Resize; also Mul, Relu, Clip)");
   app.add_option("--exclude", args->exclude, "Node names to keep in float, comma-separated");
+  app.add_option("--sensitivity", args->sensitivity,
+                 "Measure every quantised node's effect on held-out samples and write the per-layer report here "
+                 "(JSON; docs/quantization.md)");
+  app.add_option("--accuracy-budget", args->accuracy_budget,
+                 "Keep the most sensitive nodes float until top-1 agreement with the float model drops by at most "
+                 "this much (e.g. 0.3%)");
+  app.add_option("--min-cosine", args->min_cosine,
+                 "Keep the most sensitive nodes float until the outputs' cosine to the float model's is at least this");
+  app.add_option("--eval-fraction", args->eval_fraction,
+                 "Share of the calibration samples held out for the sensitivity analysis (default 0.2)");
   app.add_option("--calibration-size", args->calibration_size, "Samples to use, picked with --seed (default: all)");
   app.add_option("--seed", args->seed, "Seed picking the samples (default 0)");
   app.add_option("--batch-size", args->batch_size,

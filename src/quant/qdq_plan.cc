@@ -108,7 +108,10 @@ Expected<QdqPlan> plan_qdq(const onnx::ModelProto& model, const QdqPlanOptions& 
         if (op == "Gemm")
           for (const char* a : {"alpha", "beta"})
             if (const auto* at = find_attr(n, a); at && at->f() != 1.0f) unit = false;
-        if (b && b->dims_size() == 1 && b->dims(0) == w->dims(axis) && unit)
+        // A bias shared by several nodes stays float: its int32 scale depends on each
+        // node's input scale.
+        bool shared = consumers[n.input(2)].size() > 1;
+        if (b && b->dims_size() == 1 && b->dims(0) == w->dims(axis) && unit && !shared)
           biases.push_back({n.input(2), n.input(0), n.input(1), axis});
       }
     } else if (op == "Add" || op == "Mul" || op == "Concat") {
@@ -143,6 +146,10 @@ Expected<QdqPlan> plan_qdq(const onnx::ModelProto& model, const QdqPlanOptions& 
     plan.node_indices.push_back(i);
     ++plan.nodes_by_op[op];
   }
+  std::set<std::string> labels;
+  for (int i = 0; i < g.node_size(); ++i) labels.insert(node_label(g.node(i), i));
+  for (const std::string& e : options.exclude)
+    if (!labels.count(e)) plan.unknown_excludes.push_back(e);
   return plan;
 }
 

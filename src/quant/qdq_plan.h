@@ -9,8 +9,8 @@
 //   - Conv weights (input 1), Gemm B and MatMul's constant B become int8 per-channel along
 //     the output-channel axis (Conv: 0; Gemm: 0 if transB else 1; MatMul: the last axis),
 //     stored quantised with a DequantizeLinear carrying `axis`;
-//   - Conv and Gemm biases (a rank-1 initializer; for Gemm only when alpha = beta = 1)
-//     become int32 with scale x_scale * w_scale[c] and zero point 0;
+//   - Conv and Gemm biases (a rank-1 initializer read by that node only; for Gemm only when
+//     alpha = beta = 1) become int32 with scale x_scale * w_scale[c] and zero point 0;
 //   - when the first output of a Conv, Gemm, MatMul or Add has a single consumer that is a
 //     Relu (or a Clip with constant bounds) and is not a graph output, the output pair moves
 //     behind the activation (DQ -> Conv -> Relu -> Q), the pattern int8 kernels fuse;
@@ -61,6 +61,7 @@ struct QdqPlan {
   std::vector<int> node_indices;                // their indices in graph.node
   std::map<std::string, int> nodes_by_op;
   std::vector<std::string> skipped;             // "node 'x' (Conv): why", for the report
+  std::vector<std::string> unknown_excludes;    // --exclude names no node has
   bool empty() const { return nodes.empty(); }
 };
 

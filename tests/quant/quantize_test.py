@@ -373,7 +373,8 @@ class QuantizeTest(unittest.TestCase):
     # -------------------------------------------------------------- options
 
     def test_exclude_and_op_types(self):
-        out, rep, _ = self.quantize("exclude", "--exclude", "conv2,fc", "--op-types", "Conv,Gemm,Add")
+        out, rep, r = self.quantize("exclude", "--exclude", "conv2,fc,nosuchnode", "--op-types", "Conv,Gemm,Add")
+        self.assertIn("warning: --exclude nosuchnode", r.stderr)
         self.assertEqual(rep["quantized_nodes"]["by_op"], {"Conv": 1, "Add": 1})
         self.assertTrue(any("conv2" in s and "--exclude" in s for s in rep["skipped"]), rep["skipped"])
         q = onnx.load(out)
