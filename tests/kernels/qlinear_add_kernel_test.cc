@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -305,6 +306,49 @@ TEST(FusedQLinearAddReferenceTest, MatchesNumPyOnHandValues) {
   s.activation = "Clip";
   s.params = {-2.0f, 6.0f};
   EXPECT_EQ(reference_values(s, sa8, sb8, &dims), (std::vector<int>{-14, -12, -6, -14, 2, 2}));
+}
+
+// Output 0 of one ONNX op on its reference kernel, every input a graph input.
+Tensor onnx_op(const std::string& op, int64_t opset, const std::vector<Tensor>& in) {
+  std::vector<size_t> all;
+  for (size_t i = 0; i < in.size(); ++i) all.push_back(i);
+  Built g = make_quant_graph(op, ops::kOnnxDomain, opset, in, all);
+  auto y = run_reference(*g.node, in);
+  EXPECT_TRUE(y.ok()) << op << ": " << y.status().to_string();
+  return y.ok() ? *y : Tensor();
+}
+
+// The reference FusedQLinearAdd is the QDQ graph it replaces, run node by node on the ONNX
+// reference kernels: DequantizeLinear(A), DequantizeLinear(B) -> Add -> [Relu | Clip] ->
+// QuantizeLinear, on every pair of 8-bit values.
+TEST(FusedQLinearAddReferenceTest, EqualsTheUnfusedQdqGraph) {
+  for (DataType t : {DataType::kUInt8, DataType::kInt8})
+    for (const char* act : {"", "Relu", "Clip"}) {
+      QAddCase c{std::string(dtype_name(t)) + " " + act, t, {256, 256}, {256, 256}};
+      c.sa = 0.0213f;
+      c.sb = 0.0387f;
+      c.sc = 0.0461f;
+      if (t == DataType::kInt8) c.za = c.zb = c.zc = -7;
+      c.activation = act;
+      if (c.activation == "Clip") c.params = {-0.7f, 2.9f};
+      SCOPED_TRACE(c.name);
+      Tensor a = Tensor::make(t, c.a), b = Tensor::make(t, c.b);
+      for (int i = 0; i < 256 * 256; ++i) {
+        static_cast<uint8_t*>(a.raw_data())[i] = static_cast<uint8_t>(i >> 8);
+        static_cast<uint8_t*>(b.raw_data())[i] = static_cast<uint8_t>(i);
+      }
+      Built g = qadd_graph(c, a, b);
+      auto fused = run_reference(*g.node, g.inputs);
+      ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+      Tensor s = onnx_op("Add", 14, {onnx_op("DequantizeLinear", 21, {a, scalar_f32(c.sa), scalar_x8(t, c.za)}),
+                                     onnx_op("DequantizeLinear", 21, {b, scalar_f32(c.sb), scalar_x8(t, c.zb)})});
+      if (c.activation == "Relu") s = onnx_op("Relu", 14, {s});
+      if (c.activation == "Clip") s = onnx_op("Clip", 13, {s, scalar_f32(c.params[0]), scalar_f32(c.params[1])});
+      Tensor q = onnx_op("QuantizeLinear", 21, {s, scalar_f32(c.sc), scalar_x8(t, c.zc)});
+      ASSERT_EQ(q.dims(), fused->dims());
+      ASSERT_EQ(q.dtype(), fused->dtype());
+      EXPECT_EQ(std::memcmp(q.raw_data(), fused->raw_data(), q.size_bytes()), 0);
+    }
 }
 
 TEST(QLinearAddKernelTest, DISABLED_Timing) {
