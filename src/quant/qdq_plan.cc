@@ -41,6 +41,11 @@ Expected<QdqPlan> plan_qdq(const onnx::ModelProto& model, const QdqPlanOptions& 
   for (int i = 0; i < g.node_size(); ++i)
     for (const std::string& in : g.node(i).input())
       if (!in.empty()) consumers[in].push_back(i);
+  // Initializers and Constant nodes' outputs: what a Clip's bounds may be.
+  std::set<std::string> constants;
+  for (const auto& t : g.initializer()) constants.insert(t.name());
+  for (const auto& n : g.node())
+    if (n.op_type() == "Constant" && is_default_domain(n.domain()) && n.output_size() == 1) constants.insert(n.output(0));
   std::set<std::string> graph_outputs;
   for (const auto& o : g.output()) graph_outputs.insert(o.name());
 
@@ -137,7 +142,7 @@ Expected<QdqPlan> plan_qdq(const onnx::ModelProto& model, const QdqPlanOptions& 
         const onnx::NodeProto& next = g.node(c->second[0]);
         bool act = is_default_domain(next.domain()) && next.output_size() > 0 && next.input(0) == out &&
                    (next.op_type() == "Relu" || next.op_type() == "Clip");
-        for (int k = 1; act && k < next.input_size(); ++k) act = next.input(k).empty() || inits.count(next.input(k));
+        for (int k = 1; act && k < next.input_size(); ++k) act = next.input(k).empty() || constants.count(next.input(k));
         if (act && is_float32(next.output(0))) out = next.output(0);
       }
       add_act(out);

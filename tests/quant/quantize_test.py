@@ -370,6 +370,54 @@ class QuantizeTest(unittest.TestCase):
         steps = np.abs(ort - kiln) / out_scale
         self.assertLessEqual(float(steps.max()), 1.0 + 1e-3, f"ORT vs Kiln on the QDQ model: {steps.max()} steps")
 
+    def test_torch_exported_net(self):
+        """A net exported by PyTorch (BatchNorm, ReLU6 as Clip, depthwise, residual, pools, Concat)."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("python3-torch is not installed")
+        d = os.path.join(WORK, "torch")
+        os.makedirs(d, exist_ok=True)
+        fp32 = os.path.join(d, "net.onnx")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "make_torch_net.py"), fp32], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rng = np.random.default_rng(21)
+        calib = os.path.join(d, "calib")
+        os.makedirs(calib, exist_ok=True)
+        np.save(os.path.join(calib, "batch.npy"), rng.standard_normal((32, 3, 16, 16)).astype(np.float32))
+        x_path = os.path.join(d, "x.npy")
+        np.save(x_path, rng.standard_normal((4, 3, 16, 16)).astype(np.float32))
+        for act, method in (("u8", "minmax"), ("s8", "percentile")):
+            tag = f"{act}_{method}"
+            out = os.path.join(d, tag + ".int8.onnx")
+            r = run(["quantize", fp32, "--calibration", calib, "-o", out, "--activation-type", act, "--method",
+                     method])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rep = json.loads(r.stdout)
+            self.assertEqual(rep["quantized_nodes"]["by_op"],
+                             {"Conv": 4, "Add": 1, "MaxPool": 1, "AveragePool": 2, "Concat": 1,
+                              "GlobalAveragePool": 1, "Gemm": 1}, tag)
+            names = [t["name"] for t in rep["tensors"]]
+            # The stem's output pair sits behind its ReLU6 (a Clip with Constant bounds).
+            self.assertTrue(any("Clip" in n for n in names), names)
+            q = onnx.load(out)
+            onnx.checker.check_model(q, full_check=True)
+            out_scale = [t["scale"] for t in rep["tensors"] if t["name"] == "y"][0]
+            kiln = run_kiln(out, x_path, os.path.join(d, tag + "_kiln"))
+            ref = run_kiln(fp32, x_path, os.path.join(d, tag + "_kiln_fp32"))
+            steps = np.abs(kiln - ref) / out_scale
+            print(f"{tag}: Kiln QDQ vs float: max {steps.max():.2f} output steps, output scale {out_scale:.4g}")
+            self.assertLessEqual(float(steps.max()), 4.0, f"{tag}: Kiln QDQ vs float: {steps.max()} steps")
+            if not ort_available():
+                continue
+            ort = run_ort(out, x_path, os.path.join(d, tag + "_ort"))
+            ort_fp32 = run_ort(fp32, x_path, os.path.join(d, tag + "_ort_fp32"))
+            np.testing.assert_allclose(ref, ort_fp32, rtol=1e-4, atol=1e-5)
+            steps = np.abs(ort - kiln) / out_scale
+            print(f"{tag}: ORT vs Kiln on the QDQ model: max {steps.max():.3f} steps")
+            self.assertLessEqual(float(steps.max()), 1.0 + 1e-3, f"{tag}: ORT vs Kiln QDQ: {steps.max()} steps")
+
     # -------------------------------------------------------------- options
 
     def test_exclude_and_op_types(self):
