@@ -151,7 +151,7 @@ int run_quantize(const QuantizeArgs& args) {
   if (!error.empty()) return usage_error(kCmd, error);
   if (threads > 0) set_num_threads(threads);
   for (auto [opt, path] : {std::pair{"-o", &args.output}, std::pair{"--report", &args.report}})
-    if (std::string bad = check_output_file(opt, *path); !bad.empty()) return usage_error(kCmd, bad);
+    if (std::string bad = check_output_file(opt, *path); !bad.empty()) return report_error(kCmd, bad);
 
   // 2. The model: its protobuf (to edit) and its -O0 compile (types, and the calibration run).
   auto bytes = read_bytes(args.model);
