@@ -2,6 +2,7 @@
 #include "quant/calibration_data.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
