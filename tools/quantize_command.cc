@@ -23,6 +23,7 @@
 #include "quant/qdq_plan.h"
 #include "quant/qdq_writer.h"
 #include "quant/sensitivity.h"
+#include "quant/transpose_folding.h"
 #include "quant/quant_params.h"
 #include "quant/tensor_stats.h"
 #include "tools/cli_options.h"
@@ -176,12 +177,17 @@ int run_quantize(const QuantizeArgs& args) {
   std::string model_dir = std::filesystem::path(args.model).parent_path().string();
   auto bn_folded = quant::fold_batchnorm_into_conv(*model, model_dir);
   if (!bn_folded.ok()) return report_error(kCmd, args.model + ": " + bn_folded.status().to_string());
+  // Transposed constant weights (MatMul(x, Transpose(W))) stored transposed, so that they are
+  // quantised as weights (quant/transpose_folding.h).
+  auto transposes = quant::fold_constant_transposes(*model, model_dir);
+  if (!transposes.ok()) return report_error(kCmd, args.model + ": " + transposes.status().to_string());
+  const int prepared = *bn_folded + *transposes;
   compiler::CompileOptions options;
   options.passes.opt_level = 0;
   std::string folded_bytes;
-  if (*bn_folded > 0 && !model->SerializeToString(&folded_bytes))
+  if (prepared > 0 && !model->SerializeToString(&folded_bytes))
     return report_error(kCmd, args.model + ": cannot serialise the model after folding BatchNormalization");
-  auto compiled = *bn_folded > 0
+  auto compiled = prepared > 0
                       ? compiler::compile_onnx_bytes(folded_bytes.data(), folded_bytes.size(), args.model, options)
                       : compiler::compile_onnx_file(args.model, options);
   if (!compiled.ok()) return report_error(kCmd, compiled.status().to_string());
@@ -255,8 +261,13 @@ int run_quantize(const QuantizeArgs& args) {
                  tty && !(done == total && pass == passes) ? "" : "\n");
     std::fflush(stderr);
   };
-  auto stats = quant::collect_statistics(graph, inputs, plan->activations, *data, cal);
+  int64_t samples_used = 0;
+  auto stats = quant::collect_statistics(graph, inputs, plan->activations, *data, cal, &samples_used);
   if (!stats.ok()) return report_error(kCmd, stats.status().to_string());
+  if (samples_used < static_cast<int64_t>(data->samples.size()))
+    report_warning(kCmd, str_format("the model's static batch does not divide the %zu samples: the last %lld left out",
+                                    data->samples.size(),
+                                    static_cast<long long>(data->samples.size()) - static_cast<long long>(samples_used)));
 
   // 5. Ranges, parameters, the QDQ model.
   std::map<std::string, quant::QuantParams> params;
@@ -346,9 +357,9 @@ int run_quantize(const QuantizeArgs& args) {
   j["calibration"] = {{"path", args.calibration},
                       {"layout", data->layout},
                       {"samples_found", data->available},
-                      {"samples_used", data->samples.size()},
+                      {"samples_used", samples_used},
                       {"seed", args.seed}};
-  j["samples"] = data->samples.size();
+  j["samples"] = samples_used;
   nlohmann::json by_op = nlohmann::json::object();
   for (const auto& [op, n] : plan->nodes_by_op) by_op[op] = n;
   j["quantized_nodes"] = {{"total", plan->nodes.size()}, {"by_op", by_op}, {"names", plan->nodes}};
@@ -363,7 +374,7 @@ int run_quantize(const QuantizeArgs& args) {
                   {"scale_max", r.scale_max}});
   j["weights"] = wj;
   std::fprintf(stderr, "kiln quantize: %zu nodes quantised, %zu activations calibrated on %zu samples (%s); wrote %s\n",
-               plan->nodes.size(), plan->activations.size(), data->samples.size(), args.method.c_str(),
+               plan->nodes.size(), plan->activations.size(), static_cast<size_t>(samples_used), args.method.c_str(),
                args.output.c_str());
   return emit_report(args, j);
 }

@@ -14,11 +14,27 @@ struct Batch {
   size_t begin, end;
 };
 
+// The static batch every input shares (> 1), or 0.
+int64_t static_batch(const std::vector<ModelInput>& inputs) {
+  int64_t b = -1;
+  for (const ModelInput& in : inputs) {
+    if (in.dims.empty() || in.dims[0] <= 1 || (b >= 0 && in.dims[0] != b)) return 0;
+    b = in.dims[0];
+  }
+  return b > 1 ? b : 0;
+}
+
 std::vector<Batch> make_batches(const std::vector<ModelInput>& inputs, const CalibrationSet& data, int64_t batch_size) {
-  bool stackable = batch_size > 1;
-  for (const ModelInput& in : inputs) stackable = stackable && !in.dims.empty() && in.dims[0] < 0;
   std::vector<Batch> out;
   const auto& s = data.samples;
+  // A model with a static batch B > 1 takes exactly B samples per run; a remainder is left out.
+  if (int64_t b = static_batch(inputs); b > 0) {
+    for (size_t i = 0; i + static_cast<size_t>(b) <= s.size(); i += static_cast<size_t>(b))
+      out.push_back({i, i + static_cast<size_t>(b)});
+    return out;
+  }
+  bool stackable = batch_size > 1;
+  for (const ModelInput& in : inputs) stackable = stackable && !in.dims.empty() && in.dims[0] < 0;
   for (size_t i = 0; i < s.size();) {
     size_t j = i + 1;
     while (stackable && j < s.size() && static_cast<int64_t>(j - i) < batch_size) {
@@ -66,7 +82,8 @@ Expected<std::map<std::string, TensorStats>> collect_statistics(std::shared_ptr<
                                                                 const std::vector<ModelInput>& inputs,
                                                                 const std::vector<std::string>& tensors,
                                                                 const CalibrationSet& data,
-                                                                const CalibratorOptions& options) {
+                                                                const CalibratorOptions& options,
+                                                                int64_t* samples_used) {
   // 1. Every tensor to calibrate becomes a graph output (once).
   std::vector<size_t> slots;
   auto& outs = graph->outputs();
@@ -89,8 +106,12 @@ Expected<std::map<std::string, TensorStats>> collect_statistics(std::shared_ptr<
   std::map<std::string, TensorStats> stats;
   for (const std::string& name : tensors) stats[name];
   const std::vector<Batch> batches = make_batches(inputs, data, options.batch_size);
+  if (batches.empty())
+    return invalid_argument("the model's inputs have a static batch of %lld but there are only %zu calibration samples",
+                            static_cast<long long>(static_batch(inputs)), data.samples.size());
   const int passes = options.histograms ? 2 : 1;
-  const int64_t total = static_cast<int64_t>(data.samples.size());
+  const int64_t total = static_cast<int64_t>(batches.back().end);
+  if (samples_used) *samples_used = total;
   for (int pass = 1; pass <= passes; ++pass) {
     for (const Batch& b : batches) {
       std::vector<rt::NamedValue> feeds;

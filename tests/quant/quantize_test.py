@@ -496,6 +496,29 @@ class QuantizeTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("2 inputs", r.stderr)
 
+    def test_static_batch(self):
+        rng = np.random.default_rng(8)
+        w = dyadic(rng, (2, 3, 1, 1), -4, 4, 4)
+        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "b2",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 4, 4])],
+                              [numpy_helper.from_array(w, "w")])
+        path = os.path.join(WORK, "batch2.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+        data = os.path.join(WORK, "batch2_data")
+        xs = [dyadic(rng, (3, 4, 4), -8, 8, 8) for _ in range(5)]
+        write_samples(data, xs)
+        r = run(["quantize", path, "--calibration", data, "-o", os.path.join(WORK, "batch2.int8.onnx")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("the last 1 left out", r.stderr)
+        rep = json.loads(r.stdout)
+        self.assertEqual(rep["calibration"]["samples_used"], 4)
+        self.assertEqual([t["max"] for t in rep["tensors"] if t["name"] == "x"], [float(np.stack(xs[:4]).max())])
+        r = run(["quantize", path, "--calibration", data, "-o", os.path.join(WORK, "batch2.int8.onnx"),
+                 "--calibration-size", "1"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("static batch of 2", r.stderr)
+
     def test_images_with_preprocess(self):
         from PIL import Image
         folder = os.path.join(WORK, "images")
