@@ -1,4 +1,6 @@
 // `kiln compile`: ONNX in, offline .kiln model out (like ATC), or a pre-check only.
+#include <algorithm>
+#include <filesystem>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +20,8 @@
 #include "tools/compile_report.h"
 #include "tools/model_source.h"
 #include "tools/shape_options.h"
+#include "quant/qdq_plan.h"
+#include "tools/quantize_command.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -32,6 +36,8 @@ struct CompileArgs {
   std::string pad_value;
   std::string precision = "fp32";
   std::string keep_dtype;
+  std::string calibration;  // --precision int8: the calibration data (kiln quantize --calibration)
+  std::string preprocess;   // ... and how its images become the input
   int opt_level = 3;
   std::vector<std::string> disabled_passes;
   std::string fusion_switch_file;
@@ -111,7 +117,61 @@ Status check_memory(const compiler::CompiledModel& compiled) {
   return ok_status();
 }
 
-int run_compile(const CompileArgs& args) {
+// --precision int8: `kiln quantize` into a temporary QDQ model (--keep-dtype's node names and op
+// types stay float), which the compile then reads instead of the float model. Returns the
+// exit code; `qdq_path` is set on success.
+int quantize_for_compile(const CompileArgs& args, std::string* qdq_path, std::string* work_dir) {
+  if (args.calibration.empty())
+    return usage_error("compile", "--precision int8 needs --calibration DATA (kiln quantize's calibration data)");
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-int8-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) return report_error("compile", "cannot create a temporary folder for the int8 model");
+  *work_dir = tmpl;
+  QuantizeArgs q;
+  q.model = args.model;
+  q.calibration = args.calibration;
+  q.preprocess = args.preprocess;
+  q.output = *work_dir + "/model.int8.onnx";
+  q.report = *work_dir + "/quantize.json";
+  if (!args.keep_dtype.empty()) {
+    auto keep = compiler::parse_keep_dtype(args.keep_dtype);
+    if (!keep.ok()) return report_error("compile", keep.status().to_string());
+    std::vector<std::string> ops = quant::default_op_types();
+    for (const std::string& k : *keep) {
+      auto it = std::find(ops.begin(), ops.end(), k);
+      if (it != ops.end())
+        ops.erase(it);  // an op type: none of its nodes quantised
+      else
+        q.exclude += (q.exclude.empty() ? "" : ",") + k;  // a node name
+    }
+    if (ops.empty()) return usage_error("compile", "--keep-dtype keeps every quantisable op type float");
+    for (const std::string& op : ops) q.op_types += (q.op_types.empty() ? "" : ",") + op;
+  }
+  if (!args.quiet) std::printf("quantising %s to int8 (calibration: %s)\n", args.model.c_str(), args.calibration.c_str());
+  const int rc = run_quantize(q);
+  if (rc == 0) *qdq_path = q.output;
+  return rc;
+}
+
+int run_compile(const CompileArgs& args_in) {
+  CompileArgs args = args_in;
+  // --precision int8: quantise first, then compile the QDQ model (its int8 ops are folded).
+  std::string int8_dir;
+  struct RemoveDir {
+    std::string* dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir->empty()) std::filesystem::remove_all(*dir, ec);
+    }
+  } cleanup{&int8_dir};
+  if (args.precision == "int8" && !args.list_passes && !args.check && !args.model.empty()) {
+    std::string qdq;
+    if (int rc = quantize_for_compile(args, &qdq, &int8_dir); rc != 0) return rc;
+    args.model = qdq;
+    args.precision = "fp32";
+    args.keep_dtype.clear();  // applied to the quantisation
+  } else if (!args.calibration.empty()) {
+    return usage_error("compile", "--calibration is for --precision int8");
+  }
   compiler::CompileOptions options;
   options.passes.opt_level = args.opt_level;
   options.passes.disabled.insert(args.disabled_passes.begin(), args.disabled_passes.end());
@@ -123,7 +183,7 @@ int run_compile(const CompileArgs& args) {
   if (auto p = compiler::precision_from_name(args.precision)) {
     options.passes.precision = *p;
   } else {
-    return usage_error("compile", "--precision " + args.precision + ": expected fp32, bf16 or mixed");
+    return usage_error("compile", "--precision " + args.precision + ": expected fp32, bf16, mixed or int8");
   }
   if (!args.keep_dtype.empty()) {
     auto keep = compiler::parse_keep_dtype(args.keep_dtype);
@@ -170,7 +230,9 @@ int run_compile(const CompileArgs& args) {
     Status r = write_compile_report(args.report, report);
     if (!r.ok()) return report_error("compile", r.to_string());
   }
-  if (!args.quiet) print_compile_summary(stdout, *compiled, report, args.model, args.output, args.opt_level);
+  if (!args.quiet)
+    print_compile_summary(stdout, *compiled, report, int8_dir.empty() ? args.model : args_in.model + " (int8)",
+                          args.output, args.opt_level);
   return 0;
 }
 
@@ -200,7 +262,12 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--precision", args->precision,
                  "Compute precision of convolutions and matrix products, as ATC's --precision_mode: "
                  "fp32 (default), bf16 (all of them in bfloat16), mixed (bfloat16 but for the final "
-                 "layer); other ops stay fp32 (docs/precision.md)");
+                 "layer); other ops stay fp32 (docs/precision.md); int8 (with --calibration: kiln quantize, "
+                 "then the QDQ model compiled onto int8 kernels; --keep-dtype names what stays float)");
+  app.add_option("--calibration", args->calibration,
+                 "With --precision int8: calibration data, as kiln quantize --calibration (docs/quantization.md)");
+  app.add_option("--preprocess", args->preprocess,
+                 "With --precision int8 and image calibration data: as kiln quantize --preprocess");
   app.add_option("--keep-dtype", args->keep_dtype,
                  "Nodes kept fp32 under bf16/mixed: names or op types, \"fc,Gemm\", or a file with one "
                  "per line (ATC's OpName:/OpType: lines too)");

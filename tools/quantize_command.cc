@@ -27,6 +27,7 @@
 #include "quant/quant_params.h"
 #include "quant/tensor_stats.h"
 #include "tools/cli_options.h"
+#include "tools/quantize_command.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -34,28 +35,6 @@ namespace {
 
 constexpr const char* kCmd = "quantize";
 
-struct QuantizeArgs {
-  std::string model;
-  std::string calibration;
-  std::string output;
-  std::string preprocess;
-  std::string method = "minmax";
-  double percentile = 99.99;
-  std::string activation_type = "u8";
-  std::string op_types;
-  std::string exclude;
-  int64_t calibration_size = 0;
-  uint32_t seed = 0;
-  int64_t batch_size = 8;
-  std::string report;
-  // Sensitivity analysis and float fallback (quant/sensitivity.h).
-  std::string sensitivity;      // --sensitivity FILE: the per-layer report
-  std::string accuracy_budget;  // "0.3%": the top-1 agreement drop allowed
-  double min_cosine = -1;
-  double eval_fraction = 0.2;
-  int threads = 0;
-  const CLI::Option* threads_opt = nullptr;
-};
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -94,6 +73,8 @@ int emit_report(const QuantizeArgs& args, const nlohmann::json& j) {
   if (!s.ok()) return report_error(kCmd, s.to_string());
   return 0;
 }
+
+}  // namespace
 
 int run_quantize(const QuantizeArgs& args) {
   // 1. Options, checked before any file is opened (usage errors, exit 2).
@@ -378,6 +359,8 @@ int run_quantize(const QuantizeArgs& args) {
                args.output.c_str());
   return emit_report(args, j);
 }
+
+namespace {
 
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();

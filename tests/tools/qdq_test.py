@@ -314,6 +314,47 @@ class QdqTest(unittest.TestCase):
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertLess(float(np.abs(outs["3"] - load_output(od)).max()), tol, tag)
 
+    def test_compile_precision_int8(self):
+        """kiln compile --precision int8 --calibration: kiln quantize, then the QDQ model compiled."""
+        d = os.path.join(WORK, "compile_int8")
+        cal = os.path.join(d, "calib")
+        os.makedirs(cal, exist_ok=True)
+        rng = np.random.default_rng(11)
+        w1 = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+        w2 = rng.normal(0, 0.2, (4, 8, 3, 3)).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+                 helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+        g = helper.make_graph(nodes, "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+        src = os.path.join(d, "m.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src)
+        for i in range(4):
+            np.save(os.path.join(cal, f"{i}.npy"), rng.normal(0, 1, (1, 3, 12, 12)).astype(np.float32))
+        x = os.path.join(cal, "0.npy")
+        out, report = os.path.join(d, "m.kiln"), os.path.join(d, "r.json")
+        r = run(["compile", src, "--precision", "int8", "--calibration", cal, "-o", out, "--report", report])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["fusions"].get("QDQ:Conv+Relu"), 1, rep["fusions"])
+        self.assertEqual(rep["kernels"].get("kiln.FusedQLinearConv/onednn", 0) + rep["kernels"].get("QLinearConv/onednn", 0),
+                         2, rep["kernels"])
+        od = os.path.join(d, "out")
+        r = run(["run", out, "--input", "x=" + x, "--output-dir", od])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = load_output(od).ravel()
+        if ort_available():
+            ref_dir = os.path.join(d, "ort")
+            r = subprocess.run(["node", ORT_SCRIPT, src, ref_dir, "x=" + x], cwd=REPO, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ref = load_output(ref_dir).ravel()
+            self.assertGreater(float(got @ ref / np.linalg.norm(got) / np.linalg.norm(ref)), 0.999)
+        # Usage errors: int8 without data, data without int8.
+        self.assertEqual(run(["compile", src, "--precision", "int8", "-o", out]).returncode, 2)
+        self.assertEqual(run(["compile", src, "--calibration", cal, "-o", out]).returncode, 2)
+
     def test_uint8_float_bias(self):
         self.check_model("u8_float_bias", TensorProto.UINT8, "float")
 
