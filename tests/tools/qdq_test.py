@@ -355,6 +355,66 @@ class QdqTest(unittest.TestCase):
         self.assertEqual(run(["compile", src, "--precision", "int8", "-o", out]).returncode, 2)
         self.assertEqual(run(["compile", src, "--calibration", cal, "-o", out]).returncode, 2)
 
+    def test_pytorch_quantized_export(self):
+        """A model quantised by PyTorch (eager mode: fuse, prepare, calibrate, convert) and exported
+        by torch.onnx: Q -> Cast -> DQ chains, weights and biases as Constant nodes, a bias zero
+        point computed by ConstantOfShape -> Cast. Kiln must fold every Conv and the Linear into
+        int8 kernels and match ONNX Runtime within one step of the output scale."""
+        import torch
+        import torch.nn as nn
+
+        d = os.path.join(WORK, "pytorch")
+        os.makedirs(d, exist_ok=True)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = torch.ao.quantization.QuantStub()
+                self.dq = torch.ao.quantization.DeQuantStub()
+                self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+                self.r1 = nn.ReLU()
+                self.c2 = nn.Conv2d(16, 8, 3, padding=1, stride=2)
+                self.fc = nn.Linear(8 * 8 * 8, 10)
+
+            def forward(self, x):
+                x = self.r1(self.c1(self.q(x)))
+                return self.dq(self.fc(torch.flatten(self.c2(x), 1)))
+
+        torch.manual_seed(0)
+        m = Net().eval()
+        engine = "x86" if "x86" in torch.backends.quantized.supported_engines else "fbgemm"
+        m.qconfig = torch.ao.quantization.get_default_qconfig(engine)
+        torch.ao.quantization.fuse_modules(m, [["c1", "r1"]], inplace=True)
+        prepared = torch.ao.quantization.prepare(m)
+        for _ in range(8):
+            prepared(torch.randn(1, 3, 16, 16))
+        q = torch.ao.quantization.convert(prepared)
+        x = torch.randn(1, 3, 16, 16)
+        path = os.path.join(d, "m.onnx")
+        torch.onnx.export(q, x, path, opset_version=13, input_names=["x"], output_names=["y"])
+        np.save(os.path.join(d, "x.npy"), x.numpy())
+        report = os.path.join(d, "r.json")
+        r = run(["compile", path, "-o", os.path.join(d, "m.kiln"), "--report", report])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["kernels"].get("kiln.FusedQLinearConv/onednn", 0) + rep["kernels"].get("QLinearConv/onednn", 0),
+                         2, rep["kernels"])
+        self.assertEqual(rep["kernels"].get("kiln.FusedQLinearMatMul/onednn"), 1, rep["kernels"])
+        od = os.path.join(d, "out")
+        r = run(["run", os.path.join(d, "m.kiln"), "--input", "x=" + os.path.join(d, "x.npy"), "--output-dir", od])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = load_output(od)
+        step = float(q.fc.scale)
+        # PyTorch's own int8 kernels: within a step too (they round the same way up to ties).
+        self.assertLessEqual(float(np.abs(got - q(x).numpy()).max()), step * (1 + 1e-3))
+        if ort_available():
+            ref_dir = os.path.join(d, "ort")
+            r = subprocess.run(["node", ORT_SCRIPT, path, ref_dir, "x=" + os.path.join(d, "x.npy")], cwd=REPO,
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertLessEqual(float(np.abs(got - load_output(ref_dir)).max()), step * (1 + 1e-3))
+
     def test_uint8_float_bias(self):
         self.check_model("u8_float_bias", TensorProto.UINT8, "float")
 

@@ -97,6 +97,13 @@ class QdqFolder {
   Status run() {
     std::vector<ir::Node*> order;
     for (const auto& n : g_.nodes()) order.push_back(n.get());
+    // Scales and zero points computed from constants (PyTorch writes a bias's zero point as
+    // Cast(ConstantOfShape(...))): evaluated now, since this pass runs before constant folding.
+    for (ir::Node* n : order)
+      if (is_op(*n, "QuantizeLinear") || is_op(*n, "DequantizeLinear"))
+        for (size_t i : {size_t{1}, size_t{2}})
+          if (ir::Value* v = n->input(i); v && !fusion::constant(g_, v))
+            if (ir::Value* c = materialize(v, 0)) uses_.set_input(n, i, c);
     for (ir::Node* n : order) {
       if (removed_.count(n)) continue;
       if (is_op(*n, "Conv")) try_conv(*n);
@@ -108,6 +115,31 @@ class QdqFolder {
   }
 
  private:
+  // `v` as a new constant when a small tree of deterministic nodes computes it from constants
+  // (evaluated with the ops' reference kernels), else null.
+  ir::Value* materialize(ir::Value* v, int depth) {
+    if (fusion::constant(g_, v)) return v;
+    ir::Node* p = v->producer();
+    if (!p || depth > 4 || p->num_outputs() != 1 || !p->subgraphs().empty() || p->domain() != ops::kOnnxDomain ||
+        p->op_type().rfind("Random", 0) == 0)
+      return nullptr;
+    std::vector<RuntimeValue> values(p->inputs().size());
+    std::vector<const RuntimeValue*> inputs(p->inputs().size(), nullptr);
+    for (size_t i = 0; i < p->inputs().size(); ++i) {
+      if (!p->input(i)) continue;
+      ir::Value* c = materialize(p->input(i), depth + 1);
+      if (!c || c->initializer()->num_elements() > 4096) return nullptr;  // parameters, not tensors
+      values[i] = RuntimeValue(*c->initializer());
+      inputs[i] = &values[i];
+    }
+    auto schema = ops::schema_for(*p);
+    if (!schema.ok() || !(*schema)->kernel_fn()) return nullptr;
+    std::vector<RuntimeValue> results(1);
+    ops::KernelContext kctx(*p, std::move(inputs), &results);
+    if (!(*schema)->kernel_fn()(kctx).ok() || !results[0].is_tensor()) return nullptr;
+    return add_initializer(g_, v->name() + "_const", results[0].tensor().clone());
+  }
+
   // The QuantizeLinear that alone reads `y`, per tensor, into int8 / uint8.
   bool quantized_by(ir::Value* y, QuantParams* q) {
     if (!fusion::fusable_intermediate(uses_, y)) return false;
