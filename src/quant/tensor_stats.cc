@@ -94,8 +94,12 @@ double kl_divergence(const std::vector<double>& p, const std::vector<double>& q)
 }  // namespace
 
 double entropy_threshold(const TensorStats& s) {
-  const auto& h = s.histogram();
-  if (h.empty() || s.abs_max() <= 0) return s.abs_max();
+  if (s.histogram().empty() || s.abs_max() <= 0) return s.abs_max();
+  // The zero bin takes the count of its neighbour (as NVIDIA's pytorch-quantization does): the
+  // exact zeros after a ReLU are a spike that merging would smear over a whole group of bins,
+  // which makes every wide candidate look bad and clips far too much.
+  std::vector<uint64_t> h = s.histogram();
+  h[0] = h[1];
   const int nq = kEntropyQuantizedBins;
   double best_kl = std::numeric_limits<double>::infinity();
   int best_i = kHistogramBins;

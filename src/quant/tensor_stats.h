@@ -45,7 +45,9 @@ class TensorStats {
 // The threshold T on |x| that a histogram method chooses:
 //   percentile p: the upper edge of the first bin at which the cumulative share of |x|
 //     reaches p / 100;
-//   entropy: TensorRT's search (as onnxruntime's EntropyCalibrater, one-sided on |x|): for each
+//   entropy: TensorRT's search (as onnxruntime's EntropyCalibrater, one-sided on |x|): the zero
+//     bin's count is first replaced by bin 1's (NVIDIA pytorch-quantization's
+//     _compute_amax_entropy: the spike of exact zeros after ReLU would dominate); then for each
 //     i in [128, 2048], P = the first i bins with every count beyond added to bin i - 1,
 //     Q = those i bins merged into 128 and spread back over their non-zero bins; both smoothed
 //     (zeros get 1e-4, taken evenly from the non-zeros), normalised, and the i of the least

@@ -146,6 +146,7 @@ def entropy_threshold(h, amax):
         return amax
     best, best_i = np.inf, BINS
     h = h.astype(np.float64)
+    h[0] = h[1]  # the spike of zeros after ReLU, as NVIDIA's pytorch-quantization
     for i in range(QBINS, BINS + 1):
         p = h[:i].copy()
         p[i - 1] += h[i:].sum()
