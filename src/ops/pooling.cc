@@ -32,8 +32,10 @@ Expected<PoolingAttrs> pooling_attrs(const ir::Node& node) {
                             kFormatPlain, kFormatBlocked);
   a.blocked = is_blocked_format(format);
   a.c0 = node.attr_int("c0", 0);
-  if (a.blocked && (a.c0 <= 0 || a.c0 > 64))
-    return invalid_argument("node %s: a blocked format needs c0 in 1..64, got %lld", node.label().c_str(),
+  // Up to 64 for NC1HWC0 blocks; an int8 channels-last tensor is one block of all its
+  // channels (compiler/passes/int8_layout.cc).
+  if (a.blocked && (a.c0 <= 0 || a.c0 > 65536))
+    return invalid_argument("node %s: a blocked format needs c0 in 1..65536, got %lld", node.label().c_str(),
                             (long long)a.c0);
   return a;
 }

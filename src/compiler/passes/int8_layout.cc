@@ -6,7 +6,8 @@
 // such convolutions (as X) and kiln FusedQLinearAdd nodes read is stored channels-last: its
 // shape becomes [N, 1, H, W, C] (NC1HWC0 with one block of all C channels: NHWC's bytes), and
 // the convolutions say so in x_format / y_format (a QLinearConv becomes a FusedQLinearConv
-// without activation). FusedQLinearAdd is elementwise: it runs on any layout as long as its
+// without activation), and an int8 MaxPool between such values becomes kiln Pooling with
+// c0 = C. FusedQLinearAdd is elementwise: it runs on any layout as long as its
 // two operands and its sum share it, so an addition's three values change together or not at
 // all. Graph inputs and outputs keep their layout.
 #include <string>
@@ -29,6 +30,15 @@ bool is_qconv(const ir::Node& n) {
 }
 bool is_qadd(const ir::Node& n) { return is_op(n, "FusedQLinearAdd", ops::kKilnDomain); }
 
+// A 2-D MaxPool of int8 values (what qdq_folding makes of DQ -> MaxPool -> Q): it runs
+// channels-last as kiln Pooling with one block of all channels.
+bool is_qpool(const ir::Node& n) {
+  if (!is_op(n, "MaxPool") || n.num_outputs() != 1 || n.attr_int("storage_order", 0) != 0) return false;
+  const ir::Value* x = n.input(0);
+  return x && (x->dtype() == DataType::kUInt8 || x->dtype() == DataType::kInt8) && x->shape().has_rank() &&
+         x->shape().rank() == 4;
+}
+
 // A 2-D int8 convolution whose formats this pass may set: plain so far, W [M, C/g, kh, kw].
 bool layout_capable_conv(const ir::Node& n) {
   if (!is_qconv(n)) return false;
@@ -45,13 +55,15 @@ class Int8Layout {
   Status run() {
     std::unordered_set<ir::Value*> chosen;
     for (const auto& n : g_.nodes())
-      if ((layout_capable_conv(*n) || is_qadd(*n)) && candidate(n->output(0))) chosen.insert(n->output(0));
-    // An addition's operands and sum change together.
+      if ((layout_capable_conv(*n) || is_qadd(*n) || is_qpool(*n)) && candidate(n->output(0)))
+        chosen.insert(n->output(0));
+    // An addition's operands and sum change together, and a pool's input and output.
     for (bool changed = true; changed;) {
       changed = false;
       for (const auto& n : g_.nodes()) {
-        if (!is_qadd(*n)) continue;
-        ir::Value* vs[] = {n->input(0), n->input(3), n->output(0)};
+        std::vector<ir::Value*> vs;
+        if (is_qadd(*n)) vs = {n->input(0), n->input(3), n->output(0)};
+        if (is_qpool(*n)) vs = {n->input(0), n->output(0)};
         bool all = true;
         for (ir::Value* v : vs) all = all && chosen.count(v);
         if (all) continue;
@@ -75,6 +87,20 @@ class Int8Layout {
       if (chosen.count(n->input(0))) n->attrs()["x_format"] = ir::Attribute::from_string(ops::kFormatBlocked);
       if (chosen.count(n->output(0))) n->attrs()["y_format"] = ir::Attribute::from_string(ops::kFormatBlocked);
     }
+    // The pools between channels-last values become kiln Pooling (NC1HWC0 with C0 = C).
+    std::vector<ir::Node*> pools;
+    for (const auto& n : g_.nodes())
+      if (is_qpool(*n) && chosen.count(n->input(0))) pools.push_back(n.get());
+    for (ir::Node* pool : pools) {
+      ir::AttributeMap attrs = pool->attrs();
+      const int64_t c = pool->input(0)->shape()[1].value;
+      ir::Node* n = fusion::add_fused_node(g_, uses_, "Pooling", {pool}, pool->inputs(), pool->output(0), removed);
+      n->set_name(pool->name());
+      n->attrs() = std::move(attrs);
+      n->attrs()["mode"] = ir::Attribute::from_string("MaxPool");
+      n->attrs()["format"] = ir::Attribute::from_string(ops::kFormatBlocked);
+      n->attrs()["c0"] = ir::Attribute::from_int(c);
+    }
     for (ir::Value* v : chosen) {
       KILN_ASSIGN_OR_RETURN(Shape s, ops::blocked_shape(v->shape(), v->shape()[1].value));
       v->type().shape = std::move(s);
@@ -82,7 +108,7 @@ class Int8Layout {
     KILN_RETURN_IF_ERROR(fusion::finish(g_, removed));
     // The changed nodes agree with their new shapes.
     for (const auto& n : g_.nodes())
-      if (is_qconv(*n) || is_qadd(*n)) KILN_RETURN_IF_ERROR(ops::infer_node(*n));
+      if (is_qconv(*n) || is_qadd(*n) || is_op(*n, "Pooling", ops::kKilnDomain)) KILN_RETURN_IF_ERROR(ops::infer_node(*n));
     ctx_.count_fusion("int8 NHWC values", static_cast<int>(chosen.size()));
     return ok_status();
   }
@@ -98,7 +124,8 @@ class Int8Layout {
     for (const ir::Node* r : readers) {
       const bool as_x = layout_capable_conv(*r) && r->input(0) == v && r->input(3) != v;
       const bool as_operand = is_qadd(*r) && (r->input(0) == v || r->input(3) == v) && r->input(0) != r->input(3);
-      if (!as_x && !as_operand) return false;
+      const bool pooled = is_qpool(*r) && r->input(0) == v;
+      if (!as_x && !as_operand && !pooled) return false;
     }
     return true;
   }

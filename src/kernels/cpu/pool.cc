@@ -57,7 +57,7 @@ Expected<PoolPlan> plan_pool(const ir::Node& node) {
   const ir::Value* y = node.output(0);
   PoolPlan p;
   p.dtype = x ? x->dtype() : DataType::kUndefined;
-  const bool int8_max = op == "MaxPool" && !kiln_pooling && is_x8(p.dtype);  // ONNX's only int8 pool
+  const bool int8_max = op == "MaxPool" && is_x8(p.dtype);  // ONNX's only int8 pool
   if (!(p.dtype == DataType::kFloat32 || int8_max) || !is_static(x, p.dtype) || !is_static(y, p.dtype))
     return unsupported("node %s: X and Y must be float32 (uint8 / int8 for max pooling) with static shapes",
                        label.c_str());
@@ -65,7 +65,10 @@ Expected<PoolPlan> plan_pool(const ir::Node& node) {
   p.y_tensor_dims = p.y_dims = y->shape().static_dims();
   if (kiln_pooling && ops::is_blocked_format(node.attr_string("format", ops::kFormatPlain))) {
     p.block = node.attr_int("c0", 0);
-    if (p.block != 8 && p.block != 16)
+    // int8 channels-last (compiler/passes/int8_layout.cc): one block of all channels, NHWC.
+    const std::vector<int64_t>& xd = p.x_tensor_dims;
+    const bool nhwc = is_x8(p.dtype) && xd.size() == 5 && xd[1] == 1 && xd[4] == p.block;
+    if (p.block != 8 && p.block != 16 && !nhwc)
       return unsupported("node %s: blocks of %lld channels (oneDNN has 8 and 16)", label.c_str(), (long long)p.block);
     KILN_ASSIGN_OR_RETURN(Shape xs, ops::plain_shape(x->shape(), p.block));
     KILN_ASSIGN_OR_RETURN(Shape ys, ops::plain_shape(y->shape(), p.block));
@@ -188,9 +191,10 @@ Expected<std::unique_ptr<Kernel>> prepare_pool(const ir::Node& node) {
   const int rank = static_cast<int>(plan.x_dims.size());
   try {
     onednn::CreationThreadsScope threads;
-    const memory::format_tag tag = plan.block == 8    ? memory::format_tag::nChw8c
+    const memory::format_tag tag = plan.block == 0    ? onednn::plain_tag(rank)
+                                   : plan.block == 8  ? memory::format_tag::nChw8c
                                    : plan.block == 16 ? memory::format_tag::nChw16c
-                                                      : onednn::plain_tag(rank);
+                                                      : memory::format_tag::nhwc;  // int8 channels-last
     const memory::data_type dt = plan.dtype == DataType::kUInt8  ? memory::data_type::u8
                                  : plan.dtype == DataType::kInt8 ? memory::data_type::s8
                                                                  : memory::data_type::f32;
