@@ -32,6 +32,7 @@ struct OcrArgs {
   std::string models;
   std::string precision = "fp32";
   std::string cache_dir;
+  std::string dump_inputs;  // calibration data for kiln quantize (PipelineOptions::dump_inputs)
   bool no_angle_classifier = false;
   bool no_merge_lines = false;
   int rec_batch = ocr::PipelineOptions{}.rec_batch;
@@ -123,6 +124,7 @@ int run_ocr(OcrArgs& args) {
   options.detection.gear = args.det_gear;
   options.merge_lines = !args.no_merge_lines;
   options.rec_batch = args.rec_batch;
+  options.dump_inputs = args.dump_inputs;
   options.progress = [](const std::string& line) { std::fprintf(stderr, "kiln ocr: %s\n", line.c_str()); };
   Expected<std::unique_ptr<ocr::Pipeline>> created = ocr::Pipeline::create(options);
   if (!created.ok()) return report_error(cmd, created.status().to_string());
@@ -209,6 +211,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--precision", args->precision, "fp32 (default) or mixed (bf16 where it pays)");
   app.add_option("--cache-dir", args->cache_dir,
                  "Where compiled models are kept (default: KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln or ~/.cache/kiln)");
+  app.add_option("--dump-inputs", args->dump_inputs,
+                 "Write every det / cls / rec model input to this folder (DIR/det/000000/x.npy, ...): calibration "
+                 "data for kiln quantize (docs/quantization.md)");
   app.add_flag("--no-angle-classifier", args->no_angle_classifier,
                "Skip the 180-degree classifier (faster; upside-down lines are then misread)");
   app.add_option("--rec-batch", args->rec_batch,

@@ -20,6 +20,8 @@
 #include "quant/calibration_data.h"
 #include "quant/calibrator.h"
 #include "quant/image_preprocess.h"
+#include "quant/constant_nodes.h"
+#include "quant/opset_upgrade.h"
 #include "quant/qdq_plan.h"
 #include "quant/qdq_writer.h"
 #include "quant/sensitivity.h"
@@ -153,6 +155,21 @@ int run_quantize(const QuantizeArgs& args) {
     if (t.data_location() == onnx::TensorProto::EXTERNAL)
       return report_error(kCmd, args.model + ": initializer '" + t.name() +
                                     "' is stored as external data, which kiln quantize does not write yet");
+  // An older opset is converted to 13 first (per-channel DequantizeLinear needs its `axis`),
+  // with the ranks Kiln infers (quant/opset_upgrade.h).
+  bool upgraded = false;
+  if (quant::onnx_opset(*model) > 0 && quant::onnx_opset(*model) < 13) {
+    compiler::CompileOptions typing;
+    typing.passes.opt_level = 0;
+    auto typed = compiler::compile_onnx_file(args.model, typing);
+    if (!typed.ok()) return report_error(kCmd, typed.status().to_string());
+    auto up = quant::upgrade_opset(*model, 13, *typed->graph);
+    if (!up.ok()) return report_error(kCmd, args.model + ": " + up.status().to_string());
+    upgraded = *up;
+    if (upgraded) std::fprintf(stderr, "kiln quantize: %s: converted to ai.onnx opset 13\n", args.model.c_str());
+  }
+  // Weights stored as Constant nodes become initializers (quant/constant_nodes.h).
+  const int constants = quant::constant_nodes_to_initializers(*model);
   // BatchNormalization folded into the convolutions first (quant/batchnorm_folding.h): the
   // calibration then runs, and the QDQ pairs go, on the model the int8 kernels compute.
   std::string model_dir = std::filesystem::path(args.model).parent_path().string();
@@ -162,7 +179,7 @@ int run_quantize(const QuantizeArgs& args) {
   // quantised as weights (quant/transpose_folding.h).
   auto transposes = quant::fold_constant_transposes(*model, model_dir);
   if (!transposes.ok()) return report_error(kCmd, args.model + ": " + transposes.status().to_string());
-  const int prepared = *bn_folded + *transposes;
+  const int prepared = constants + *bn_folded + *transposes + (upgraded ? 1 : 0);
   compiler::CompileOptions options;
   options.passes.opt_level = 0;
   std::string folded_bytes;

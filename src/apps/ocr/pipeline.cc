@@ -17,6 +17,7 @@
 #include "apps/ocr/model_cache.h"
 #include "apps/ocr/model_runner.h"
 #include "apps/ocr/text_recognition.h"
+#include "core/npy.h"
 #include "kiln/kiln.h"
 
 namespace kiln::ocr {
@@ -99,6 +100,25 @@ struct Detected {
 
 struct Pipeline::Impl {
   PipelineOptions options;
+  std::atomic<int64_t> dumped[3] = {0, 0, 0};  // det, cls, rec inputs written (options.dump_inputs)
+
+  // Writes one model input for calibration (options.dump_inputs); a no-op when off.
+  Status dump_input(int role, const std::vector<float>& input, const std::vector<int64_t>& dims) {
+    if (options.dump_inputs.empty()) return ok_status();
+    static const char* const kRoles[] = {"det", "cls", "rec"};
+    const int64_t seq = dumped[role]++;
+    const std::filesystem::path dir =
+        std::filesystem::path(options.dump_inputs) / kRoles[role] / str_format("%06lld", static_cast<long long>(seq));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return unavailable("cannot create %s: %s", dir.string().c_str(), ec.message().c_str());
+    Tensor t = Tensor::make(DataType::kFloat32, dims);
+    if (static_cast<size_t>(t.num_elements()) > input.size())
+      return internal_error("dumping a %s input: %zu values for %s", kRoles[role], input.size(),
+                            dims_to_string(dims).c_str());
+    std::copy(input.begin(), input.begin() + t.num_elements(), t.data<float>());
+    return write_npy((dir / "x.npy").string(), t);
+  }
   std::optional<CtcAlphabet> alphabet;
   std::vector<DeviceModels> devices;
   std::mutex pool_mutex;
@@ -246,6 +266,7 @@ Expected<Detected> Pipeline::Impl::detect(Worker& w, const DecodedImage& image) 
   std::vector<float>& probability = w.output;
   std::vector<int64_t> dims;
   const int64_t h = input.padded_height, wd = input.padded_width;
+  KILN_RETURN_IF_ERROR(dump_input(0, w.input, {1, 3, h, wd}));
   KILN_RETURN_IF_ERROR(devices[w.device].det->run(w.stream, w.slot, w.input, {1, 3, h, wd},
                                                   static_cast<size_t>(h) * wd, &probability, &dims),
                        "text detection");
@@ -284,6 +305,7 @@ Status Pipeline::Impl::classify_angles(Worker& w, std::vector<cv::Mat>& crops) {
     for (size_t k = begin; k < end; ++k) batch.push_back(&crops[order[k]]);
     normalize_batch(batch, kTextHeight, kClsWidth, &batch_input);
     int64_t n = static_cast<int64_t>(batch.size());
+    KILN_RETURN_IF_ERROR(dump_input(1, batch_input, {n, 3, kTextHeight, kClsWidth}));
     KILN_RETURN_IF_ERROR(devices[w.device].cls->run(w.stream, w.slot, batch_input, {n, 3, kTextHeight, kClsWidth},
                                                     static_cast<size_t>(n) * 2, &scores, &dims),
                          "angle classification");
@@ -321,6 +343,7 @@ Expected<OcrResult> Pipeline::Impl::recognize(Worker& w, Detected detected) {
     int64_t n = static_cast<int64_t>(batch.size());
     // CTC steps are the width downsampled by 8 in PP-OCRv3/v4 and by 4 in older models.
     size_t bound = static_cast<size_t>(n) * (width / 4 + 2) * classes;
+    KILN_RETURN_IF_ERROR(dump_input(2, batch_input, {n, 3, kTextHeight, width}));
     KILN_RETURN_IF_ERROR(devices[w.device].rec->run(w.stream, w.slot, batch_input, {n, 3, kTextHeight, width}, bound,
                                                     &probabilities, &dims),
                          "text recognition");

@@ -54,6 +54,10 @@ struct PipelineOptions {
   // recogniser reads (bench/ocr's set: 96.9% of lines exact in batches of 6, 98.1% one by
   // one), so Kiln recognises each crop at its own width unless asked to batch.
   int rec_batch = 1;
+  // A folder: every input the detector, classifier and recogniser run on is written there as
+  // DIR/<det|cls|rec>/<sequence>/x.npy, the sample-folder layout of `kiln quantize
+  // --calibration` (calibrating the OCR models on the documents they will read). Empty: off.
+  std::string dump_inputs;
   // One line per slow step (compiling a model on first use).
   std::function<void(const std::string&)> progress;
 };
