@@ -187,6 +187,24 @@ class SamplesTest(unittest.TestCase):
         self.assertEqual([texts(i) for i in parse_json(FIRST)["images"]],
                          [texts(i) for i in parse_json(SECOND)["images"]], "compiled and cached models read the same")
 
+    def test_dump_inputs_are_calibration_samples(self):
+        """--dump-inputs DIR: every model input as DIR/<det|cls|rec>/<seq>/x.npy (kiln quantize's layout);
+        the recogniser's inputs are [n, 3, 48, W] in [-1, 1], the detector's [1, 3, H, W]."""
+        import numpy as np
+
+        d = work("dump")
+        r = kiln_ocr("--json", "--dump-inputs", d, ENGLISH)
+        self.assertEqual(len(parse_json(r)["images"]), 1)
+        rec = sorted(os.listdir(os.path.join(d, "rec")))
+        self.assertEqual(len(rec), len(TRUTH[ENGLISH]), "one recogniser input per line (batches of 1)")
+        for s in rec:
+            x = np.load(os.path.join(d, "rec", s, "x.npy"))
+            self.assertEqual((x.dtype, x.shape[1], x.shape[2]), (np.float32, 3, 48), x.shape)
+            self.assertTrue(-1.0 <= x.min() and x.max() <= 1.0)
+        det = np.load(os.path.join(d, "det", "000000", "x.npy"))
+        self.assertEqual((det.shape[0], det.shape[1]), (1, 3))
+        self.assertEqual(det.shape[2] % 32, 0)
+
     def test_stdin_paths(self):
         r = kiln_ocr("--json", "-", stdin="\n".join(IMAGES[:2]) + "\n")
         out = parse_json(r)
