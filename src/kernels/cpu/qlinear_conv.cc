@@ -29,6 +29,7 @@
 
 #include "core/lowp.h"
 #include "core/parallel.h"
+#include "kernels/cpu/int8_epilogue.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -106,9 +107,7 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
     if (s->dtype() != DataType::kFloat32) return unsupported("node %s: scales must be float32", label.c_str());
   if (x_scale.num_elements() != 1 || x_zp.num_elements() != 1 || y_scale.num_elements() != 1 || y_zp.num_elements() != 1)
     return unsupported("node %s: per-tensor X and Y quantisation only", label.c_str());
-  for (int64_t i = 0; i < w_zp.num_elements(); ++i)
-    if (lowp_to_double(w_zp.dtype(), w_zp.raw_data(), i) != 0)
-      return unsupported("node %s: W zero points must be 0 (symmetric weights)", label.c_str());
+  KILN_RETURN_IF_ERROR(int8::check_symmetric_weights(node, &w_zp));
   p.x_tensor_dims = p.x_dims = x->shape().static_dims();
   p.y_tensor_dims = p.y_dims = y->shape().static_dims();
   p.w_dims = w.dims();
@@ -151,25 +150,10 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
   }
   p.x_zero_point = static_cast<int32_t>(scalar(x_zp));
   p.y_zero_point = static_cast<int32_t>(scalar(y_zp));
-  if (b) {
-    for (int64_t c = 0; c < c_out; ++c) {
-      const int32_t v = b->data<int32_t>()[c];
-      if (std::abs(static_cast<int64_t>(v)) > (int64_t{1} << 24))
-        return unsupported("node %s: bias %d is not exact in float32", label.c_str(), v);
-      p.bias.push_back(static_cast<float>(v));
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(p.bias, int8::float_bias(node, b, c_out));
   p.weights = &w;
   if (fused) {
-    KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
-    const bool ok = p.act.is_none() || p.act.kind == ops::FusedActivationKind::kRelu ||
-                    (p.act.kind == ops::FusedActivationKind::kClip && p.act.p0 <= p.act.p1);
-    if (!ok || p.act.has_post_affine()) return unsupported("node %s: activation other than Relu / Clip", label.c_str());
-    // In the epilogue the activation sees values in units of y_scale (before the zero point).
-    if (p.act.kind == ops::FusedActivationKind::kClip) {
-      p.act.p0 = static_cast<float>(p.act.p0 / sy);
-      p.act.p1 = static_cast<float>(p.act.p1 / sy);
-    }
+    KILN_ASSIGN_OR_RETURN(p.act, int8::epilogue_activation(node, sy));
   }
   return p;
 }
@@ -283,10 +267,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size());
     k->weights_buffer = onednn::pack_shared(user_w, p.weights->raw_data(), pd.weights_desc());
     k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
-    if (!p.bias.empty()) {
-      k->bias = memory(bias_md, onednn::cpu_engine());
-      std::memcpy(k->bias.get_data_handle(), p.bias.data(), p.bias.size() * sizeof(float));
-    }
+    if (!p.bias.empty()) k->bias = int8::float_memory(bias_md, p.bias);
     k->x_zero_point = onednn::s32_scalar(p.x_zero_point);
     k->y_zero_point = onednn::s32_scalar(p.y_zero_point);
   } catch (const dnnl::error& e) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/lowp.h"
+#include "kernels/cpu/int8_epilogue.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -105,10 +106,7 @@ Expected<QMatMulPlan> plan_qmatmul(const ir::Node& node) {
     return unsupported("node %s: y_zero_point's dtype is not Y's", label.c_str());
   if (b_scale->num_elements() != 1 && b_scale->num_elements() != p.n)
     return unsupported("node %s: b_scale must be a scalar or have N values", label.c_str());
-  if (b_zp)
-    for (int64_t i = 0; i < b_zp->num_elements(); ++i)
-      if (lowp_to_double(b_zp->dtype(), b_zp->raw_data(), i) != 0)
-        return unsupported("node %s: B's zero points must be 0 (symmetric weights)", label.c_str());
+  KILN_RETURN_IF_ERROR(int8::check_symmetric_weights(node, b_zp));
   const double sa = scalar(*a_scale);
   const double sy = quantised_y ? scalar(*y_scale) : 1.0;
   for (int64_t c = 0; c < p.n; ++c) {
@@ -118,26 +116,10 @@ Expected<QMatMulPlan> plan_qmatmul(const ir::Node& node) {
   }
   p.a_zero_point = a_zp ? static_cast<int32_t>(scalar(*a_zp)) : 0;
   p.y_zero_point = quantised_y ? static_cast<int32_t>(scalar(*y_zp)) : 0;
-  if (bias) {
-    if (bias->dtype() != DataType::kInt32 || bias->num_elements() != p.n)
-      return unsupported("node %s: bias must be int32 [N]", label.c_str());
-    for (int64_t c = 0; c < p.n; ++c) {
-      const int32_t v = bias->data<int32_t>()[c];
-      if (std::abs(static_cast<int64_t>(v)) > (int64_t{1} << 24))
-        return unsupported("node %s: bias %d is not exact in float32", label.c_str(), v);
-      p.bias.push_back(static_cast<float>(v));
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(p.bias, int8::float_bias(node, bias, p.n));
   p.b = b;
   if (fused) {
-    KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
-    const bool ok = p.act.is_none() || p.act.kind == ops::FusedActivationKind::kRelu ||
-                    (p.act.kind == ops::FusedActivationKind::kClip && p.act.p0 <= p.act.p1);
-    if (!ok || p.act.has_post_affine()) return unsupported("node %s: activation other than Relu / Clip", label.c_str());
-    if (p.act.kind == ops::FusedActivationKind::kClip && quantised_y) {
-      p.act.p0 = static_cast<float>(p.act.p0 / sy);  // the epilogue works in units of y_scale
-      p.act.p1 = static_cast<float>(p.act.p1 / sy);
-    }
+    KILN_ASSIGN_OR_RETURN(p.act, int8::epilogue_activation(node, quantised_y ? sy : 0.0));
   }
   return p;
 }
@@ -229,10 +211,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qmatmul(const ir::Node& node) {
     k->scratch_bytes = pd.scratchpad_desc().get_size();
     k->weights_buffer = onednn::pack_shared(user_w, p.b->raw_data(), pd.weights_desc());
     k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
-    if (!p.bias.empty()) {
-      k->bias = memory(bias_md, onednn::cpu_engine());
-      std::memcpy(k->bias.get_data_handle(), p.bias.data(), p.bias.size() * sizeof(float));
-    }
+    if (!p.bias.empty()) k->bias = int8::float_memory(bias_md, p.bias);
     k->a_zero_point = onednn::s32_scalar(p.a_zero_point);
     k->y_zero_point = onednn::s32_scalar(p.y_zero_point);
   } catch (const dnnl::error& e) {
