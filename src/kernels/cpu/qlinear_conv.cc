@@ -196,9 +196,9 @@ Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
                               lb.workspace_bytes);
   try {
-    onednn::Args args{{DNNL_ARG_WEIGHTS, &weights},
-                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &x_zero_point},
-                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, &y_zero_point}};
+    onednn::Args args{{DNNL_ARG_WEIGHTS, &weights}};
+    if (plan.x_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, x_zero_point);
+    if (plan.y_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zero_point);
     if (!plan.bias.empty()) args.add(DNNL_ARG_BIAS, bias);
     lb.run(conv, args, ws, x->raw_data(), y->raw_data(), onednn::thread_stream());
   } catch (const dnnl::error& e) {
@@ -253,8 +253,10 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     // Per output channel: dim 0 of the weights, or dims 0 and 1 (g, oc/g) with groups, which
     // is dim 1 of the destination either way.
     attr.set_output_scales(p.output_scales.size() == 1 ? 0 : 1 << 1, p.output_scales);
-    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    // Zero points only where they are not 0: with one, oneDNN runs a compensation pass (and
+    // picks other kernels); the outputs of a Relu quantised uint8 have zero point 0.
+    if (p.x_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    if (p.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                          any_src, any_w, bias_md, any_dst, strides, dilations, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::cpu_engine());

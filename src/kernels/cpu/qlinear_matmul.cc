@@ -147,9 +147,9 @@ class OnednnQMatMulKernel final : public Kernel {
       onednn::Args args{{DNNL_ARG_SRC, &src},
                         {DNNL_ARG_WEIGHTS, &weights},
                         {DNNL_ARG_DST, &dst},
-                        {DNNL_ARG_SCRATCHPAD, &scratch},
-                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &a_zero_point}};
-      if (is_x8(plan.y_dtype)) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zero_point);
+                        {DNNL_ARG_SCRATCHPAD, &scratch}};
+      if (plan.a_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, a_zero_point);
+      if (plan.y_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zero_point);
       if (!plan.bias.empty()) args.add(DNNL_ARG_BIAS, bias);
       dnnl::stream& s = onednn::thread_stream();
       args.execute(matmul, s);
@@ -200,8 +200,9 @@ Expected<std::unique_ptr<Kernel>> prepare_qmatmul(const ir::Node& node) {
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_output_scales(p.output_scales.size() == 1 ? 0 : 1 << 1, p.output_scales);
-    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    if (is_x8(p.y_dtype)) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    // Zero points only where they are not 0 (oneDNN's compensation pass costs otherwise).
+    if (p.a_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    if (p.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(k->src_md, any_w, bias_md, k->dst_md), attr,
                                     onednn::cpu_engine());
     k->impl = onednn::implementation_name(pd);
