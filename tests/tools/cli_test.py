@@ -214,7 +214,7 @@ class CliTest(unittest.TestCase):
         # mixed keeps the only (final) layer fp32: exact to float32 rounding, as checked above.
         r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "fp16", check=False)
         self.assertEqual(r.returncode, 2)
-        self.assertIn("expected fp32, bf16 or mixed", r.stderr)
+        self.assertIn("expected fp32, bf16, mixed or int8", r.stderr)
         r = kiln("compile", self.onnx_path, "-o", os.path.join(WORK, "x.kiln"), "--precision", "bf16",
                  "--keep-dtype", "matmul,,add", check=False)
         self.assertEqual(r.returncode, 1)
