@@ -20,11 +20,23 @@ struct Prepared {
   std::unique_ptr<rt::GraphExecutor> executor;
 };
 
-Expected<Prepared> prepare(const std::string& bytes, const std::vector<ModelInput>& inputs, const Sample& sample,
-                           const std::string& what) {
+// The evaluation samples' input shapes when they all share them (the variants are then compiled
+// for those shapes), else empty: the variants keep the model's open dims and prepare their
+// kernels per shape as they run (OCR recognition crops differ in width).
+compiler::InputShapes common_shapes(const std::vector<ModelInput>& inputs, const std::vector<Sample>& eval) {
+  compiler::InputShapes shapes;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    for (const Sample& s : eval)
+      if (s[k].dims() != eval[0][k].dims()) return {};
+    shapes[inputs[k].name] = eval[0][k].dims();
+  }
+  return shapes;
+}
+
+Expected<Prepared> prepare(const std::string& bytes, const compiler::InputShapes& shapes, const std::string& what) {
   compiler::CompileOptions options;
   options.passes.opt_level = 3;
-  for (size_t k = 0; k < inputs.size(); ++k) options.input_shapes[inputs[k].name] = sample[k].dims();
+  options.input_shapes = shapes;
   KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled,
                         compiler::compile_onnx_bytes(bytes.data(), bytes.size(), what, options), "compiling %s",
                         what.c_str());
@@ -129,12 +141,13 @@ Expected<SensitivityResult> analyse_sensitivity(const std::vector<std::string>& 
   // Compiles, runs and scores the variant quantising `quantised`.
   const std::set<std::string> all(nodes.begin(), nodes.end());
   KILN_ASSIGN_OR_RETURN(std::string float_bytes, build({}));
-  KILN_ASSIGN_OR_RETURN(Prepared float_model, prepare(float_bytes, inputs, eval[0], "the float model"));
+  const compiler::InputShapes shapes = common_shapes(inputs, eval);
+  KILN_ASSIGN_OR_RETURN(Prepared float_model, prepare(float_bytes, shapes, "the float model"));
   KILN_ASSIGN_OR_RETURN(Outputs reference, run_all(float_model, inputs, eval, "the float model"));
   auto score = [&](const std::set<std::string>& quantised, const std::string& what,
                    Prepared* keep = nullptr) -> Expected<double> {
     KILN_ASSIGN_OR_RETURN(std::string bytes, build(quantised));
-    KILN_ASSIGN_OR_RETURN(Prepared p, prepare(bytes, inputs, eval[0], what));
+    KILN_ASSIGN_OR_RETURN(Prepared p, prepare(bytes, shapes, what));
     KILN_ASSIGN_OR_RETURN(Outputs got, run_all(p, inputs, eval, what));
     if (keep) *keep = std::move(p);
     return metric(options.metric, reference, got);

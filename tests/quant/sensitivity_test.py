@@ -33,7 +33,7 @@ def ort_available():
                                                    capture_output=True).returncode == 0
 
 
-def model(rng):
+def model(rng, spatial=(10, 10)):
     def conv(name, x, c_in, c_out, outlier=False, dead_channel=False):
         w = rng.normal(0, 1 / np.sqrt(9 * c_in), (c_out, c_in, 3, 3)).astype(np.float32)
         if outlier:
@@ -54,8 +54,8 @@ def model(rng):
     y = conv("conv2", "relu1", 8, 8, dead_channel=True)
     nodes.append(helper.make_node("Relu", [y], ["relu2"], name="relu2"))
     y = conv("conv3", "relu2", 8, 6, outlier=True)
-    g = helper.make_graph(nodes, "sens", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
-                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 6, 10, 10])], inits)
+    g = helper.make_graph(nodes, "sens", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, *spatial])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 6, *spatial])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -117,6 +117,26 @@ class SensitivityTest(unittest.TestCase):
         ref = ort_outputs(src, held_out, os.path.join(d, "ort_float"))
         chosen = ort_outputs(out, held_out, os.path.join(d, "ort_chosen"))
         self.assertGreaterEqual(mean_cosine(ref, chosen), target - 1e-4)
+
+    def test_samples_of_different_shapes(self):
+        """Held-out samples of several sizes (OCR crops differ in width): the variants keep the
+        model's open dims and every sample runs."""
+        d = os.path.join(WORK, "shapes")
+        cal = os.path.join(d, "calib")
+        os.makedirs(cal, exist_ok=True)
+        rng = np.random.default_rng(6)
+        for i in range(10):
+            np.save(os.path.join(cal, f"{i:02d}.npy"), rng.normal(0, 1, (1, 4, 10, 8 + 2 * (i % 3))).astype(np.float32))
+        src, out, rep = os.path.join(d, "m.onnx"), os.path.join(d, "m.int8.onnx"), os.path.join(d, "sens.json")
+        onnx.save(model(np.random.default_rng(4), spatial=(10, "w")), src)
+        r = subprocess.run([KILN, "quantize", src, "--calibration", cal, "-o", out, "--sensitivity", rep,
+                            "--report", os.path.join(d, "report.json")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(rep) as f:
+            s = json.load(f)
+        self.assertEqual(len(s["layers"]), 3)
+        self.assertLess(s["all_int8"], 0.999)  # the outlier layer, as above
+        self.assertEqual(s["layers"][0]["node"], "conv3")
 
     def test_usage_errors(self):
         src = os.path.join(WORK, "outlier", "m.onnx")
