@@ -262,6 +262,12 @@ TEST(OnednnQLinearConvTest, RefusesWhatItCannotRun) {
   w_zp.data<int8_t>()[3] = 1;
   g.node->input(5)->set_initializer(w_zp);
   EXPECT_FALSE(f->applicable(*g.node));
+  // A zero output scale is the reference kernel's to define.
+  g.node->input(5)->set_initializer(Tensor::make(DataType::kInt8, {8}));
+  ASSERT_TRUE(f->applicable(*g.node));
+  Tensor zero = Tensor::make(DataType::kFloat32, {});
+  g.node->input(1)->set_initializer(zero);
+  EXPECT_FALSE(f->applicable(*g.node));
 }
 
 TEST(OnednnQLinearConvTest, OnlyMonotonicClampsAreActivations) {

@@ -1,6 +1,7 @@
 // The int8 kernels' epilogue parameters (int8_epilogue.h).
 #include "kernels/cpu/int8_epilogue.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,6 +15,15 @@ Status check_symmetric_weights(const ir::Node& node, const Tensor* zero_points) 
   for (int64_t i = 0; i < zero_points->num_elements(); ++i)
     if (lowp_to_double(zero_points->dtype(), zero_points->raw_data(), i) != 0)
       return unsupported("node %s: weight zero points must be 0 (symmetric weights)", node.label().c_str());
+  return ok_status();
+}
+
+Status check_output_scales(const ir::Node& node, const std::vector<float>& scales) {
+  for (float s : scales)
+    if (!(std::isfinite(s) && s > 0))
+      return unsupported("node %s: a requantisation scale of %g (zero, negative or non-finite scales run the "
+                         "reference kernel)",
+                         node.label().c_str(), static_cast<double>(s));
   return ok_status();
 }
 

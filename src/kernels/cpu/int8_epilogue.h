@@ -19,6 +19,10 @@ namespace kiln::kernels::int8 {
 // points.
 Status check_symmetric_weights(const ir::Node& node, const Tensor* zero_points);
 
+// The requantisation factors x_scale * w_scale[c] / y_scale: finite and positive, else the
+// node runs its reference kernel (which defines what a zero or NaN scale gives).
+Status check_output_scales(const ir::Node& node, const std::vector<float>& scales);
+
 // The int32 bias (null: none) of `n` values as float32, which oneDNN adds to the int32
 // accumulator before the output scale: exact only below 2^24, which is checked.
 Expected<std::vector<float>> float_bias(const ir::Node& node, const Tensor* bias, int64_t n);

@@ -150,6 +150,7 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
   }
   p.x_zero_point = static_cast<int32_t>(scalar(x_zp));
   p.y_zero_point = static_cast<int32_t>(scalar(y_zp));
+  KILN_RETURN_IF_ERROR(int8::check_output_scales(node, p.output_scales));
   KILN_ASSIGN_OR_RETURN(p.bias, int8::float_bias(node, b, c_out));
   p.weights = &w;
   if (fused) {

@@ -116,6 +116,7 @@ Expected<QMatMulPlan> plan_qmatmul(const ir::Node& node) {
   }
   p.a_zero_point = a_zp ? static_cast<int32_t>(scalar(*a_zp)) : 0;
   p.y_zero_point = quantised_y ? static_cast<int32_t>(scalar(*y_zp)) : 0;
+  KILN_RETURN_IF_ERROR(int8::check_output_scales(node, p.output_scales));
   KILN_ASSIGN_OR_RETURN(p.bias, int8::float_bias(node, bias, p.n));
   p.b = b;
   if (fused) {
