@@ -204,6 +204,8 @@ TEST(OnednnQLinearConvTest, Geometries) {
       {"group2", {1, 34, 9, 9}, {18, 17, 3, 3}, attrs({{"group", {2}}, {"pads", {1, 1, 1, 1}}})},
       {"depthwise c32 stride2", {1, 32, 15, 15}, {32, 1, 3, 3},
        attrs({{"group", {32}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}})},
+      {"depthwise 5x5 c240 (PP-LCNet)", {1, 240, 12, 80}, {240, 1, 5, 5},
+       attrs({{"group", {240}}, {"pads", {2, 2, 2, 2}}})},
       {"1-D", {2, 8, 30}, {12, 8, 5}, attrs({{"pads", {2, 2}}})},
       {"3-D", {1, 4, 6, 7, 5}, {8, 4, 3, 3, 3}, attrs({{"pads", {1, 1, 1, 1, 1, 1}}})},
       {"big channels", {1, 64, 14, 14}, {128, 64, 3, 3}, attrs({{"pads", {1, 1, 1, 1}}})},

@@ -213,7 +213,7 @@ class QdqFolder {
       const double s = acc_scale[static_cast<size_t>(c)];
       if (!(s > 0)) return false;
       const double v = std::nearbyint(real[static_cast<size_t>(c)] / s);
-      if (!(std::fabs(v) <= (1 << 24))) return false;  // the int8 kernels add it in float32
+      if (!(std::fabs(v) <= 2147483647.0)) return false;  // beyond int32: keep the float graph
       t.data<int32_t>()[c] = static_cast<int32_t>(v);
     }
     *out = add_initializer(g_, b->name() + "_int32", std::move(t));

@@ -2,7 +2,6 @@
 #include "kernels/cpu/int8_epilogue.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/lowp.h"
@@ -32,12 +31,7 @@ Expected<std::vector<float>> float_bias(const ir::Node& node, const Tensor* bias
   if (!bias) return out;
   if (bias->dtype() != DataType::kInt32 || bias->num_elements() != n)
     return unsupported("node %s: the bias must be int32 with %lld values", node.label().c_str(), (long long)n);
-  for (int64_t c = 0; c < n; ++c) {
-    const int32_t v = bias->data<int32_t>()[c];
-    if (std::abs(static_cast<int64_t>(v)) > (int64_t{1} << 24))
-      return unsupported("node %s: bias %d is not exact in float32", node.label().c_str(), v);
-    out.push_back(static_cast<float>(v));
-  }
+  for (int64_t c = 0; c < n; ++c) out.push_back(static_cast<float>(bias->data<int32_t>()[c]));
   return out;
 }
 

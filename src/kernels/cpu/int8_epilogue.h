@@ -23,8 +23,11 @@ Status check_symmetric_weights(const ir::Node& node, const Tensor* zero_points);
 // node runs its reference kernel (which defines what a zero or NaN scale gives).
 Status check_output_scales(const ir::Node& node, const std::vector<float>& scales);
 
-// The int32 bias (null: none) of `n` values as float32, which oneDNN adds to the int32
-// accumulator before the output scale: exact only below 2^24, which is checked.
+// The int32 bias (null: none) of `n` values as float32, which oneDNN adds to the accumulator
+// (converted to float32 itself) before the output scale. Both are exact below 2^24; above, the
+// sum is off by a relative 2^-24 before requantisation, a tie at most one step away. (Biases
+// that large come from near-zero weight channels, whose tiny scales make b / (x_scale *
+// w_scale) huge: PP-OCRv4's recogniser has some.)
 Expected<std::vector<float>> float_bias(const ir::Node& node, const Tensor* bias, int64_t n);
 
 // The fused activation of a FusedQLinearConv / FusedQLinearMatMul: none, Relu or Clip(lo <= hi),

@@ -10,7 +10,7 @@
 // oneDNN computes from a runtime source zero point (padding counts as x_zero_point: the real
 // value 0, as ONNX pads the real tensor). oneDNN 2.6 adds the bias to the accumulator before
 // the output scale, so QLinearConv's int32 B (of scale x_scale * w_scale) is passed as it is,
-// converted to float32 (exact below 2^24, which bias values of real models stay under).
+// converted to float32 (int8_epilogue.h: exact below 2^24, within float32 rounding above).
 //
 // X and Y are channels-last ([N, 1, H, W, C], NHWC's bytes: FusedQLinearConv's x_format /
 // y_format, set by the int8_layout pass between int8 operators) or plain N C H W. The

@@ -50,7 +50,7 @@ struct QMatMulPlan {
   DataType a_dtype = DataType::kUInt8, y_dtype = DataType::kUInt8;  // y float32: dequantised
   std::vector<float> output_scales;  // per column
   int32_t a_zero_point = 0, y_zero_point = 0;
-  std::vector<float> bias;  // as float32 (exact below 2^24), empty when absent
+  std::vector<float> bias;  // as float32 (int8_epilogue.h), empty when absent
   ops::FusedActivation act;
   const Tensor* b = nullptr;
 };
