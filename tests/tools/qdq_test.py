@@ -224,6 +224,14 @@ def build_products(act_type, seed):
     return model, x, one_step
 
 
+def ort_output(model, x_path, out_dir):
+    """ONNX Runtime's output of `model` on input x (tests/e2e/ort_reference.js)."""
+    r = subprocess.run(["node", ORT_SCRIPT, model, out_dir, "x=" + x_path], cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"ONNX Runtime failed on {model}: {r.stderr}")
+    return load_output(out_dir)
+
+
 def run(args, **kw):
     return subprocess.run([KILN] + args, capture_output=True, text=True, **kw)
 
@@ -271,11 +279,7 @@ class QdqTest(unittest.TestCase):
         self.assertLessEqual(float(steps.max()), 1.0 + 1e-3, f"{tag}: -O3 vs -O0 differ by {steps.max()} steps")
         if not ort_available():
             return
-        od = os.path.join(d, "ort")
-        r = subprocess.run(["node", ORT_SCRIPT, path, od, "x=" + os.path.join(d, "x.npy")], cwd=REPO,
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        ort = load_output(od)
+        ort = ort_output(path, os.path.join(d, "x.npy"), os.path.join(d, "ort"))
         steps = np.abs(outs["3"] - ort) / out_scale
         self.assertLessEqual(float(steps.max()), 1.0 + 1e-3, f"{tag}: Kiln vs ONNX Runtime differ by {steps.max()} steps")
         self.assertLessEqual(float(np.mean(steps > 0.5)), 0.01, f"{tag}: more than 1% of outputs a step off")
@@ -308,11 +312,8 @@ class QdqTest(unittest.TestCase):
             tol = 2 * one_step + 1e-5 * float(np.abs(outs["0"]).max())
             self.assertLess(float(np.abs(outs["3"] - outs["0"]).max()), tol, tag)
             if ort_available():
-                od = os.path.join(d, "ort")
-                r = subprocess.run(["node", ORT_SCRIPT, path, od, "x=" + os.path.join(d, "x.npy")], cwd=REPO,
-                                   capture_output=True, text=True)
-                self.assertEqual(r.returncode, 0, r.stderr)
-                self.assertLess(float(np.abs(outs["3"] - load_output(od)).max()), tol, tag)
+                ort = ort_output(path, os.path.join(d, "x.npy"), os.path.join(d, "ort"))
+                self.assertLess(float(np.abs(outs["3"] - ort).max()), tol, tag)
 
     def test_compile_precision_int8(self):
         """kiln compile --precision int8 --calibration: kiln quantize, then the QDQ model compiled."""
@@ -346,10 +347,7 @@ class QdqTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         got = load_output(od).ravel()
         if ort_available():
-            ref_dir = os.path.join(d, "ort")
-            r = subprocess.run(["node", ORT_SCRIPT, src, ref_dir, "x=" + x], cwd=REPO, capture_output=True, text=True)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            ref = load_output(ref_dir).ravel()
+            ref = ort_output(src, x, os.path.join(d, "ort")).ravel()
             self.assertGreater(float(got @ ref / np.linalg.norm(got) / np.linalg.norm(ref)), 0.999)
         # Usage errors: int8 without data, data without int8.
         self.assertEqual(run(["compile", src, "--precision", "int8", "-o", out]).returncode, 2)
@@ -409,11 +407,8 @@ class QdqTest(unittest.TestCase):
         # PyTorch's own int8 kernels: within a step too (they round the same way up to ties).
         self.assertLessEqual(float(np.abs(got - q(x).numpy()).max()), step * (1 + 1e-3))
         if ort_available():
-            ref_dir = os.path.join(d, "ort")
-            r = subprocess.run(["node", ORT_SCRIPT, path, ref_dir, "x=" + os.path.join(d, "x.npy")], cwd=REPO,
-                               capture_output=True, text=True)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertLessEqual(float(np.abs(got - load_output(ref_dir)).max()), step * (1 + 1e-3))
+            ort = ort_output(path, os.path.join(d, "x.npy"), os.path.join(d, "ort"))
+            self.assertLessEqual(float(np.abs(got - ort).max()), step * (1 + 1e-3))
 
     def test_uint8_float_bias(self):
         self.check_model("u8_float_bias", TensorProto.UINT8, "float")
