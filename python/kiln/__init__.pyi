@@ -62,13 +62,11 @@ class InferenceSession:
         """The model's inputs, in order."""
     def get_outputs(self) -> list[NodeArg]:
         """The model's outputs, in order."""
-    def run(
-        self, output_names: Sequence[str] | None, input_feed: Mapping[str, npt.NDArray[Any]]
-    ) -> list[npt.NDArray[Any]]:
-        """Runs the model; returns the outputs named (all for None) as numpy arrays."""
-    def run_async(
-        self, output_names: Sequence[str] | None, input_feed: Mapping[str, npt.NDArray[Any]]
-    ) -> Future[list[npt.NDArray[Any]]]:
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]) -> list[Any]:
+        """Runs the model; returns the outputs named (all for None): numpy arrays (of str,
+        dtype object, for tensor(string)), lists of arrays for sequences, None for an empty
+        optional."""
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]) -> Future[list[Any]]:
         """run() on a worker thread, as a concurrent.futures.Future."""
     def close(self) -> None:
         """Unloads the model once runs in progress finish; idempotent."""

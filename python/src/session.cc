@@ -23,15 +23,15 @@
 #include "compiler/pass_manager.h"
 #include "python/src/binders.h"
 #include "python/src/errors.h"
+#include "python/src/node_arg.h"
+#include "python/src/value_session.h"
+#include "model/kiln_model.h"
 #include "python/src/runtime_init.h"
 #include "tools/api_session.h"
 #include "tools/inspect_report.h"
 #include "tools/shape_options.h"
 
 namespace kiln::python {
-namespace {
-
-using tools::TensorSpec;
 
 // ONNX Runtime's type string of a model input/output ("tensor(float)").
 std::string ort_type(kilnDataType t) {
@@ -81,14 +81,9 @@ py::object numpy_dtype(kilnDataType t) {
   return py::dtype(name);
 }
 
-// An input or output as ONNX Runtime's NodeArg shows it.
-struct NodeArg {
-  std::string name;
-  py::list shape;  // ints; None or a symbolic name for an open dim; None for an unknown rank
-  bool unknown_rank = false;
-  std::string type;
-  py::object dtype;
-};
+namespace {
+
+using tools::TensorSpec;
 
 // One model input/output with what a run needs to check and size it.
 struct Io {
@@ -187,8 +182,13 @@ class Session {
       if (!model.ok()) {
         kilnrtDestroyContext(context_);
         context_ = nullptr;
+        // Strings, sequences or optionals, which the C API does not carry: the graph
+        // executor runs the model (value_session.h).
+        std::shared_ptr<ir::Graph> graph = value_graph(*source);
         py::gil_scoped_acquire locked;
-        throw_status(model.status());
+        if (!graph) throw_status(model.status());
+        values_ = std::make_unique<ValueSession>(std::move(graph), path);
+        return;
       }
       model_ = std::move(model).value();
     }
@@ -206,10 +206,11 @@ class Session {
     release();
   }
 
-  std::vector<NodeArg> get_inputs() { return node_args(inputs_, true); }
-  std::vector<NodeArg> get_outputs() { return node_args(outputs_, false); }
+  std::vector<NodeArg> get_inputs() { return values_ ? values_->inputs() : node_args(inputs_, true); }
+  std::vector<NodeArg> get_outputs() { return values_ ? values_->outputs() : node_args(outputs_, false); }
 
   py::list run(py::object output_names, py::dict feed) {
+    if (values_) return values_->run(std::move(output_names), std::move(feed));
     // Which outputs to return, as indices.
     std::vector<size_t> wanted;
     if (output_names.is_none()) {
@@ -279,11 +280,13 @@ class Session {
   }
 
   void close() {
+    if (values_) return values_->close();
     py::gil_scoped_release unlocked;
     release();
   }
 
   bool closed() {
+    if (values_) return values_->closed();
     std::shared_lock lock(mutex_);
     return closed_;
   }
@@ -291,6 +294,14 @@ class Session {
   const std::string& path() const { return path_; }
 
  private:
+  // The graph of `source` when its inputs or outputs need the value path, else null.
+  static std::shared_ptr<ir::Graph> value_graph(const tools::ModelSource& source) {
+    auto loaded = source.from_onnx ? model::load_model_from_memory(source.kiln_bytes.data(), source.kiln_bytes.size())
+                                   : model::load_model(source.path);
+    if (!loaded.ok() || !ValueSession::needed(*loaded->graph)) return nullptr;
+    return loaded->graph;
+  }
+
   static size_t find(const std::vector<Io>& ios, const std::string& name) {
     for (size_t i = 0; i < ios.size(); ++i)
       if (ios[i].spec.name == name) return i;
@@ -564,6 +575,7 @@ class Session {
   std::unique_ptr<tools::LoadedApiModel> model_;
   std::vector<Io> inputs_, outputs_;
   std::unique_ptr<std::atomic<size_t>[]> output_guess_;
+  std::unique_ptr<ValueSession> values_;  // set for models of strings, sequences, optionals
   bool all_fixed_ = false;  // every input and output has a fixed size: execute_fixed
   std::mutex pool_mutex_;
   std::vector<std::unique_ptr<Slot>> pool_;  // datasets of finished runs (execute_fixed)
@@ -612,6 +624,10 @@ is copied once into device memory (no other copy). Outputs are returned in the o
 output_names (all, in the model's order, for None) as arrays owning Kiln's buffers. The
 GIL is released while the model runs: threads run concurrently on one session. Raises
 kiln.Error naming the input, output or state at fault.
+
+Strings, sequences and optionals as ONNX Runtime's Python API takes and gives them: a
+tensor(string) is an array of str (dtype object), a sequence a list of arrays, an empty
+optional None (or left out of the feed).
 )doc")
       .def("close", &Session::close,
            "Unloads the model, after runs in progress finish; later calls raise kiln.Error. Idempotent.")

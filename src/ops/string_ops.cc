@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <locale>
+#include <stdexcept>
+#include <utility>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -20,16 +23,79 @@ Status check_string(const ir::Node& node, DataType t, const char* what) {
   return ok_status();
 }
 
-// ASCII case mapping: multi-byte UTF-8 sequences pass through unchanged (their bytes are
-// all >= 0x80, which toupper/tolower in the C locale leave alone).
-std::string to_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+// Unicode case mapping, as ONNX's reference (Python's str.lower/upper, one code point to one)
+// and ONNX Runtime (towlower/towupper in a UTF-8 locale) do: the UTF-8 text is decoded, each
+// code point mapped by the C.UTF-8 locale's wide ctype, and encoded again. Bytes that are
+// not valid UTF-8 pass through unchanged. Without that locale, ASCII only.
+const std::ctype<wchar_t>* utf8_ctype() {
+  static const std::ctype<wchar_t>* facet = []() -> const std::ctype<wchar_t>* {
+    try {
+      static const std::locale utf8("C.UTF-8");
+      return &std::use_facet<std::ctype<wchar_t>>(utf8);
+    } catch (const std::runtime_error&) {
+      return nullptr;
+    }
+  }();
+  return facet;
 }
-std::string to_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+
+// The code point starting at s[i] and its length in bytes; length 0 for an invalid sequence.
+std::pair<char32_t, size_t> decode_utf8(const std::string& s, size_t i) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char b = byte(i);
+  size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return {0, 0};
+  char32_t c = n == 1 ? b : b & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return {0, 0};
+    c = (c << 6) | (byte(i + k) & 0x3F);
+  }
+  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < kMin[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return {0, 0};  // overlong, surrogate
+  return {c, n};
 }
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+std::string change_case(const std::string& s, bool upper) {
+  const std::ctype<wchar_t>* ctype = utf8_ctype();
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    auto [c, n] = decode_utf8(s, i);
+    if (n == 0) {  // not UTF-8: the byte as it is
+      out += s[i++];
+      continue;
+    }
+    if (ctype) {
+      wchar_t w = static_cast<wchar_t>(c);
+      c = static_cast<char32_t>(upper ? ctype->toupper(w) : ctype->tolower(w));
+    } else if (c < 0x80) {
+      c = static_cast<char32_t>(upper ? std::toupper(static_cast<int>(c)) : std::tolower(static_cast<int>(c)));
+    }
+    append_utf8(out, c);
+    i += n;
+  }
+  return out;
+}
+std::string to_lower(const std::string& s) { return change_case(s, false); }
+std::string to_upper(const std::string& s) { return change_case(s, true); }
 
 // ---- StringNormalizer ----------------------------------------------------------------
 

@@ -34,6 +34,19 @@ TEST(StringOpsTest, NormalizerFiltersStopwordsAndChangesCase) {
             std::string::npos);
 }
 
+// Beyond ASCII, as Python's str.lower/upper: "Été Straße ΑΘΉΝΑ" -> "été straße αθήνα"
+// (one code point to one, as ONNX Runtime's towlower: "ß" stays); invalid UTF-8 bytes pass through.
+TEST(StringOpsTest, NormalizerChangesCaseOfUnicodeText) {
+  Tensor lower = run1("StringNormalizer", 10, {strs({3}, {"Été Straße", "ΑΘΉΝΑ", "A\xff\xc3" "B"})},
+                      {{"case_change_action", attr_s("LOWER")}});
+  EXPECT_EQ(str_values(lower), (std::vector<std::string>{"été straße", "αθήνα", "a\xff\xc3" "b"}));
+  Tensor upper = run1("StringNormalizer", 10, {strs({2}, {"été", "ǆ ñ"})}, {{"case_change_action", attr_s("UPPER")}});
+  EXPECT_EQ(str_values(upper), (std::vector<std::string>{"ÉTÉ", "Ǆ Ñ"}));
+  // Stopwords match without case beyond ASCII too.
+  Tensor kept = run1("StringNormalizer", 10, {strs({2}, {"ÉTÉ", "hiver"})}, {{"stopwords", attr_strs({"été"})}});
+  EXPECT_EQ(str_values(kept), (std::vector<std::string>{"hiver"}));
+}
+
 TEST(StringOpsTest, SplitFollowsPythonStrSplit) {
   auto r = run_op("StringSplit", 20, {strs({2}, {"o-n-n--x-", "o-n----nx"})},
                   {{"delimiter", attr_s("-")}}, 2);
