@@ -30,11 +30,8 @@ def main():
         os.execv(sys.executable, [sys.executable, *sys.argv])
     import kiln
 
-    # threads: each device's share of the cores, given explicitly: without KILN_NUM_THREADS
-    # a synchronous run on a 1-core device took 288 ms for MobileNetV2 instead of 5 (the C
-    # API alike, bench/python/overhead_c.cc with THREADS 0).
-    threads = args.threads or max(1, len(os.sched_getaffinity(0)) // 2)
-    sessions = [kiln.InferenceSession(args.model, device=d, threads=threads) for d in (0, 1)]
+    # threads: by default each device's share of the cores, which the runtime gives it.
+    sessions = [kiln.InferenceSession(args.model, device=d, threads=args.threads) for d in (0, 1)]
     rng = np.random.default_rng(0)
     feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(i.dtype)
             for i in sessions[0].get_inputs()}

@@ -102,7 +102,15 @@ kilnError load(const char* api, Expected<model::LoadedModel> loaded,
   Device* device = nullptr;
   if (kilnError e = current_device(api, &device)) return e;
   std::shared_ptr<Model> model;
-  CodedStatus s = Model::create(std::move(loaded).value(), *device, workspace, &model);
+  CodedStatus s;
+  {
+    // Kernels are prepared with the device's thread count, as they run: oneDNN fixes a
+    // primitive's threads when it creates it, and a primitive made for the process's 2
+    // threads, run on a 1-core device (KILN_DEVICES=cpu:2), put a team of 2 spinning
+    // threads on one core (MobileNetV2: 288 ms a run instead of 5).
+    ComputeScope scope(*device);
+    s = Model::create(std::move(loaded).value(), *device, workspace, &model);
+  }
   if (!s.ok()) return fail_coded(api, s);
   ensure_finalize_hook();
   *model_id = ModelTable::get().add(std::move(model));
