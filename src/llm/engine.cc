@@ -1,0 +1,269 @@
+// Continuous batching over the paged KV cache (engine.h).
+#include "llm/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kiln::llm {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+int64_t next_power_of_two(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DecoderModel> model, const EngineOptions& options) {
+  const DecoderConfig& c = model->config();
+  if (options.block_size <= 0 || options.block_size > 4096)
+    return invalid_argument("KV block size %lld: must be in 1..4096 tokens", (long long)options.block_size);
+  if (options.max_batch <= 0) return invalid_argument("max batch %lld: must be positive", (long long)options.max_batch);
+  if (options.prefill_buckets.empty() || !std::is_sorted(options.prefill_buckets.begin(), options.prefill_buckets.end()) ||
+      options.prefill_buckets.front() <= 0)
+    return invalid_argument("prefill buckets must be positive and ascending");
+  int64_t blocks = options.kv_blocks;
+  if (blocks <= 0) {
+    const int64_t block_bytes = KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, options.block_size);
+    blocks = (options.kv_cache_mib << 20) / block_bytes;
+    if (blocks <= 0)
+      return invalid_argument("a KV cache of %lld MiB holds no block of %lld bytes", (long long)options.kv_cache_mib,
+                              (long long)block_bytes);
+  }
+  KILN_ASSIGN_OR_RETURN(auto cache, KvCache::create(c.layers, c.kv_heads, c.head_dim, blocks, options.block_size));
+  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(cache), options));
+}
+
+Engine::Engine(std::unique_ptr<DecoderModel> model, std::unique_ptr<KvCache> cache, const EngineOptions& options)
+    : model_(std::move(model)), cache_(std::move(cache)), options_(options) {}
+
+Expected<int64_t> Engine::add_request(Request request) {
+  const DecoderConfig& c = config();
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  if (n == 0) return invalid_argument("empty prompt");
+  for (int64_t i = 0; i < n; ++i)
+    if (request.prompt[i] < 0 || request.prompt[i] >= c.vocab)
+      return out_of_range("prompt token %lld at position %lld is outside the vocabulary of %s (0..%lld)",
+                          (long long)request.prompt[i], (long long)i, c.name.c_str(), (long long)c.vocab - 1);
+  if (request.max_new_tokens <= 0)
+    return invalid_argument("max new tokens %lld: must be positive", (long long)request.max_new_tokens);
+  // The last generated token is never fed back, so the context holds n + max_new - 1 tokens.
+  const int64_t context = n + request.max_new_tokens - 1;
+  if (context > c.context)
+    return out_of_range("prompt of %lld tokens plus %lld new tokens needs a context of %lld, beyond %s's %lld",
+                        (long long)n, (long long)request.max_new_tokens, (long long)context, c.name.c_str(),
+                        (long long)c.context);
+  const BlockManager& bm = cache_->blocks();
+  if (bm.blocks_for(context) > bm.num_blocks())
+    return resource_exhausted("a context of %lld tokens needs %lld KV blocks; the pool has %lld", (long long)context,
+                              (long long)bm.blocks_for(context), (long long)bm.num_blocks());
+  KILN_RETURN_IF_ERROR(validate_sampling(request.sampling));
+  const int64_t id = next_id_++;
+  Sequence& seq = sequences_[id];
+  seq.sampler = std::make_unique<Sampler>(request.sampling);
+  seq.request = std::move(request);
+  waiting_.push_back(id);
+  return id;
+}
+
+Status Engine::cancel(int64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return not_found("no request %lld", (long long)id);
+  const auto phase = it->second.state.phase;
+  if (phase == RequestState::Phase::kWaiting || phase == RequestState::Phase::kRunning)
+    retire(id, RequestState::Phase::kCancelled);
+  return ok_status();
+}
+
+void Engine::retire(int64_t id, RequestState::Phase phase) {
+  cache_->blocks().free_sequence(id);
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  sequences_.at(id).state.phase = phase;
+  if (phase == RequestState::Phase::kFinished) ++counters_.finished;
+}
+
+void Engine::preempt(int64_t id) {
+  cache_->blocks().free_sequence(id);
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.push_front(id);
+  Sequence& seq = sequences_.at(id);
+  seq.state.phase = RequestState::Phase::kWaiting;
+  ++seq.state.preemptions;
+  ++counters_.preemptions;
+}
+
+int64_t Engine::prefill_bucket(int64_t n) const {
+  for (int64_t b : options_.prefill_buckets)
+    if (b >= n) return b;
+  return options_.prefill_buckets.back();
+}
+
+Status Engine::step() {
+  ++counters_.steps;
+  // 1. Admission: FCFS while the batch and the pool have room for the whole context so far
+  //    plus the next token.
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+    const int64_t id = waiting_.front();
+    const Sequence& seq = sequences_.at(id);
+    // The context prefill() computes: prompt, then (after a preemption) the tokens generated
+    // before it but the pending last.
+    const int64_t generated = static_cast<int64_t>(seq.state.tokens.size());
+    const int64_t context = static_cast<int64_t>(seq.request.prompt.size()) + std::max<int64_t>(0, generated - 1);
+    if (!cache_->blocks().can_reserve(id, context)) break;
+    waiting_.pop_front();
+    KILN_RETURN_IF_ERROR(prefill(id));
+  }
+  // 2. + 3. One decode step for every running sequence.
+  if (!running_.empty()) KILN_RETURN_IF_ERROR(decode());
+  // Cannot happen (add_request checks every context against the whole pool), but a step that
+  // could never make progress must not become a hang.
+  if (running_.empty() && !waiting_.empty() && !cache_->blocks().can_reserve(waiting_.front(), 1))
+    return internal_error("KV pool has no block for request %lld with nothing running", (long long)waiting_.front());
+  return ok_status();
+}
+
+Status Engine::run_to_completion() {
+  while (!idle()) KILN_RETURN_IF_ERROR(step());
+  return ok_status();
+}
+
+Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
+  const DecoderConfig& c = config();
+  const int64_t q_row = c.heads * c.head_dim, kv_row = c.kv_heads * c.head_dim;
+  hidden_.resize(t * c.d_model);
+  hidden_next_.resize(t * c.d_model);
+  q_.resize(t * q_row);
+  k_.resize(t * kv_row);
+  v_.resize(t * kv_row);
+  // Zeroed once per shape: rows of padding stay zero (attention never writes them), so the
+  // projections after attention see defined values there.
+  attn_.assign(t * q_row, 0.0f);
+  KILN_RETURN_IF_ERROR(model_->embed(t, ids_.data(), positions_.data(), hidden_.data()));
+  const AttentionShape shape{c.heads, c.kv_heads, c.head_dim, options_.block_size};
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    KILN_RETURN_IF_ERROR(model_->attention_inputs(layer, t, hidden_.data(), positions_.data(), q_.data(), k_.data(),
+                                                  v_.data()));
+    for (const AttentionSequence& s : seqs)
+      for (int64_t r = 0; r < s.count; ++r)
+        cache_->write(layer, s.block_table, s.start + r, k_.data() + (s.row + r) * kv_row, v_.data() + (s.row + r) * kv_row);
+    paged_attention(shape, q_.data(), cache_->keys(layer), cache_->values(layer), seqs, attn_.data());
+    KILN_RETURN_IF_ERROR(model_->attention_output(layer, t, hidden_.data(), attn_.data(), hidden_next_.data()));
+    std::swap(hidden_, hidden_next_);
+  }
+  return ok_status();
+}
+
+Status Engine::prefill(int64_t id) {
+  const auto start_time = std::chrono::steady_clock::now();
+  Sequence& seq = sequences_.at(id);
+  // The context to (re)compute: the prompt, and after a preemption the tokens generated
+  // before it except the pending last one.
+  std::vector<int64_t> context = seq.request.prompt;
+  const bool resumed = !seq.state.tokens.empty();
+  if (resumed) context.insert(context.end(), seq.state.tokens.begin(), seq.state.tokens.end() - 1);
+  const int64_t n = static_cast<int64_t>(context.size());
+  BlockManager& bm = cache_->blocks();
+  KILN_RETURN_IF_ERROR(bm.add_sequence(id));
+  KILN_RETURN_IF_ERROR(bm.reserve(id, n));  // admission checked the room
+  seq.state.phase = RequestState::Phase::kRunning;
+  running_.push_back(id);
+  // Chunks of at most the largest bucket, each padded to its bucket (chunked prefill).
+  const int64_t chunk = options_.prefill_buckets.back();
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    const int64_t t = prefill_bucket(count);
+    ids_.assign(t, 0);
+    positions_.assign(t, 0);
+    for (int64_t i = 0; i < count; ++i) {
+      ids_[i] = context[begin + i];
+      positions_[i] = begin + i;
+    }
+    KILN_RETURN_IF_ERROR(forward(t, {{bm.block_table(id).data(), begin, count, 0}}), "while prefilling request %lld",
+                         (long long)id);
+    bm.set_length(id, begin + count);
+    counters_.prefill_tokens += count;
+    counters_.prefill_padded_tokens += t;
+    if (begin + count == n && !resumed) {
+      // Only the last row's logits matter: the head runs on that row alone.
+      const DecoderConfig& c = config();
+      logits_.resize(c.vocab);
+      KILN_RETURN_IF_ERROR(model_->head(1, hidden_.data() + (count - 1) * c.d_model, logits_.data()));
+      accept(id, logits_.data());
+    }
+  }
+  counters_.prefill_ms += ms_since(start_time);
+  return ok_status();
+}
+
+Status Engine::decode() {
+  const auto start_time = std::chrono::steady_clock::now();
+  BlockManager& bm = cache_->blocks();
+  // Room for one more token per sequence; preempt the latest admitted while there is none.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const int64_t id = running_[i];
+    while (!bm.can_reserve(id, bm.length(id) + 1) && running_.size() > i + 1) preempt(running_.back());
+    if (!bm.can_reserve(id, bm.length(id) + 1)) {
+      preempt(id);  // the latest admitted itself; it is last, so the walk ends
+      break;
+    }
+    KILN_RETURN_IF_ERROR(bm.reserve(id, bm.length(id) + 1));
+  }
+  if (running_.empty()) return ok_status();
+  const int64_t b = static_cast<int64_t>(running_.size());
+  const int64_t t = next_power_of_two(b);
+  ids_.assign(t, 0);
+  positions_.assign(t, 0);
+  std::vector<AttentionSequence> seqs;
+  seqs.reserve(b);
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t id = running_[i];
+    ids_[i] = sequences_.at(id).pending;
+    positions_[i] = bm.length(id);
+    seqs.push_back({bm.block_table(id).data(), positions_[i], 1, i});
+  }
+  KILN_RETURN_IF_ERROR(forward(t, seqs), "while decoding a batch of %lld", (long long)b);
+  const DecoderConfig& c = config();
+  logits_.resize(t * c.vocab);
+  KILN_RETURN_IF_ERROR(model_->head(t, hidden_.data(), logits_.data()));
+  counters_.decode_tokens += b;
+  counters_.decode_padded_tokens += t;
+  // accept() may retire sequences, which edits running_: walk a copy.
+  const std::vector<int64_t> batch = running_;
+  for (int64_t i = 0; i < b; ++i) {
+    bm.set_length(batch[i], positions_[i] + 1);
+    accept(batch[i], logits_.data() + i * c.vocab);
+  }
+  counters_.decode_ms += ms_since(start_time);
+  return ok_status();
+}
+
+void Engine::accept(int64_t id, const float* logits) {
+  Sequence& seq = sequences_.at(id);
+  const int64_t vocab = config().vocab;
+  const int64_t token = seq.sampler->sample(logits, vocab);
+  seq.state.tokens.push_back(token);
+  if (options_.record_logits) seq.state.logits.emplace_back(logits, logits + vocab);
+  if (on_token) on_token(id, token);
+  const auto& stops = seq.request.stop_tokens;
+  if (static_cast<int64_t>(seq.state.tokens.size()) >= seq.request.max_new_tokens ||
+      std::find(stops.begin(), stops.end(), token) != stops.end())
+    retire(id, RequestState::Phase::kFinished);
+  else
+    seq.pending = token;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = counters_;
+  s.kv = cache_->blocks().stats();
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.running = static_cast<int64_t>(running_.size());
+  return s;
+}
+
+}  // namespace kiln::llm

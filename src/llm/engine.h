@@ -1,0 +1,124 @@
+// The decode engine: requests in, tokens out, with continuous (iteration-level) batching over
+// a paged KV cache.
+//
+// Each step():
+//   1. admits waiting requests, first come first served, while the batch has room and the
+//      KV pool has the blocks for the request's context: each is prefilled (its prompt run
+//      through the model in chunks padded to the prefill buckets 128/512/1024/2048, its K/V
+//      written to the cache) and its first token sampled;
+//   2. runs one decode step for every running sequence together: their last tokens form one
+//      batch of T rows (padded to a power of two, the decode buckets), every projection and
+//      MLP is one matrix product over the batch, attention reads each sequence's own blocks;
+//   3. retires sequences that reached their token budget or a stop token: their blocks go
+//      back to the free list at once, and the next step admits new requests into the room.
+// When a running sequence needs a block and none is free, the sequence admitted last is
+// preempted by recomputation (its blocks freed, it re-queues at the front and is prefilled
+// again from its prompt and the tokens it had generated), as vLLM's default.
+//
+// Not thread-safe: one thread drives an engine.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "llm/decoder_model.h"
+#include "llm/kv_cache.h"
+#include "llm/paged_attention.h"
+#include "llm/sampler.h"
+
+namespace kiln::llm {
+
+struct EngineOptions {
+  int64_t block_size = 16;    // token slots per KV block
+  int64_t kv_blocks = 0;      // blocks in the pool; 0: as many as kv_cache_mib holds
+  int64_t kv_cache_mib = 256;
+  int64_t max_batch = 16;     // sequences decoding together
+  std::vector<int64_t> prefill_buckets = {128, 512, 1024, 2048};
+  bool record_logits = false;  // keep every step's logits per request (tests)
+};
+
+struct Request {
+  std::vector<int64_t> prompt;
+  int64_t max_new_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<int64_t> stop_tokens;
+};
+
+struct RequestState {
+  enum class Phase { kWaiting, kRunning, kFinished, kCancelled };
+  Phase phase = Phase::kWaiting;
+  std::vector<int64_t> tokens;             // generated so far
+  std::vector<std::vector<float>> logits;  // per generated token, with record_logits
+  int64_t preemptions = 0;
+};
+
+struct EngineStats {
+  BlockStats kv;
+  int64_t waiting = 0, running = 0, finished = 0;
+  int64_t preemptions = 0, steps = 0;
+  int64_t prefill_tokens = 0, prefill_padded_tokens = 0;  // real and bucket-padded rows
+  int64_t decode_tokens = 0, decode_padded_tokens = 0;
+  double prefill_ms = 0, decode_ms = 0;
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> create(std::unique_ptr<DecoderModel> model, const EngineOptions& options);
+  const DecoderConfig& config() const { return model_->config(); }
+  const EngineOptions& options() const { return options_; }
+
+  // Queues a request; its id, or an error for this request alone: an empty prompt, a token
+  // id outside the vocabulary, prompt plus new tokens beyond the model's context or the whole
+  // KV pool, bad sampling options.
+  Expected<int64_t> add_request(Request request);
+  // Stops a waiting or running request (its blocks are freed); not found for an unknown id.
+  Status cancel(int64_t id);
+  // One iteration (see the top of this file). An error here is an engine failure (a segment
+  // that failed to run), not a request's.
+  Status step();
+  // Steps until no request waits or runs.
+  Status run_to_completion();
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  // Requires an id add_request returned.
+  const RequestState& request(int64_t id) const { return sequences_.at(id).state; }
+  EngineStats stats() const;
+  // Called with (request id, token) for every token as it is generated.
+  std::function<void(int64_t, int64_t)> on_token;
+
+ private:
+  struct Sequence {
+    Request request;
+    RequestState state;
+    std::unique_ptr<Sampler> sampler;
+    int64_t pending = -1;  // last sampled token, not yet in the cache
+  };
+  Engine(std::unique_ptr<DecoderModel> model, std::unique_ptr<KvCache> cache, const EngineOptions& options);
+  Status prefill(int64_t id);
+  Status decode();
+  // Runs the layers over `t` rows of ids_/positions_ (the first `rows` real) into hidden_,
+  // with attention over `seqs`.
+  Status forward(int64_t t, const std::vector<AttentionSequence>& seqs);
+  void accept(int64_t id, const float* logits);
+  void retire(int64_t id, RequestState::Phase phase);
+  void preempt(int64_t id);
+  int64_t prefill_bucket(int64_t n) const;
+
+  std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<KvCache> cache_;
+  EngineOptions options_;
+  std::unordered_map<int64_t, Sequence> sequences_;
+  std::deque<int64_t> waiting_;
+  std::vector<int64_t> running_;  // admission order
+  int64_t next_id_ = 0;
+  EngineStats counters_;
+  // Step buffers, grown as needed and reused.
+  std::vector<int64_t> ids_, positions_;
+  std::vector<float> hidden_, hidden_next_, q_, k_, v_, attn_, logits_;
+};
+
+}  // namespace kiln::llm

@@ -1,0 +1,37 @@
+// The paged KV cache's storage (kv_cache.h).
+#include "llm/kv_cache.h"
+
+#include <algorithm>
+#include <new>
+
+namespace kiln::llm {
+
+Expected<std::unique_ptr<KvCache>> KvCache::create(int64_t layers, int64_t kv_heads, int64_t head_dim,
+                                                   int64_t num_blocks, int64_t block_size) {
+  if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || num_blocks <= 0 || block_size <= 0)
+    return invalid_argument("KV cache: layers, heads, head_dim, blocks and block size must be positive");
+  std::unique_ptr<KvCache> cache(new KvCache(num_blocks, block_size));
+  cache->row_ = kv_heads * head_dim;
+  const size_t floats = static_cast<size_t>(num_blocks * block_size * cache->row_);
+  for (int64_t l = 0; l < layers; ++l) {
+    // Zeroed: attention never reads a slot before writing it, but a pool of defined values
+    // keeps a bug from reading NaN garbage.
+    auto k = std::unique_ptr<float[]>(new (std::nothrow) float[floats]());
+    auto v = std::unique_ptr<float[]>(new (std::nothrow) float[floats]());
+    if (!k || !v)
+      return resource_exhausted("KV cache: cannot allocate %lld blocks (%lld MiB)", (long long)num_blocks,
+                                (long long)(block_bytes(layers, kv_heads, head_dim, block_size) * num_blocks >> 20));
+    cache->k_.push_back(std::move(k));
+    cache->v_.push_back(std::move(v));
+  }
+  return cache;
+}
+
+void KvCache::write(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {
+  const int64_t bs = blocks_.block_size();
+  const int64_t slot = static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
+  std::copy(k, k + row_, k_[layer].get() + slot * row_);
+  std::copy(v, v + row_, v_[layer].get() + slot * row_);
+}
+
+}  // namespace kiln::llm
