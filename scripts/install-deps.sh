@@ -18,6 +18,8 @@ packages=(
   # kiln video-bench (src/apps/video): FFmpeg's decoding libraries; the ffmpeg command
   # makes the test videos (bench/video/make_videos.sh) and ffprobe counts their frames
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
+  # kiln serve (src/serve): the HTTP server library
+  libcpp-httplib-dev
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests
   openmpi-bin libopenmpi-dev iproute2

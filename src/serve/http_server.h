@@ -1,0 +1,49 @@
+// The KServe v2 HTTP/REST endpoints over the model registry, served by cpp-httplib (a
+// maintained, header-only HTTP/1.1 server with a thread per connection; its parser, not
+// ours, reads the requests). Routes:
+//   GET  /v2, /v2/health/live, /v2/health/ready, /metrics
+//   GET  /v2/models/<m>[/versions/<v>], /v2/models/<m>[/versions/<v>]/ready
+//   POST /v2/models/<m>[/versions/<v>]/infer   (JSON, or binary tensors after a JSON header)
+//   POST /v2/repository/index, /v2/repository/models/<m>/load, .../unload
+// Every error is a JSON {"error": "..."} body: 400 bad request, 404 unknown model or route,
+// 413 body over the limit, 503 queue full (with Retry-After) or shutting down, 500 a failed
+// execution.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+namespace kiln::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (bind() returns it)
+  int threads = 64;  // connections served at once (each keep-alive connection holds one)
+  size_t max_body_bytes = size_t{64} << 20;
+  int read_timeout_s = 30;  // a client that sends nothing for this long is disconnected
+};
+
+class HttpServer {
+ public:
+  HttpServer(ModelRegistry& registry, Metrics& metrics, const HttpOptions& options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket: the port bound, or unavailable naming host and port.
+  Expected<int> bind();
+  // Serves until stop(); returns once the requests in flight are answered.
+  void listen();
+  // Safe from any thread; health/ready turns false at once.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::serve

@@ -1,0 +1,51 @@
+// The server's counters, exported at GET /metrics in the Prometheus text format (version
+// 0.0.4). Counters are atomics updated by the workers and HTTP threads without a lock;
+// only adding a model's series takes one.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kiln::serve {
+
+// Batch sizes (rows per execution) are counted in buckets <= 1, 2, 4, ... 128, +Inf.
+inline constexpr std::array<int64_t, 8> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128};
+
+struct ModelMetrics {
+  std::atomic<int64_t> requests{0};   // requests answered with outputs
+  std::atomic<int64_t> failures{0};   // requests of this model answered with an error
+  std::atomic<int64_t> rejected{0};   // refused with 503 because the queue was full
+  std::atomic<int64_t> executions{0};
+  std::atomic<int64_t> queue_ns{0};   // summed over requests: enqueue -> batch start
+  std::atomic<int64_t> compute_ns{0}; // summed over executions: copy in, run, copy out
+  std::array<std::atomic<int64_t>, kBatchBuckets.size() + 1> batch_buckets{};  // not cumulative
+  std::atomic<int64_t> batch_rows{0};
+};
+
+class Metrics {
+ public:
+  explicit Metrics(int devices);
+  // The series of `model`, created on first use and kept for the process's life (a
+  // reloaded model keeps counting).
+  ModelMetrics& model(const std::string& name);
+  void add_device_busy(int device, int64_t ns) { device_busy_ns_[static_cast<size_t>(device)] += ns; }
+  // An HTTP request answered with `status`, counted by status class (2xx, 4xx, 5xx).
+  void count_http(int status);
+  void record_batch(ModelMetrics& m, int64_t rows, int64_t compute_ns);
+  // The Prometheus text exposition of everything.
+  std::string text() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
+  std::vector<std::atomic<int64_t>> device_busy_ns_;
+  std::array<std::atomic<int64_t>, 6> http_by_class_{};  // index status / 100
+};
+
+}  // namespace kiln::serve

@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""`kiln serve` as a KServe v2 client meets it: a repository of small ONNX models written
+here, inference over JSON and binary tensors checked against NumPy, dynamic batching under
+concurrent clients (each client still gets its own rows), static scheduling, load and unload,
+Prometheus metrics that count, every error case answered with the right status and a
+{"error": ...} body while the server keeps serving, exit codes, and SIGTERM.
+
+usage: serve_test.py KILN_BINARY WORK_DIR
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+KILN = None
+WORK = None
+RNG = np.random.default_rng(30)
+W = RNG.standard_normal((8, 4)).astype(np.float32)
+B = RNG.standard_normal((4,)).astype(np.float32)
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+
+
+def save(model, *parts):
+    path = os.path.join(*parts)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def linear_model():
+    """y[B,4] = x[B,8] @ W + b, batch dim open."""
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])], "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def pair_model():
+    """sum = a + b, prod = a * b on fixed [2,3] float inputs; k = n * 3 on an int32 input [N]."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["sum"]), helper.make_node("Mul", ["a", "b"], ["prod"]),
+         helper.make_node("Mul", ["n", "three"], ["k"])], "pair",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("n", TensorProto.INT32, ["N"])],
+        [helper.make_tensor_value_info("sum", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("prod", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("k", TensorProto.INT32, ["N"])],
+        [numpy_helper.from_array(np.array([3], dtype=np.int32), "three")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def make_repository(root):
+    shutil.rmtree(root, ignore_errors=True)
+    save(linear_model(), root, "linear", "1", "model.onnx")
+    with open(os.path.join(root, "linear", "config.json"), "w") as f:
+        json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}, f)
+    save(pair_model(), root, "pair", "3", "model.onnx")
+    # An older version, which must not be the one served, and a version without a model.
+    save(linear_model(), root, "pair", "1", "model.onnx")
+    os.makedirs(os.path.join(root, "pair", "10"))
+
+
+class Server:
+    """A `kiln serve` process on a free port."""
+
+    def __init__(self, repo, *args):
+        self.proc = subprocess.Popen([KILN, "serve", "--model-repository", repo, "--http-port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        self.lines = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"kiln serve exited early: {self.lines} {self.proc.stderr.read()}")
+            self.lines.append(line)
+            m = re.search(r"listening on http://([\d.]+):(\d+)", line)
+            if m:
+                self.port = int(m.group(2))
+                return
+        raise AssertionError("kiln serve did not start listening")
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    def json(self, method, path, body=None):
+        status, headers, data = self.request(method, path, json.dumps(body) if body is not None else None,
+                                             {"Content-Type": "application/json"})
+        return status, json.loads(data) if data else None
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=30)
+        return self.proc.returncode, out, err
+
+
+def infer_json(x, binary_output=False):
+    body = {"id": "r1", "inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    if binary_output:
+        body["outputs"] = [{"name": "y", "parameters": {"binary_data": True}}]
+    return json.dumps(body)
+
+
+def infer_binary(inputs, outputs=None):
+    """A binary-tensor request: (body, headers)."""
+    header = {"inputs": [{"name": n, "datatype": d, "shape": list(a.shape), "parameters": {"binary_data_size": a.nbytes}}
+                         for n, d, a in inputs]}
+    if outputs is not None:
+        header["outputs"] = [{"name": o, "parameters": {"binary_data": True}} for o in outputs]
+    h = json.dumps(header).encode()
+    body = h + b"".join(a.tobytes() for _, _, a in inputs)
+    return body, {"Inference-Header-Content-Length": str(len(h)), "Content-Type": "application/octet-stream"}
+
+
+def binary_outputs(headers, data):
+    n = int(headers["Inference-Header-Content-Length"])
+    header = json.loads(data[:n])
+    out, offset = {}, n
+    for o in header["outputs"]:
+        size = o["parameters"]["binary_data_size"]
+        dtype = {"FP32": np.float32, "INT32": np.int32}[o["datatype"]]
+        out[o["name"]] = np.frombuffer(data[offset:offset + size], dtype=dtype).reshape(o["shape"])
+        offset += size
+    assert offset == len(data), (offset, len(data))
+    return header, out
+
+
+def reference(x):
+    return x.astype(np.float64) @ W.astype(np.float64) + B
+
+
+def metric(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{re.escape(name)}{{{re.escape(want)}}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+class ServeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = os.path.join(WORK, "repo")
+        make_repository(cls.repo)
+        cls.server = Server(cls.repo, "--devices", "cpu:2", "--threads", "1", "--max-body-mb", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        code, out, err = cls.server.stop()
+        assert code == 0, (code, out, err)
+        assert "stopped" in out, out
+
+    def test_startup_lines_name_the_models_and_port(self):
+        text = "".join(self.server.lines)
+        self.assertIn("loaded model 'linear' version 1", text)
+        self.assertIn("loaded model 'pair' version 3", text)
+        self.assertIn("2 devices", text)
+
+    def test_health_and_metadata(self):
+        self.assertEqual(self.server.json("GET", "/v2/health/live"), (200, {"live": True}))
+        self.assertEqual(self.server.json("GET", "/v2/health/ready"), (200, {"ready": True}))
+        status, meta = self.server.json("GET", "/v2/models/linear")
+        self.assertEqual(status, 200)
+        self.assertEqual(meta["versions"], ["1"])
+        self.assertEqual(meta["inputs"], [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}])
+        self.assertEqual(meta["outputs"], [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}])
+        status, meta = self.server.json("GET", "/v2/models/pair/versions/3")
+        self.assertEqual(status, 200)
+        self.assertEqual([i["name"] for i in meta["inputs"]], ["a", "b", "n"])
+        self.assertEqual(self.server.json("GET", "/v2/models/pair/ready"), (200, {"name": "pair", "ready": True}))
+
+    def test_json_inference_matches_numpy(self):
+        x = RNG.standard_normal((3, 8)).astype(np.float32)
+        status, out = self.server.json("POST", "/v2/models/linear/infer", json.loads(infer_json(x)))
+        self.assertEqual(status, 200, out)
+        self.assertEqual(out["id"], "r1")
+        self.assertEqual(out["model_name"], "linear")
+        (y,) = out["outputs"]
+        self.assertEqual((y["name"], y["datatype"], y["shape"]), ("y", "FP32", [3, 4]))
+        np.testing.assert_allclose(np.array(y["data"]).reshape(3, 4), reference(x), rtol=1e-5, atol=1e-5)
+
+    def test_nested_json_data_is_taken_row_major(self):
+        x = RNG.standard_normal((2, 8)).astype(np.float32)
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 8], "data": x.tolist()}]}
+        status, out = self.server.json("POST", "/v2/models/linear/infer", body)
+        self.assertEqual(status, 200, out)
+        np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(2, 4), reference(x), rtol=1e-5, atol=1e-5)
+
+    def test_binary_inference_matches_numpy(self):
+        x = RNG.standard_normal((5, 8)).astype(np.float32)
+        body, headers = infer_binary([("x", "FP32", x)], outputs=["y"])
+        status, rh, data = self.server.request("POST", "/v2/models/linear/infer", body, headers)
+        self.assertEqual(status, 200, data)
+        header, out = binary_outputs(rh, data)
+        self.assertEqual(header["outputs"][0]["shape"], [5, 4])
+        np.testing.assert_allclose(out["y"], reference(x), rtol=1e-5, atol=1e-5)
+
+    def test_binary_output_of_a_json_request(self):
+        x = RNG.standard_normal((1, 8)).astype(np.float32)
+        status, rh, data = self.server.request("POST", "/v2/models/linear/infer", infer_json(x, binary_output=True))
+        self.assertEqual(status, 200, data)
+        _, out = binary_outputs(rh, data)
+        np.testing.assert_allclose(out["y"], reference(x), rtol=1e-5, atol=1e-5)
+
+    def test_several_inputs_outputs_and_integers(self):
+        a = RNG.standard_normal((2, 3)).astype(np.float32)
+        b = RNG.standard_normal((2, 3)).astype(np.float32)
+        n = np.array([1, -7, 40000, 5, 0], dtype=np.int32)
+        body = {"inputs": [{"name": "n", "datatype": "INT32", "shape": [5], "data": n.tolist()},
+                           {"name": "b", "datatype": "FP32", "shape": [2, 3], "data": b.ravel().tolist()},
+                           {"name": "a", "datatype": "FP32", "shape": [2, 3], "data": a.ravel().tolist()}],
+                "outputs": [{"name": "k"}, {"name": "prod"}]}
+        status, out = self.server.json("POST", "/v2/models/pair/infer", body)
+        self.assertEqual(status, 200, out)
+        self.assertEqual([o["name"] for o in out["outputs"]], ["k", "prod"])
+        self.assertEqual(out["outputs"][0]["data"], (n * 3).tolist())
+        np.testing.assert_allclose(np.array(out["outputs"][1]["data"]).reshape(2, 3), a * b, rtol=1e-6)
+        # The same through binary tensors, every output.
+        body, headers = infer_binary([("a", "FP32", a), ("b", "FP32", b), ("n", "INT32", n[:2])],
+                                     outputs=["sum", "prod", "k"])
+        status, rh, data = self.server.request("POST", "/v2/models/pair/infer", body, headers)
+        self.assertEqual(status, 200, data)
+        _, out = binary_outputs(rh, data)
+        np.testing.assert_allclose(out["sum"], a + b, rtol=1e-6)
+        np.testing.assert_array_equal(out["k"], n[:2] * 3)
+
+    def test_concurrent_clients_are_batched_and_each_gets_its_rows(self):
+        before = self.server.request("GET", "/metrics")[2].decode()
+        errors, count = [], [0]
+        lock = threading.Lock()
+
+        def client(seed):
+            rng = np.random.default_rng(seed)
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+            for i in range(8):
+                x = rng.standard_normal((int(rng.integers(1, 4)), 8)).astype(np.float32)
+                if i % 2:
+                    body, headers = infer_binary([("x", "FP32", x)], outputs=["y"])
+                else:
+                    body, headers = infer_json(x), {}
+                conn.request("POST", "/v2/models/linear/infer", body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                if r.status != 200:
+                    errors.append((r.status, data))
+                    continue
+                y = binary_outputs(dict(r.getheaders()), data)[1]["y"] if i % 2 else \
+                    np.array(json.loads(data)["outputs"][0]["data"]).reshape(x.shape[0], 4)
+                if not np.allclose(y, reference(x), rtol=1e-5, atol=1e-5):
+                    errors.append(("wrong rows", seed, i))
+                with lock:
+                    count[0] += 1
+            conn.close()
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(count[0], 96)
+        after = self.server.request("GET", "/metrics")[2].decode()
+        executions = metric(after, "kiln_inference_batch_size_count", model="linear") - \
+            (metric(before, "kiln_inference_batch_size_count", model="linear") or 0)
+        rows = metric(after, "kiln_inference_batch_size_sum", model="linear") - \
+            (metric(before, "kiln_inference_batch_size_sum", model="linear") or 0)
+        # 96 requests of 1..3 rows each, 12 clients at once, 20 ms batching window: far fewer
+        # executions than requests, each within max_batch_size.
+        self.assertLess(executions, 80)
+        self.assertGreater(rows, executions)
+        self.assertEqual(metric(after, "kiln_inference_batch_size_bucket", model="linear", le="8"),
+                         metric(after, "kiln_inference_batch_size_count", model="linear"))
+        # Both devices took batches (work stealing from the shared queue).
+        self.assertGreater(metric(after, "kiln_device_busy_seconds_total", device="0"), 0)
+        self.assertGreater(metric(after, "kiln_device_busy_seconds_total", device="1"), 0)
+
+    def check_error(self, status, body, code, *words, path="/v2/models/linear/infer", headers=None):
+        if isinstance(body, dict):
+            body = json.dumps(body)
+        s, h, data = self.server.request("POST", path, body, headers or {"Content-Type": "application/json"})
+        self.assertEqual(s, code, data)
+        message = json.loads(data)["error"]
+        for w in words:
+            self.assertIn(w, message)
+        return message
+
+    def test_errors_name_the_problem_and_the_server_keeps_serving(self):
+        x = {"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}
+        before = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_failures_total",
+                        model="linear") or 0
+        cases = [
+            ({"inputs": [x]}, 404, ["unknown model 'nope'"], "/v2/models/nope/infer"),
+            ({"inputs": [x]}, 404, ["no version '7'"], "/v2/models/linear/versions/7/infer"),
+            ("{\"inputs\": [", 400, ["not valid JSON"], None),
+            ("[1, 2]", 400, ["not a JSON object"], None),
+            ({"inputs": []}, 400, ["no 'inputs'"], None),
+            ({"inputs": [{**x, "name": "z"}]}, 400, ["no input 'z'", "inputs: x"], None),
+            ({"inputs": [{**x, "datatype": "INT32", "data": [1] * 8}]}, 400, ["datatype INT32", "expects FP32"], None),
+            ({"inputs": [{**x, "datatype": "STRANGE"}]}, 400, ["STRANGE"], None),
+            ({"inputs": [{**x, "shape": [1, 7], "data": [0.5] * 7}]}, 400, ["shape [1,7]", "[-1,8]"], None),
+            ({"inputs": [{**x, "shape": [8]}]}, 400, ["shape [8]"], None),
+            ({"inputs": [{**x, "shape": [9, 8], "data": [0.5] * 72}]}, 400, ["batch 9", "1..8"], None),
+            ({"inputs": [{**x, "data": [0.5] * 7}]}, 400, ["7 elements", "needs 8"], None),
+            ({"inputs": [{**x, "data": ["a"] * 8}]}, 400, ["input 'x'"], None),
+            ({"inputs": [x, x]}, 400, ["given twice"], None),
+            ({"inputs": [x], "outputs": [{"name": "w"}]}, 400, ["no output 'w'"], None),
+            ({"inputs": [{"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [1.0] * 6}]}, 400,
+             ["lacks input 'b'"], "/v2/models/pair/infer"),
+        ]
+        for body, code, words, path in cases:
+            with self.subTest(words=words):
+                self.check_error(None, body, code, *words, path=path or "/v2/models/linear/infer")
+        # Binary bodies: truncated data, a header length past the body, a malformed header length.
+        xb = np.ones((2, 8), dtype=np.float32)
+        body, headers = infer_binary([("x", "FP32", xb)])
+        self.check_error(None, body[:-5], 400, "binary_data_size 64", "59 bytes", headers=headers)
+        self.check_error(None, body + b"xyz", 400, "3 bytes of binary data", headers=headers)
+        self.check_error(None, body, 400, "Inference-Header-Content-Length",
+                         headers={**headers, "Inference-Header-Content-Length": str(len(body) + 1)})
+        self.check_error(None, body, 400, "not a byte count", headers={**headers, "Inference-Header-Content-Length": "x"})
+        # A body over --max-body-mb 1, and an unknown endpoint.
+        self.check_error(None, b"{" * (1 << 20 + 1), 413, "larger than")
+        self.check_error(None, "{}", 404, "no such endpoint", path="/v2/modelz")
+        after = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_failures_total",
+                       model="linear")
+        self.assertGreaterEqual(after - before, 15)
+        # Still serving, correctly.
+        self.test_json_inference_matches_numpy()
+
+    def test_load_and_unload(self):
+        shutil.copytree(os.path.join(self.repo, "linear"), os.path.join(self.repo, "linear_b"))
+        x = RNG.standard_normal((2, 8)).astype(np.float32)
+        self.check_error(None, infer_json(x), 400, "not loaded", path="/v2/models/linear_b/infer")
+        self.assertEqual(self.server.json("POST", "/v2/repository/models/linear_b/load")[0], 200)
+        status, index = self.server.json("POST", "/v2/repository/index")
+        self.assertIn({"name": "linear_b", "state": "READY", "version": "1"}, index)
+        status, out = self.server.json("POST", "/v2/models/linear_b/infer", json.loads(infer_json(x)))
+        self.assertEqual(status, 200, out)
+        np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(2, 4), reference(x), rtol=1e-5, atol=1e-5)
+        self.assertEqual(self.server.json("POST", "/v2/repository/models/linear_b/unload")[0], 200)
+        self.assertEqual(self.server.json("GET", "/v2/models/linear_b/ready")[0], 400)
+        self.check_error(None, infer_json(x), 400, "not loaded", path="/v2/models/linear_b/infer")
+        self.assertEqual(self.server.json("POST", "/v2/repository/models/linear_b/unload")[0], 404)
+        self.assertEqual(self.server.json("POST", "/v2/repository/models/absent/load")[0], 404)
+        self.assertEqual(self.server.json("GET", "/v2/models/absent/ready")[0], 404)
+        # A model whose config is wrong does not load, and says why.
+        with open(os.path.join(self.repo, "linear_b", "config.json"), "w") as f:
+            json.dump({"max_batch_size": 8, "max_delay": 5}, f)
+        status, body = self.server.json("POST", "/v2/repository/models/linear_b/load")
+        self.assertEqual(status, 400)
+        self.assertIn("unknown field 'max_delay'", body["error"])
+        shutil.rmtree(os.path.join(self.repo, "linear_b"))
+
+    def test_metrics_count_requests(self):
+        text = self.server.request("GET", "/metrics")[2].decode()
+        for family in ["kiln_inference_requests_total", "kiln_inference_failures_total", "kiln_inference_queue_seconds_total",
+                       "kiln_inference_compute_seconds_total", "kiln_inference_batch_size", "kiln_device_busy_seconds_total"]:
+            self.assertIn(f"# TYPE {family} ", text)
+        n = metric(text, "kiln_inference_requests_total", model="pair") or 0
+        a = np.zeros((2, 3), dtype=np.float32)
+        body, headers = infer_binary([("a", "FP32", a), ("b", "FP32", a), ("n", "INT32", np.zeros(1, np.int32))])
+        self.assertEqual(self.server.request("POST", "/v2/models/pair/infer", body, headers)[0], 200)
+        text = self.server.request("GET", "/metrics")[2].decode()
+        self.assertEqual(metric(text, "kiln_inference_requests_total", model="pair"), n + 1)
+        self.assertGreater(metric(text, "kiln_inference_compute_seconds_total", model="pair"), 0)
+
+
+class StaticSchedulingTest(unittest.TestCase):
+    def test_static_scheduling_uses_every_device_and_answers_correctly(self):
+        repo = os.path.join(WORK, "repo_static")
+        make_repository(repo)
+        server = Server(repo, "--devices", "2", "--threads", "1", "--scheduling", "static")
+        try:
+            for i in range(4):
+                x = RNG.standard_normal((i + 1, 8)).astype(np.float32)
+                status, out = server.json("POST", "/v2/models/linear/infer", json.loads(infer_json(x)))
+                self.assertEqual(status, 200, out)
+                np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(i + 1, 4), reference(x),
+                                           rtol=1e-5, atol=1e-5)
+            text = server.request("GET", "/metrics")[2].decode()
+            # Round-robin: two requests went to each device, one after another.
+            self.assertGreater(metric(text, "kiln_device_busy_seconds_total", device="0"), 0)
+            self.assertGreater(metric(text, "kiln_device_busy_seconds_total", device="1"), 0)
+            self.assertIn("static scheduling", "".join(server.lines))
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+
+class CommandTest(unittest.TestCase):
+    def run_kiln(self, *args):
+        return subprocess.run([KILN, "serve", *args], capture_output=True, text=True, timeout=60, env=ENV)
+
+    def test_missing_repository_is_an_error(self):
+        r = self.run_kiln("--model-repository", os.path.join(WORK, "no_such_dir"), "--http-port", "0")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("is not a directory", r.stderr)
+
+    def test_bad_options_are_usage_errors(self):
+        for args in (["--http-port", "70000"], ["--scheduling", "random"], ["--devices", "gpu:x"], ["--threads", "0"]):
+            with self.subTest(args=args):
+                r = self.run_kiln("--model-repository", WORK, *args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+
+    def test_a_bad_model_stops_the_start(self):
+        repo = os.path.join(WORK, "repo_bad")
+        shutil.rmtree(repo, ignore_errors=True)
+        os.makedirs(os.path.join(repo, "empty", "1"))
+        r = self.run_kiln("--model-repository", repo, "--http-port", "0")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("model 'empty' has no version directory", r.stderr)
+
+    def test_a_port_in_use_is_an_error(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        try:
+            repo = os.path.join(WORK, "repo_empty")
+            os.makedirs(repo, exist_ok=True)
+            r = self.run_kiln("--model-repository", repo, "--http-port", str(s.getsockname()[1]))
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("cannot listen on 127.0.0.1:", r.stderr)
+        finally:
+            s.close()
+
+
+if __name__ == "__main__":
+    KILN = sys.argv[1]
+    WORK = sys.argv[2]
+    os.makedirs(WORK, exist_ok=True)
+    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -1,0 +1,153 @@
+// `kiln serve`: the KServe v2 / Triton HTTP inference server over a model repository
+// (src/serve, docs/serve.md). Loads every model of the repository on every logical device,
+// listens, and on SIGINT or SIGTERM stops accepting connections, answers the requests in
+// flight and unloads.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "runtime/device.h"
+#include "serve/http_server.h"
+#include "tools/api_session.h"
+#include "tools/cli_options.h"
+#include "tools/subcommand.h"
+
+namespace kiln::tools {
+namespace {
+
+struct ServeArgs {
+  std::string repository;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string devices;  // "cpu:N" or N; empty: KILN_DEVICES or 1
+  int threads = 0;
+  std::string scheduling = "dynamic";
+  int http_threads = 64;
+  int64_t max_body_mb = 64;
+  const CLI::Option* threads_opt = nullptr;
+};
+
+// --devices as a count: "cpu:N", "N", or 0 (KILN_DEVICES) when not given.
+Expected<int> device_count(const std::string& spec) {
+  if (spec.empty()) return 0;
+  std::string text = spec.find_first_not_of("0123456789") == std::string::npos ? "cpu:" + spec : spec;
+  KILN_ASSIGN_OR_RETURN(rt::DeviceConfig config, rt::parse_device_spec(text));
+  return config.count;
+}
+
+// Waits for SIGINT or SIGTERM (blocked in every thread, see serve()) and stops the server;
+// returns when `done` is set without a signal.
+void watch_signals(serve::HttpServer& server, const std::atomic<bool>& done) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  const timespec tick{0, 200'000'000};
+  while (!done.load()) {
+    int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "kiln serve: %s: finishing the requests in flight, then stopping\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      server.stop();
+      return;
+    }
+  }
+}
+
+Status serve(const ServeArgs& args, int devices_wanted) {
+  // Block the stop signals before any thread starts, so that every thread inherits the mask
+  // and only the watcher's sigtimedwait receives them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> names, serve::list_repository(args.repository));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::init({.devices = devices_wanted, .threads = args.threads}));
+  std::vector<std::unique_ptr<DeviceGuard>> guards;
+  std::vector<kilnrtContext> contexts;
+  for (int d = 0; d < runtime->device_count(); ++d) {
+    KILN_ASSIGN_OR_RETURN(auto guard, DeviceGuard::set(d), "device %d", d);
+    contexts.push_back(guard->context());
+    guards.push_back(std::move(guard));
+  }
+  const auto scheduling = args.scheduling == "static" ? serve::Scheduling::kStatic : serve::Scheduling::kDynamic;
+  serve::Metrics metrics(runtime->device_count());
+  serve::ModelRegistry registry(args.repository, contexts, scheduling, metrics);
+  for (const std::string& name : names) {
+    auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(registry.load(name));
+    const serve::ServedModel& m = registry.find(name)->model();
+    std::printf("kiln serve: loaded model '%s' version %s (%zu input%s, max_batch_size %d) in %.0f ms\n", name.c_str(),
+                m.version().c_str(), m.inputs().size(), m.inputs().size() == 1 ? "" : "s", m.config().max_batch_size,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  if (names.empty()) std::printf("kiln serve: the repository holds no models yet\n");
+  serve::HttpOptions options;
+  options.host = args.host;
+  options.port = args.port;
+  options.threads = args.http_threads;
+  options.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
+  serve::HttpServer server(registry, metrics, options);
+  KILN_ASSIGN_OR_RETURN(int port, server.bind());
+  std::printf("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling)\n", args.host.c_str(),
+              port, runtime->device_count(), runtime->device_count() == 1 ? "" : "s", runtime->threads_per_device(),
+              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str());
+  std::fflush(stdout);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] { watch_signals(server, done); });
+  server.listen();
+  done = true;
+  watcher.join();
+  registry.unload_all();
+  std::printf("kiln serve: stopped\n");
+  // Models unload before the devices are reset and the runtime finalised (guards, runtime).
+  return ok_status();
+}
+
+int run_serve(ServeArgs args) {
+  if (args.port < 0 || args.port > 65535)
+    return usage_error("serve", str_format("--http-port must be 0..65535 (got %d)", args.port));
+  if (args.http_threads < 1 || args.http_threads > 4096)
+    return usage_error("serve", str_format("--http-threads must be 1..4096 (got %d)", args.http_threads));
+  if (args.max_body_mb < 1 || args.max_body_mb > 65536)
+    return usage_error("serve", str_format("--max-body-mb must be 1..65536 (got %lld)", static_cast<long long>(args.max_body_mb)));
+  auto devices = device_count(args.devices);
+  if (!devices.ok()) return usage_error("serve", "--devices: " + devices.status().to_string());
+  std::string error;
+  args.threads = checked_threads("serve", args.threads_opt, args.threads, *devices, &error);
+  if (!error.empty()) return usage_error("serve", error);
+  Status s = serve(args, *devices);
+  return s.ok() ? 0 : report_error("serve", s.to_string());
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  app.add_option("--model-repository", args->repository,
+                 "Model repository: DIR/<model>/<version>/model.kiln or model.onnx, optional DIR/<model>/config.json "
+                 "(docs/serve.md)")
+      ->required();
+  app.add_option("--http-port", args->port, "Port to listen on; 0 picks a free one (default 8000)");
+  app.add_option("--host", args->host, "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
+  app.add_option("--devices", args->devices, "Logical CPU devices, as cpu:N or N (default: KILN_DEVICES or 1)");
+  args->threads_opt =
+      app.add_option("--threads", args->threads, "Threads per device, at most its cores (default: the device's cores)");
+  app.add_option("--scheduling", args->scheduling,
+                 "dynamic: idle devices take the next batch from a shared queue (default); static: requests are "
+                 "assigned to devices round-robin on arrival")
+      ->check(CLI::IsMember({"dynamic", "static"}));
+  app.add_option("--http-threads", args->http_threads,
+                 "HTTP connections served at once, one thread each (default 64)");
+  app.add_option("--max-body-mb", args->max_body_mb, "Largest request body accepted, in MiB; larger gets 413 (default 64)");
+  return [args] { return run_serve(*args); };
+}
+
+KILN_REGISTER_SUBCOMMAND("serve", "Serve a model repository over the KServe v2 HTTP protocol (Triton-compatible)", setup);
+
+}  // namespace
+}  // namespace kiln::tools
