@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""`kiln serve` under load (issue 30): throughput and latency of a closed-loop HTTP client
+(KServe v2 binary tensors, one persistent connection per client thread) for
+
+  A. MobileNetV2, 1 logical device of 1 core vs 2 devices of 1 core each (dynamic scheduling);
+  B. MobileNetV2, 2 devices: dynamic (shared queue, idle device takes the next request) vs
+     static (requests assigned to devices round-robin on arrival);
+  C. an uneven mix, half ResNet-50 and half MobileNetV2 requests, 2 devices, dynamic vs static;
+  D. `kiln bench` on the same model and devices (no HTTP), for the server's overhead.
+
+The models are the seeded PyTorch exports of tests/e2e/make_torch_models.py (random weights:
+speed does not depend on them), compiled once with `kiln compile`. Responses are checked to be
+200 with an output of the right size; correctness against references is tests/serve's job.
+
+The client is Python in the same machine: its threads take CPU time from the server's cores, so
+on a 2-core machine the absolute numbers are lower than a remote client would see; every row
+pays that cost alike, and the table reports ratios measured in the same run.
+
+usage: bench/serve/serve_bench.py [--kiln build/release/tools/kiln] [--duration 8] [--clients 4]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def models_dir(build, work):
+    """Where ResNet-50 and MobileNetV2 ONNX files are: the e2e cache, else made here."""
+    cache = os.path.join(build, "e2e", "models")
+    if all(os.path.exists(os.path.join(cache, m, "model.onnx")) for m in ("resnet50", "mobilenet_v2")):
+        return cache
+    out = os.path.join(work, "models")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "e2e", "make_torch_models.py"), out,
+                    "--models", "resnet50,mobilenet_v2"], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def make_repository(kiln, models, work):
+    repo = os.path.join(work, "repo")
+    for name in ("resnet50", "mobilenet_v2"):
+        dst = os.path.join(repo, name, "1", "model.kiln")
+        if not os.path.exists(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            subprocess.run([kiln, "compile", os.path.join(models, name, "model.onnx"), "-o", dst, "-q"], check=True)
+    return repo
+
+
+class Server:
+    def __init__(self, kiln, repo, devices, scheduling):
+        self.proc = subprocess.Popen([kiln, "serve", "--model-repository", repo, "--http-port", "0", "--devices",
+                                      f"cpu:{devices}", "--threads", "1", "--scheduling", scheduling],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in self.proc.stdout:
+            m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                return
+        raise RuntimeError("kiln serve did not start: " + self.proc.stderr.read())
+
+    def metrics(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port)
+        c.request("GET", "/metrics")
+        return c.getresponse().read().decode()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.communicate(timeout=60)
+
+
+def request_body(name, model_input):
+    header = json.dumps({"inputs": [{"name": name, "datatype": "FP32", "shape": list(model_input.shape),
+                                     "parameters": {"binary_data_size": model_input.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return header + model_input.tobytes(), {"Inference-Header-Content-Length": str(len(header)),
+                                            "Content-Type": "application/octet-stream"}
+
+
+def input_name(port, model):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("GET", f"/v2/models/{model}")
+    return json.loads(c.getresponse().read())["inputs"][0]["name"]
+
+
+def load(port, models, clients, duration):
+    """Closed loop: each client thread sends to models[i % len(models)], one request at a time.
+    Returns (requests per second, p50 ms, p99 ms, per-model counts)."""
+    bodies = {}
+    for m in set(models):
+        x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+        bodies[m] = request_body(input_name(port, m), x)
+    latencies, counts, errors = [], {m: 0 for m in models}, []
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+    stop_at = [0.0]
+
+    def client(i):
+        model = models[i % len(models)]
+        body, headers = bodies[model]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        mine = []
+        start.wait()
+        while time.perf_counter() < stop_at[0]:
+            t0 = time.perf_counter()
+            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+            r = conn.getresponse()
+            data = r.read()
+            if r.status != 200 or len(data) < 4000:
+                errors.append((r.status, data[:200]))
+                return
+            mine.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(mine)
+            counts[model] += len(mine)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + duration
+    t_start = time.perf_counter()
+    start.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t_start
+    if errors:
+        raise RuntimeError(f"failed requests: {errors[:3]}")
+    lat = np.array(latencies) * 1e3
+    return len(latencies) / elapsed, np.percentile(lat, 50), np.percentile(lat, 99), counts
+
+
+def kiln_bench(kiln, model, devices, duration):
+    r = subprocess.run([kiln, "bench", model, "--devices", str(devices), "--threads", "1", "--duration", str(duration),
+                        "--json"], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["throughput_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "release", "tools", "kiln"))
+    ap.add_argument("--duration", type=float, default=8)
+    ap.add_argument("--clients", type=int, default=4)
+    args = ap.parse_args()
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.kiln)))
+    work = os.path.join(build, "bench", "serve")
+    os.makedirs(work, exist_ok=True)
+    repo = make_repository(args.kiln, models_dir(build, work), work)
+    rows = {}
+
+    def run(label, devices, scheduling, models):
+        server = Server(args.kiln, repo, devices, scheduling)
+        try:
+            load(server.port, models, args.clients, 1.0)  # warm-up
+            rows[label] = load(server.port, models, args.clients, args.duration)
+        finally:
+            server.stop()
+        tput, p50, p99, counts = rows[label]
+        print(f"{label:34s} {tput:8.1f} req/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   {counts}", flush=True)
+
+    mnv2 = ["mobilenet_v2"]
+    mix = ["resnet50", "mobilenet_v2"]
+    print(f"{args.clients} closed-loop clients, {args.duration:g} s per row, 1 thread per device")
+    run("mobilenet_v2 1 device", 1, "dynamic", mnv2)
+    run("mobilenet_v2 2 devices dynamic", 2, "dynamic", mnv2)
+    run("mobilenet_v2 2 devices static", 2, "static", mnv2)
+    run("mix 2 devices dynamic", 2, "dynamic", mix)
+    run("mix 2 devices static", 2, "static", mix)
+    kiln_model = os.path.join(repo, "mobilenet_v2", "1", "model.kiln")
+    bench1 = kiln_bench(args.kiln, kiln_model, 1, args.duration)
+    bench2 = kiln_bench(args.kiln, kiln_model, 2, args.duration)
+    print(f"{'kiln bench mobilenet_v2 1 device':34s} {bench1:8.1f} inferences/s")
+    print(f"{'kiln bench mobilenet_v2 2 devices':34s} {bench2:8.1f} inferences/s")
+    t = {k: v[0] for k, v in rows.items()}
+    print()
+    print("| ratio | value | issue 30 goal |")
+    print("|---|---|---|")
+    print(f"| MobileNetV2 2 devices / 1 device (dynamic) | {t['mobilenet_v2 2 devices dynamic'] / t['mobilenet_v2 1 device']:.2f}x | >= 1.85x |")
+    print(f"| MobileNetV2 2 devices dynamic / static | {t['mobilenet_v2 2 devices dynamic'] / t['mobilenet_v2 2 devices static']:.2f}x | - |")
+    print(f"| mix ResNet-50 + MobileNetV2 dynamic / static | {t['mix 2 devices dynamic'] / t['mix 2 devices static']:.2f}x | >= 1.15x |")
+    print(f"| server / kiln bench, 1 device | {t['mobilenet_v2 1 device'] / bench1:.2f} | >= 0.90 |")
+    print(f"| server / kiln bench, 2 devices | {t['mobilenet_v2 2 devices dynamic'] / bench2:.2f} | >= 0.90 |")
+
+
+if __name__ == "__main__":
+    main()
