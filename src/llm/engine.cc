@@ -232,13 +232,15 @@ Status Engine::decode() {
   logits_.resize(t * c.vocab);
   KILN_RETURN_IF_ERROR(model_->head(t, hidden_.data(), logits_.data()));
   counters_.decode_tokens += b;
+  ++counters_.decode_steps;
   counters_.decode_padded_tokens += t;
   // accept() may retire sequences, which edits running_: walk a copy.
   const std::vector<int64_t> batch = running_;
-  for (int64_t i = 0; i < b; ++i) {
-    bm.set_length(batch[i], positions_[i] + 1);
-    accept(batch[i], logits_.data() + i * c.vocab);
-  }
+  for (int64_t i = 0; i < b; ++i) bm.set_length(batch[i], positions_[i] + 1);
+  const BlockStats kv = bm.stats();
+  counters_.peak_blocks_used = std::max(counters_.peak_blocks_used, kv.blocks_used);
+  counters_.fragmentation_sum += kv.fragmentation();
+  for (int64_t i = 0; i < b; ++i) accept(batch[i], logits_.data() + i * c.vocab);
   counters_.decode_ms += ms_since(start_time);
   return ok_status();
 }
@@ -260,6 +262,7 @@ void Engine::accept(int64_t id, const float* logits) {
 
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
+  s.mean_fragmentation = s.decode_steps ? s.fragmentation_sum / s.decode_steps : 0.0;
   s.kv = cache_->blocks().stats();
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.running = static_cast<int64_t>(running_.size());

@@ -60,10 +60,15 @@ struct RequestState {
 struct EngineStats {
   BlockStats kv;
   int64_t waiting = 0, running = 0, finished = 0;
-  int64_t preemptions = 0, steps = 0;
+  int64_t preemptions = 0, steps = 0, decode_steps = 0;
   int64_t prefill_tokens = 0, prefill_padded_tokens = 0;  // real and bucket-padded rows
   int64_t decode_tokens = 0, decode_padded_tokens = 0;
   double prefill_ms = 0, decode_ms = 0;
+  int64_t peak_blocks_used = 0;
+  // Internal fragmentation (BlockStats::fragmentation) averaged over the decode steps, taken
+  // as each step's batch is in the cache.
+  double mean_fragmentation = 0;
+  double fragmentation_sum = 0;  // of the decode steps' fragmentation, for the mean
 };
 
 class Engine {

@@ -1,0 +1,168 @@
+// `kiln generate MODEL_DIR --prompt-ids 1,2,3 ...`: text generation with the LLM engine
+// (src/llm): every prompt is a request, batched continuously over the paged KV cache; prints
+// each request's tokens and the throughput (docs/llm.md).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "llm/engine.h"
+#include "tools/api_session.h"
+#include "tools/cli_options.h"
+#include "tools/subcommand.h"
+
+namespace kiln::tools {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::vector<std::string> prompt_ids;
+  std::string stop_ids;
+  int64_t max_new_tokens = 32;
+  int64_t batch = 16;
+  int64_t requests = 0;
+  int64_t block_size = 16;
+  int64_t kv_cache_mib = 256;
+  float temperature = 0.0f;
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  const CLI::Option* threads_opt = nullptr;
+  bool quiet = false;
+};
+
+// "1,2,3" -> ids; a usage error message for anything but comma-separated integers.
+Expected<std::vector<int64_t>> parse_ids(const std::string& text, const char* option) {
+  std::vector<int64_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      return invalid_argument("%s '%s': expected comma-separated token ids, e.g. 1,2,3", option, text.c_str());
+    ids.push_back(value);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+int run_generate(const GenerateArgs& args) {
+  const char* cmd = "generate";
+  if (args.prompt_ids.empty()) return usage_error(cmd, "no prompt: give --prompt-ids (once per request)");
+  if (args.max_new_tokens < 1) return usage_error(cmd, "--max-new-tokens must be at least 1");
+  if (args.batch < 1) return usage_error(cmd, "--batch must be at least 1");
+  if (args.requests < 0) return usage_error(cmd, "--requests must not be negative");
+  if (args.block_size < 1 || args.block_size > 4096) return usage_error(cmd, "--block-size must be in 1..4096");
+  if (args.kv_cache_mib < 1) return usage_error(cmd, "--kv-cache-mib must be at least 1");
+  llm::SamplingOptions sampling{args.temperature, args.top_k, args.top_p, args.seed};
+  if (Status st = llm::validate_sampling(sampling); !st.ok()) return usage_error(cmd, st.message());
+  std::vector<std::vector<int64_t>> prompts;
+  for (const std::string& p : args.prompt_ids) {
+    auto ids = parse_ids(p, "--prompt-ids");
+    if (!ids.ok()) return usage_error(cmd, ids.status().message());
+    prompts.push_back(*ids);
+  }
+  std::vector<int64_t> stops;
+  if (!args.stop_ids.empty()) {
+    auto ids = parse_ids(args.stop_ids, "--stop-ids");
+    if (!ids.ok()) return usage_error(cmd, ids.status().message());
+    stops = *ids;
+  }
+  std::string error;
+  const int threads = checked_threads(cmd, args.threads_opt, args.threads, 1, &error);
+  if (!error.empty()) return usage_error(cmd, error);
+  if (threads > 0) cap_threads(threads);
+
+  auto model = llm::DecoderModel::load(args.model);
+  if (!model.ok()) return report_error(cmd, model.status().to_string());
+  const double compile_ms = (*model)->compile_ms();
+  llm::EngineOptions options;
+  options.block_size = args.block_size;
+  options.kv_cache_mib = args.kv_cache_mib;
+  options.max_batch = args.batch;
+  auto engine = llm::Engine::create(std::move(*model), options);
+  if (!engine.ok()) return report_error(cmd, engine.status().to_string());
+  llm::Engine& e = **engine;
+
+  // Each prompt is a request; --requests N cycles through them (a batched workload). Each
+  // request samples with its own seed (seed + index) so that copies of one prompt differ.
+  const int64_t count = args.requests > 0 ? args.requests : static_cast<int64_t>(prompts.size());
+  std::vector<int64_t> ids;
+  int failed = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    llm::SamplingOptions s = sampling;
+    s.seed = sampling.seed + static_cast<uint64_t>(i);
+    auto id = e.add_request({prompts[i % prompts.size()], args.max_new_tokens, s, stops});
+    if (!id.ok()) {
+      report_error(cmd, str_format("request %lld: %s", (long long)i, id.status().to_string().c_str()));
+      ++failed;
+      ids.push_back(-1);
+      continue;
+    }
+    ids.push_back(*id);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  double first_token_ms = -1;
+  e.on_token = [&](int64_t, int64_t) {
+    if (first_token_ms < 0)
+      first_token_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  if (Status st = e.run_to_completion(); !st.ok()) return report_error(cmd, st.to_string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int64_t generated = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0) continue;
+    const auto& tokens = e.request(ids[i]).tokens;
+    generated += static_cast<int64_t>(tokens.size());
+    if (args.quiet) continue;
+    std::printf("request %lld:", (long long)i);
+    for (int64_t t : tokens) std::printf(" %lld", (long long)t);
+    std::printf("\n");
+  }
+  const llm::EngineStats st = e.stats();
+  std::printf("%lld tokens from %lld requests in %.3f s: %.1f tokens/s (first token %.1f ms; prefill %lld tokens "
+              "padded to %lld, %.1f ms; decode %lld tokens in %lld batched steps, %.1f ms; %lld preemptions; compile %.0f ms)\n",
+              (long long)generated, (long long)(count - failed), seconds, generated / seconds, first_token_ms,
+              (long long)st.prefill_tokens, (long long)st.prefill_padded_tokens, st.prefill_ms,
+              (long long)st.decode_tokens, (long long)st.decode_steps, st.decode_ms, (long long)st.preemptions, compile_ms);
+  std::printf("KV cache: %lld blocks of %lld tokens, peak %lld used; mean fragmentation over decode steps %.2f%%\n",
+              (long long)st.kv.blocks_total, (long long)args.block_size, (long long)st.peak_blocks_used,
+              100.0 * st.mean_fragmentation);
+  return failed ? kExitError : 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  app.add_option("model", args->model, "Decoder directory (bench/llm/export_decoder.py's config.json and segments)")
+      ->required();
+  app.add_option("--prompt-ids", args->prompt_ids, "A prompt as comma-separated token ids; repeat for more requests");
+  app.add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate per request (default 32)");
+  app.add_option("--batch", args->batch, "Most sequences decoding together (default 16)");
+  app.add_option("--requests", args->requests, "Requests to run, cycling through the prompts (default: one per prompt)");
+  app.add_option("--stop-ids", args->stop_ids, "Comma-separated token ids that end a request");
+  app.add_option("--temperature", args->temperature, "Sampling temperature; 0 (default) is greedy");
+  app.add_option("--top-k", args->top_k, "Sample among the k likeliest tokens (0, default: all)");
+  app.add_option("--top-p", args->top_p, "Sample in the nucleus of this probability, (0, 1] (default 1)");
+  app.add_option("--seed", args->seed, "Sampling seed (request i uses seed + i; default 0)");
+  app.add_option("--block-size", args->block_size, "KV cache block, in tokens (default 16)");
+  app.add_option("--kv-cache-mib", args->kv_cache_mib, "KV cache pool size in MiB (default 256)");
+  args->threads_opt = app.add_option("--threads", args->threads, "Threads (default: the cores)");
+  app.add_flag("--quiet", args->quiet, "Print only the summary, not the tokens");
+  return [args] { return run_generate(*args); };
+}
+
+KILN_REGISTER_SUBCOMMAND("generate", "Generate tokens with a decoder-only LLM: paged KV cache, continuous batching",
+                         setup);
+
+}  // namespace
+}  // namespace kiln::tools
