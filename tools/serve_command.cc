@@ -41,7 +41,7 @@ Expected<int> device_count(const std::string& spec) {
 
 // Waits for SIGINT or SIGTERM (blocked in every thread, see serve()) and stops the server;
 // returns when `done` is set without a signal.
-void watch_signals(serve::HttpServer& server, const std::atomic<bool>& done) {
+void watch_signals(serve::HttpServer& server, serve::ModelRegistry& registry, const std::atomic<bool>& done) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -52,6 +52,7 @@ void watch_signals(serve::HttpServer& server, const std::atomic<bool>& done) {
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "kiln serve: %s: finishing the requests in flight, then stopping\n",
                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+      registry.stop_waiting();  // queued requests must not wait out their batching delay
       server.stop();
       return;
     }
@@ -100,7 +101,7 @@ Status serve(const ServeArgs& args, int devices_wanted) {
               runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str());
   std::fflush(stdout);
   std::atomic<bool> done{false};
-  std::thread watcher([&] { watch_signals(server, done); });
+  std::thread watcher([&] { watch_signals(server, registry, done); });
   server.listen();
   done = true;
   watcher.join();

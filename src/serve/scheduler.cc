@@ -30,6 +30,14 @@ void ModelScheduler::shutdown() {
     if (t.joinable()) t.join();
 }
 
+void ModelScheduler::stop_waiting() {
+  {
+    std::lock_guard lock(mutex_);
+    no_wait_ = true;
+  }
+  cv_.notify_all();
+}
+
 Expected<std::future<InferResult>> ModelScheduler::submit(InferRequest request) {
   auto p = std::make_unique<Pending>();
   p->rows = model_->batched() ? request.inputs.at(0).shape.at(0) : 1;
@@ -76,8 +84,8 @@ std::vector<std::unique_ptr<ModelScheduler::Pending>> ModelScheduler::take_batch
     if (q.empty()) return {};
     int64_t rows = batchable(&count);
     const auto deadline = q.front()->enqueued + delay;
-    // Full, no wait configured, shutting down (drain at once), or waited long enough.
-    if (rows >= max_rows || count < q.size() || stopping_ || Clock::now() >= deadline) break;
+    // Full, cannot grow, shutting down (drain at once), or waited long enough.
+    if (rows >= max_rows || count < q.size() || stopping_ || no_wait_ || Clock::now() >= deadline) break;
     cv_.wait_until(lock, deadline);
   }
   std::vector<std::unique_ptr<Pending>> batch;
@@ -163,6 +171,11 @@ void ModelRegistry::unload_all() {
     models.swap(models_);
   }
   for (auto& [name, m] : models) m->shutdown();
+}
+
+void ModelRegistry::stop_waiting() {
+  std::lock_guard lock(map_mutex_);
+  for (auto& [name, m] : models_) m->stop_waiting();
 }
 
 std::shared_ptr<ModelScheduler> ModelRegistry::find(const std::string& name) const {

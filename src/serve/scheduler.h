@@ -51,6 +51,9 @@ class ModelScheduler {
 
   // Stops accepting requests, runs every queued one, joins the workers. Idempotent.
   void shutdown();
+  // From now on batches go out without waiting for max_queue_delay_us (the server is
+  // stopping: the requests in flight must be answered before the workers are joined).
+  void stop_waiting();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -77,6 +80,7 @@ class ModelScheduler {
   size_t queued_ = 0;
   size_t next_device_ = 0;  // static: round-robin position
   bool stopping_ = false;
+  bool no_wait_ = false;
   std::vector<std::thread> workers_;
 };
 
@@ -94,6 +98,8 @@ class ModelRegistry {
   // not_found when `name` is not loaded. Queued requests still run.
   Status unload(const std::string& name);
   void unload_all();
+  // ModelScheduler::stop_waiting on every model.
+  void stop_waiting();
   // nullptr when not loaded.
   std::shared_ptr<ModelScheduler> find(const std::string& name) const;
   std::vector<std::string> loaded() const;

@@ -404,6 +404,39 @@ class StaticSchedulingTest(unittest.TestCase):
             self.assertEqual(server.stop()[0], 0)
 
 
+class ShutdownTest(unittest.TestCase):
+    def test_sigterm_answers_the_queued_requests_then_exits(self):
+        # A batching window of 10 s: the requests are still queued when SIGTERM comes, and
+        # shutting down runs them at once instead of dropping them.
+        repo = os.path.join(WORK, "repo_drain")
+        shutil.rmtree(repo, ignore_errors=True)
+        save(linear_model(), repo, "slow", "1", "model.onnx")
+        with open(os.path.join(repo, "slow", "config.json"), "w") as f:
+            json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}, f)
+        server = Server(repo)
+        xs = [RNG.standard_normal((1, 8)).astype(np.float32) for _ in range(3)]
+        results = [None] * 3
+
+        def client(i):
+            results[i] = server.request("POST", "/v2/models/slow/infer", infer_json(xs[i]))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the three are queued by now
+        start = time.time()
+        code, out, err = server.stop()
+        for t in threads:
+            t.join()
+        self.assertEqual(code, 0, err)
+        self.assertIn("SIGTERM", err)
+        self.assertLess(time.time() - start, 9)  # not the 10 s window
+        for x, (status, _, data) in zip(xs, results):
+            self.assertEqual(status, 200, data)
+            y = np.array(json.loads(data)["outputs"][0]["data"]).reshape(1, 4)
+            np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-5)
+
+
 class CommandTest(unittest.TestCase):
     def run_kiln(self, *args):
         return subprocess.run([KILN, "serve", *args], capture_output=True, text=True, timeout=60, env=ENV)
