@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""`kiln serve` under load (issue 30): throughput and latency of a closed-loop HTTP client
-(KServe v2 binary tensors, one persistent connection per client thread) for
+"""`kiln serve` under load (issue 30): throughput and latency of `kiln loadgen`'s closed-loop
+clients (KServe v2 binary tensors, one keep-alive connection per client thread) for
 
   A. MobileNetV2, 1 logical device of 1 core vs 2 devices of 1 core each (dynamic scheduling);
   B. MobileNetV2, 2 devices: dynamic (shared queue, idle device takes the next request) vs
@@ -12,23 +12,18 @@ The models are the seeded PyTorch exports of tests/e2e/make_torch_models.py (ran
 speed does not depend on them), compiled once with `kiln compile`. Responses are checked to be
 200 with an output of the right size; correctness against references is tests/serve's job.
 
-The client is Python in the same machine: its threads take CPU time from the server's cores, so
-on a 2-core machine the absolute numbers are lower than a remote client would see; every row
-pays that cost alike, and the table reports ratios measured in the same run.
+The client runs on the same machine: its threads take CPU time from the server's cores, so on a
+2-core machine the absolute numbers are lower than a remote client would see; every row pays
+that cost alike, and the table reports ratios measured in the same run.
 
 usage: bench/serve/serve_bench.py [--kiln build/release/tools/kiln] [--duration 8] [--clients 4]
 """
 import argparse
-import http.client
 import json
 import os
 import re
 import subprocess
-import sys
-import threading
-import time
 
-import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -66,74 +61,29 @@ class Server:
                 return
         raise RuntimeError("kiln serve did not start: " + self.proc.stderr.read())
 
-    def metrics(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.port)
-        c.request("GET", "/metrics")
-        return c.getresponse().read().decode()
-
     def stop(self):
         self.proc.terminate()
         self.proc.communicate(timeout=60)
 
 
-def request_body(name, model_input):
-    header = json.dumps({"inputs": [{"name": name, "datatype": "FP32", "shape": list(model_input.shape),
-                                     "parameters": {"binary_data_size": model_input.nbytes}}],
-                         "parameters": {"binary_data_output": True}}).encode()
-    return header + model_input.tobytes(), {"Inference-Header-Content-Length": str(len(header)),
-                                            "Content-Type": "application/octet-stream"}
-
-
-def input_name(port, model):
-    c = http.client.HTTPConnection("127.0.0.1", port)
-    c.request("GET", f"/v2/models/{model}")
-    return json.loads(c.getresponse().read())["inputs"][0]["name"]
-
-
-def load(port, models, clients, duration):
-    """Closed loop: each client thread sends to models[i % len(models)], one request at a time.
-    Returns (requests per second, p50 ms, p99 ms, per-model counts)."""
-    bodies = {}
-    for m in set(models):
-        x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-        bodies[m] = request_body(input_name(port, m), x)
-    latencies, counts, errors = [], {m: 0 for m in models}, []
-    lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-    stop_at = [0.0]
-
-    def client(i):
-        model = models[i % len(models)]
-        body, headers = bodies[model]
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        mine = []
-        start.wait()
-        while time.perf_counter() < stop_at[0]:
-            t0 = time.perf_counter()
-            conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
-            r = conn.getresponse()
-            data = r.read()
-            if r.status != 200 or len(data) < 4000:
-                errors.append((r.status, data[:200]))
-                return
-            mine.append(time.perf_counter() - t0)
-        with lock:
-            latencies.extend(mine)
-            counts[model] += len(mine)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    stop_at[0] = time.perf_counter() + duration
-    t_start = time.perf_counter()
-    start.wait()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t_start
-    if errors:
-        raise RuntimeError(f"failed requests: {errors[:3]}")
-    lat = np.array(latencies) * 1e3
-    return len(latencies) / elapsed, np.percentile(lat, 50), np.percentile(lat, 99), counts
+def load(kiln, port, models, clients, duration):
+    """Closed loop with `kiln loadgen`: clients split evenly over `models`, one loadgen process
+    per model, all at once. Returns (requests per second, p50 ms, p99 ms, per-model counts); the
+    percentiles are the worst model's."""
+    procs = [subprocess.Popen([kiln, "loadgen", f"http://127.0.0.1:{port}", "--model", m, "--concurrency",
+                               str(clients // len(models)), "--duration", str(duration), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for m in models]
+    results = []
+    for m, p in zip(models, procs):
+        out, err = p.communicate(timeout=duration + 120)
+        if p.returncode != 0:
+            raise RuntimeError(f"kiln loadgen {m} failed: {err}")
+        r = json.loads(out)
+        if r["failed"]:
+            raise RuntimeError(f"failed requests: {r['failed']}")
+        results.append(r)
+    return (sum(r["throughput_per_s"] for r in results), max(r["latency_ms"]["p50"] for r in results),
+            max(r["latency_ms"]["p99"] for r in results), {m: r["ok"] for m, r in zip(models, results)})
 
 
 def kiln_bench(kiln, model, devices, duration):
@@ -157,8 +107,8 @@ def main():
     def run(label, devices, scheduling, models):
         server = Server(args.kiln, repo, devices, scheduling)
         try:
-            load(server.port, models, args.clients, 1.0)  # warm-up
-            rows[label] = load(server.port, models, args.clients, args.duration)
+            load(args.kiln, server.port, models, args.clients, 1.0)  # warm-up
+            rows[label] = load(args.kiln, server.port, models, args.clients, args.duration)
         finally:
             server.stop()
         tput, p50, p99, counts = rows[label]

@@ -382,6 +382,27 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(metric(text, "kiln_inference_requests_total", model="pair"), n + 1)
         self.assertGreater(metric(text, "kiln_inference_compute_seconds_total", model="pair"), 0)
 
+    def test_loadgen_counts_what_the_server_counts(self):
+        url = f"http://127.0.0.1:{self.server.port}"
+        before = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_requests_total",
+                        model="pair") or 0
+        r = subprocess.run([KILN, "loadgen", url, "--model", "pair", "--concurrency", "2", "--duration", "0.5",
+                            "--json"], capture_output=True, text=True, timeout=60, env=ENV)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        after = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_requests_total", model="pair")
+        self.assertGreater(out["ok"], 0)
+        self.assertEqual(out["failed"], {})
+        self.assertEqual(after - before, out["ok"])
+        self.assertLessEqual(out["latency_ms"]["p50"], out["latency_ms"]["p99"])
+        r = subprocess.run([KILN, "loadgen", url, "--model", "nope", "--duration", "0.5"], capture_output=True,
+                           text=True, timeout=60, env=ENV)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown model 'nope'", r.stderr)
+        r = subprocess.run([KILN, "loadgen", url, "--model", "pair", "--concurrency", "0"], capture_output=True,
+                           text=True, timeout=60, env=ENV)
+        self.assertEqual(r.returncode, 2, r.stderr)
+
 
 class StaticSchedulingTest(unittest.TestCase):
     def test_static_scheduling_uses_every_device_and_answers_correctly(self):
