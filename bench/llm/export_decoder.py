@@ -66,6 +66,16 @@ def rope(x, pos, head_dim):
     return x * cos + rotated * sin
 
 
+def repeat_kv(x, group):
+    """[B, Hkv, N, hd] -> [B, Hkv * group, N, hd], each KV head repeated for its query heads
+    (Llama's repeat_kv: expand + reshape; torch 1.13 exports repeat_interleave with dynamic
+    sizes to a graph that repeats the wrong axis)."""
+    if group == 1:
+        return x
+    b, kvh, n, hd = x.shape
+    return x[:, :, None, :, :].expand(b, kvh, group, n, hd).reshape(b, kvh * group, n, hd)
+
+
 class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -116,8 +126,7 @@ class Block(nn.Module):
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
         group = self.c["heads"] // self.c["kv_heads"]
-        kk = k.repeat_interleave(group, dim=1) if group > 1 else k
-        vv = v.repeat_interleave(group, dim=1) if group > 1 else v
+        kk, vv = repeat_kv(k, group), repeat_kv(v, group)
         scores = q @ kk.transpose(-1, -2) / math.sqrt(self.hd) + mask
         attn = (scores.softmax(-1) @ vv).transpose(1, 2)
         attn = attn.reshape(attn.shape[0], attn.shape[1], -1)
@@ -197,6 +206,7 @@ def onnx_export(module, args, path, inputs, outputs, dynamic):
 
 def export(name, out_dir, seed, past_kv=True):
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=UserWarning)  # dynamic-axes notes for dropped inputs
     model, c = build(name, seed)
     os.makedirs(out_dir, exist_ok=True)
     d, h, kvh = c["d_model"], c["heads"], c["kv_heads"]
@@ -282,7 +292,6 @@ def greedy_reference(model, c, prompt, steps):
 
 
 def main():
-    warnings.filterwarnings("ignore", category=UserWarning)  # dynamic-axes notes for dropped inputs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", choices=sorted(CONFIGS))
     ap.add_argument("out_dir")

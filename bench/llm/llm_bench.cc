@@ -5,7 +5,8 @@
 //                  ONNX model, batch N, the K/V of every step fed back as the next step's
 //                  past (contiguous, concatenated inside the graph): no paged cache.
 // Each mode first runs the same workload once untimed (kernels prepared), then timed.
-// Prints one JSON line: {"mode", "concurrency", "tokens", "seconds", "decode_tokens_per_s", ...}.
+// Prints one JSON line: {"mode", "concurrency", "tokens", "seconds", "decode_tokens_per_s", "first"
+// (the first sequence's greedy tokens, which the two modes must agree on), ...}.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,12 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::string json_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 std::vector<std::vector<int64_t>> prompts(const Args& a, int64_t vocab) {
   std::mt19937_64 rng(5);
   std::vector<std::vector<int64_t>> p(a.concurrency, std::vector<int64_t>(a.prompt));
@@ -50,10 +57,15 @@ int run_engine(const Args& a) {
   Engine& e = **engine;
   double seconds = 0, decode_ms = 0, prefill_ms = 0;
   int64_t decode_tokens = 0;
+  std::vector<int64_t> first;  // the first sequence's tokens, to check against --mode plain
   for (int round = 0; round < 2; ++round) {
     const EngineStats before = e.stats();
-    for (const auto& p : prompts(a, vocab))
-      if (!e.add_request({p, a.new_tokens, {}, {}}).ok()) return 1;
+    int64_t first_id = -1;
+    for (const auto& p : prompts(a, vocab)) {
+      auto id = e.add_request({p, a.new_tokens, {}, {}});
+      if (!id.ok()) return 1;
+      if (first_id < 0) first_id = *id;
+    }
     const double t0 = now_s();
     Status st = e.run_to_completion();
     if (!st.ok()) return std::fprintf(stderr, "%s\n", st.to_string().c_str()), 1;
@@ -62,11 +74,12 @@ int run_engine(const Args& a) {
     decode_ms = after.decode_ms - before.decode_ms;
     prefill_ms = after.prefill_ms - before.prefill_ms;
     decode_tokens = after.decode_tokens - before.decode_tokens;
+    first = e.request(first_id).tokens;
   }
   std::printf("{\"mode\": \"engine\", \"concurrency\": %lld, \"tokens\": %lld, \"seconds\": %.6f, "
-              "\"prefill_ms\": %.3f, \"decode_tokens\": %lld, \"decode_tokens_per_s\": %.2f}\n",
+              "\"prefill_ms\": %.3f, \"decode_tokens\": %lld, \"decode_tokens_per_s\": %.2f, \"first\": %s}\n",
               (long long)a.concurrency, (long long)(a.concurrency * a.new_tokens), seconds, prefill_ms,
-              (long long)decode_tokens, decode_tokens / (decode_ms / 1000.0));
+              (long long)decode_tokens, decode_tokens / (decode_ms / 1000.0), json_list(first).c_str());
   return 0;
 }
 
@@ -81,7 +94,9 @@ int run_plain(const Args& a) {
   const int64_t n = a.concurrency;
   const auto ps = prompts(a, c.vocab);
   double seconds = 0, decode_s = 0;
+  std::vector<int64_t> first;
   for (int round = 0; round < 2; ++round) {
+    first.clear();
     std::vector<Tensor> past(2 * c.layers);
     for (auto& t : past) t = *Tensor::allocate(DataType::kFloat32, {n, c.kv_heads, 0, c.head_dim});
     int64_t done = 0;
@@ -113,6 +128,7 @@ int run_plain(const Args& a) {
         const float* row = logits.data<float>() + ((b + 1) * t - 1) * c.vocab;
         next[b] = std::max_element(row, row + c.vocab) - row;
       }
+      first.push_back(next[0]);
       for (size_t i = 0; i < past.size(); ++i) past[i] = outputs[i + 1].tensor();
       done += t;
       if (step == 0) t_decode = now_s();
@@ -122,8 +138,9 @@ int run_plain(const Args& a) {
   }
   const int64_t decode_tokens = n * (a.new_tokens - 1);
   std::printf("{\"mode\": \"plain\", \"concurrency\": %lld, \"tokens\": %lld, \"seconds\": %.6f, "
-              "\"decode_tokens\": %lld, \"decode_tokens_per_s\": %.2f}\n",
-              (long long)n, (long long)(n * a.new_tokens), seconds, (long long)decode_tokens, decode_tokens / decode_s);
+              "\"decode_tokens\": %lld, \"decode_tokens_per_s\": %.2f, \"first\": %s}\n",
+              (long long)n, (long long)(n * a.new_tokens), seconds, (long long)decode_tokens, decode_tokens / decode_s,
+              json_list(first).c_str());
   return 0;
 }
 

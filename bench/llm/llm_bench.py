@@ -33,7 +33,8 @@ def kiln_run(binary, model_dir, mode, n, prompt, new_tokens):
     env = dict(os.environ, KILN_NUM_THREADS="1")
     out = subprocess.run([binary, model_dir, "--mode", mode, "--concurrency", str(n), "--prompt", str(prompt),
                           "--new-tokens", str(new_tokens)], env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["decode_tokens_per_s"]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return r["decode_tokens_per_s"], r["first"]
 
 
 def torch_run(model, c, n, prompt, new_tokens):
@@ -80,9 +81,16 @@ def main():
         model, c = export_decoder.build(name, 1234)
         for n in [int(v) for v in args.concurrency.split(",")]:
             fig = {}
+            tokens = {}
             for mode in ("engine", "plain"):
-                fig[mode] = max(kiln_run(args.bench_binary, model_dir, mode, n, args.prompt, args.new_tokens)
-                                for _ in range(args.repeat))
+                runs = [kiln_run(args.bench_binary, model_dir, mode, n, args.prompt, args.new_tokens)
+                        for _ in range(args.repeat)]
+                fig[mode] = max(r[0] for r in runs)
+                tokens[mode] = runs[0][1]
+            # The same greedy tokens both ways, or the comparison means nothing.
+            if tokens["engine"] != tokens["plain"]:
+                sys.exit(f"{name} N={n}: engine and plain decoder.onnx generate different tokens: "
+                         f"{tokens['engine']} vs {tokens['plain']}")
             fig["torch"] = max(torch_run(model, c, n, args.prompt, args.new_tokens) for _ in range(args.repeat))
             rows.append((name, n, fig))
             print(f"{name} N={n}: engine {fig['engine']:.0f}, plain {fig['plain']:.0f}, torch {fig['torch']:.0f} tokens/s",

@@ -106,19 +106,28 @@ int64_t Engine::prefill_bucket(int64_t n) const {
 
 Status Engine::step() {
   ++counters_.steps;
-  // 1. Admission: FCFS while the batch and the pool have room for the whole context so far
-  //    plus the next token.
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+  // 1. Admission: FCFS while the batch and the pool have room for the context (blocks are
+  //    reserved here, so each check sees the ones before it). Prompts are packed side by side
+  //    into one prefill pass while they fit the largest bucket together.
+  const int64_t chunk = options_.prefill_buckets.back();
+  std::vector<int64_t> group;
+  int64_t group_tokens = 0;
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size() + group.size()) < options_.max_batch) {
     const int64_t id = waiting_.front();
-    const Sequence& seq = sequences_.at(id);
-    // The context prefill() computes: prompt, then (after a preemption) the tokens generated
-    // before it but the pending last.
-    const int64_t generated = static_cast<int64_t>(seq.state.tokens.size());
-    const int64_t context = static_cast<int64_t>(seq.request.prompt.size()) + std::max<int64_t>(0, generated - 1);
-    if (!cache_->blocks().can_reserve(id, context)) break;
+    const int64_t n = static_cast<int64_t>(context_of(id).size());
+    if (!cache_->blocks().can_reserve(id, n)) break;
+    if (!group.empty() && group_tokens + n > chunk) {
+      KILN_RETURN_IF_ERROR(prefill(group));
+      group.clear();
+      group_tokens = 0;
+    }
     waiting_.pop_front();
-    KILN_RETURN_IF_ERROR(prefill(id));
+    KILN_RETURN_IF_ERROR(cache_->blocks().add_sequence(id));
+    KILN_RETURN_IF_ERROR(cache_->blocks().reserve(id, n));
+    group.push_back(id);
+    group_tokens += n;
   }
+  if (!group.empty()) KILN_RETURN_IF_ERROR(prefill(group));
   // 2. + 3. One decode step for every running sequence.
   if (!running_.empty()) KILN_RETURN_IF_ERROR(decode());
   // Cannot happen (add_request checks every context against the whole pool), but a step that
@@ -159,43 +168,83 @@ Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
   return ok_status();
 }
 
-Status Engine::prefill(int64_t id) {
-  const auto start_time = std::chrono::steady_clock::now();
-  Sequence& seq = sequences_.at(id);
-  // The context to (re)compute: the prompt, and after a preemption the tokens generated
-  // before it except the pending last one.
+std::vector<int64_t> Engine::context_of(int64_t id) const {
+  // The prompt, and after a preemption the tokens generated before it but the pending last.
+  const Sequence& seq = sequences_.at(id);
   std::vector<int64_t> context = seq.request.prompt;
-  const bool resumed = !seq.state.tokens.empty();
-  if (resumed) context.insert(context.end(), seq.state.tokens.begin(), seq.state.tokens.end() - 1);
-  const int64_t n = static_cast<int64_t>(context.size());
+  if (!seq.state.tokens.empty()) context.insert(context.end(), seq.state.tokens.begin(), seq.state.tokens.end() - 1);
+  return context;
+}
+
+Status Engine::prefill(const std::vector<int64_t>& group) {
+  const auto start_time = std::chrono::steady_clock::now();
+  const DecoderConfig& c = config();
   BlockManager& bm = cache_->blocks();
-  KILN_RETURN_IF_ERROR(bm.add_sequence(id));
-  KILN_RETURN_IF_ERROR(bm.reserve(id, n));  // admission checked the room
-  seq.state.phase = RequestState::Phase::kRunning;
-  running_.push_back(id);
-  // Chunks of at most the largest bucket, each padded to its bucket (chunked prefill).
+  // Pieces (sequence, first position, count) in passes of at most the largest bucket's rows:
+  // several whole prompts side by side, or one long prompt in chunks (chunked prefill).
+  struct Piece {
+    int64_t id, begin, count;
+  };
+  std::vector<std::vector<int64_t>> contexts;
+  std::vector<std::vector<Piece>> passes(1);
   const int64_t chunk = options_.prefill_buckets.back();
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    const int64_t count = std::min(chunk, n - begin);
+  int64_t rows = 0;
+  for (int64_t id : group) {
+    contexts.push_back(context_of(id));
+    const int64_t n = static_cast<int64_t>(contexts.back().size());
+    for (int64_t begin = 0; begin < n; begin += chunk) {
+      const int64_t count = std::min(chunk, n - begin);
+      if (rows + count > chunk) {
+        passes.emplace_back();
+        rows = 0;
+      }
+      passes.back().push_back({id, begin, count});
+      rows += count;
+    }
+    sequences_.at(id).state.phase = RequestState::Phase::kRunning;
+    running_.push_back(id);
+  }
+  // The last hidden row of each sequence that samples now (not one resuming after preemption,
+  // whose pending token is already chosen).
+  std::vector<int64_t> sampling;
+  last_hidden_.clear();
+  for (const auto& pass : passes) {
+    int64_t count = 0;
+    for (const Piece& p : pass) count += p.count;
     const int64_t t = prefill_bucket(count);
     ids_.assign(t, 0);
     positions_.assign(t, 0);
-    for (int64_t i = 0; i < count; ++i) {
-      ids_[i] = context[begin + i];
-      positions_[i] = begin + i;
+    std::vector<AttentionSequence> seqs;
+    int64_t row = 0;
+    for (const Piece& p : pass) {
+      const auto& context = contexts[std::find(group.begin(), group.end(), p.id) - group.begin()];
+      for (int64_t i = 0; i < p.count; ++i) {
+        ids_[row + i] = context[p.begin + i];
+        positions_[row + i] = p.begin + i;
+      }
+      seqs.push_back({bm.block_table(p.id).data(), p.begin, p.count, row});
+      row += p.count;
     }
-    KILN_RETURN_IF_ERROR(forward(t, {{bm.block_table(id).data(), begin, count, 0}}), "while prefilling request %lld",
-                         (long long)id);
-    bm.set_length(id, begin + count);
+    KILN_RETURN_IF_ERROR(forward(t, seqs), "while prefilling %zu request(s)", pass.size());
     counters_.prefill_tokens += count;
     counters_.prefill_padded_tokens += t;
-    if (begin + count == n && !resumed) {
-      // Only the last row's logits matter: the head runs on that row alone.
-      const DecoderConfig& c = config();
-      logits_.resize(c.vocab);
-      KILN_RETURN_IF_ERROR(model_->head(1, hidden_.data() + (count - 1) * c.d_model, logits_.data()));
-      accept(id, logits_.data());
+    for (size_t i = 0; i < pass.size(); ++i) {
+      const Piece& p = pass[i];
+      bm.set_length(p.id, p.begin + p.count);
+      const bool last = p.begin + p.count == static_cast<int64_t>(context_of(p.id).size());
+      if (!last || !sequences_.at(p.id).state.tokens.empty()) continue;
+      const float* h = hidden_.data() + (seqs[i].row + p.count - 1) * c.d_model;
+      last_hidden_.insert(last_hidden_.end(), h, h + c.d_model);
+      sampling.push_back(p.id);
     }
+  }
+  // Only those rows' logits matter: the head runs on them alone, padded to a decode bucket.
+  if (!sampling.empty()) {
+    const int64_t t = next_power_of_two(static_cast<int64_t>(sampling.size()));
+    last_hidden_.resize(t * c.d_model, 0.0f);
+    logits_.resize(t * c.vocab);
+    KILN_RETURN_IF_ERROR(model_->head(t, last_hidden_.data(), logits_.data()));
+    for (size_t i = 0; i < sampling.size(); ++i) accept(sampling[i], logits_.data() + i * c.vocab);
   }
   counters_.prefill_ms += ms_since(start_time);
   return ok_status();

@@ -4,8 +4,9 @@
 // Each step():
 //   1. admits waiting requests, first come first served, while the batch has room and the
 //      KV pool has the blocks for the request's context: each is prefilled (its prompt run
-//      through the model in chunks padded to the prefill buckets 128/512/1024/2048, its K/V
-//      written to the cache) and its first token sampled;
+//      through the model, several short prompts packed side by side in one pass, a long one
+//      in chunks, each pass padded to the prefill buckets 128/512/1024/2048; K/V written to
+//      the cache) and its first token sampled;
 //   2. runs one decode step for every running sequence together: their last tokens form one
 //      batch of T rows (padded to a power of two, the decode buckets), every projection and
 //      MLP is one matrix product over the batch, attention reads each sequence's own blocks;
@@ -103,7 +104,9 @@ class Engine {
     int64_t pending = -1;  // last sampled token, not yet in the cache
   };
   Engine(std::unique_ptr<DecoderModel> model, std::unique_ptr<KvCache> cache, const EngineOptions& options);
-  Status prefill(int64_t id);
+  // Prefills sequences whose blocks admission reserved, and samples their first tokens.
+  Status prefill(const std::vector<int64_t>& group);
+  std::vector<int64_t> context_of(int64_t id) const;
   Status decode();
   // Runs the layers over `t` rows of ids_/positions_ (the first `rows` real) into hidden_,
   // with attention over `seqs`.
@@ -123,7 +126,7 @@ class Engine {
   EngineStats counters_;
   // Step buffers, grown as needed and reused.
   std::vector<int64_t> ids_, positions_;
-  std::vector<float> hidden_, hidden_next_, q_, k_, v_, attn_, logits_;
+  std::vector<float> hidden_, hidden_next_, q_, k_, v_, attn_, logits_, last_hidden_;
 };
 
 }  // namespace kiln::llm
