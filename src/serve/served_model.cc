@@ -28,7 +28,10 @@ Status api_status(kilnError code, const char* call) {
 
 std::string shape_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + (dims[i] < 0 ? std::string("-1") : std::to_string(dims[i]));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i] < 0 ? -1 : dims[i]);
+  }
   return s + "]";
 }
 
