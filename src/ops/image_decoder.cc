@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/image_decoding.h"
 #include "ops/op_util.h"
 
 namespace kiln::ops {
@@ -30,10 +31,7 @@ namespace {
 // Decoded images above this many pixels are refused (a hostile header can claim any size).
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
 
-struct Image {
-  int64_t width = 0, height = 0;
-  std::vector<uint8_t> rgb;  // height * width * 3, row-major
-};
+using Image = RgbImage;
 
 Status check_size(int64_t w, int64_t h, const char* format) {
   if (w <= 0 || h <= 0 || w > kMaxPixels || h > kMaxPixels || w * h > kMaxPixels)
@@ -480,4 +478,7 @@ KILN_REGISTER_OP(OpSchema("ImageDecoder")
                      .kernel(image_decoder_kernel));
 
 }  // namespace
+
+Expected<RgbImage> decode_image_bytes(const uint8_t* data, size_t size) { return decode(data, size); }
+
 }  // namespace kiln::ops

@@ -1,13 +1,17 @@
-// Calibration images with OpenCV (image_preprocess.h).
+// Calibration images: decoded by the ImageDecoder op's decoders, resized with OpenCV
+// (image_preprocess.h).
 #include "quant/image_preprocess.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include "ops/image_decoding.h"
 
 namespace kiln::quant {
 namespace {
@@ -125,15 +129,17 @@ Status resolve_image_preprocess(ImagePreprocess& p, const std::vector<int64_t>& 
 }
 
 Expected<Tensor> load_image(const std::string& path, const ImagePreprocess& p) {
-  cv::Mat img;
+  // Decoded as Pillow decodes (ops/image_decoding.h: no EXIF rotation), to RGB.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("%s: cannot open the file", path.c_str());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return data_loss("%s: read error", path.c_str());
+  auto rgb = ops::decode_image_bytes(bytes.data(), bytes.size());
+  if (!rgb.ok()) return invalid_argument("%s: cannot decode the image: %s", path.c_str(), rgb.status().message().c_str());
+  cv::Mat img(static_cast<int>(rgb->height), static_cast<int>(rgb->width), CV_8UC3, rgb->rgb.data());
   try {
-    img = cv::imread(path, p.color == ImagePreprocess::Color::kGray ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-  } catch (const std::exception& e) {
-    return invalid_argument("%s: cannot decode the image: %s", path.c_str(), e.what());
-  }
-  if (img.empty()) return invalid_argument("%s: cannot decode the image (not a readable picture)", path.c_str());
-  try {
-    if (p.color == ImagePreprocess::Color::kRgb) cv::cvtColor(img, img, cv::COLOR_BGR2RGB);
+    if (p.color == ImagePreprocess::Color::kBgr) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
+    if (p.color == ImagePreprocess::Color::kGray) cv::cvtColor(img, img, cv::COLOR_RGB2GRAY);
     cv::resize(img, img, cv::Size(static_cast<int>(p.width), static_cast<int>(p.height)), 0, 0, cv::INTER_LINEAR);
   } catch (const std::exception& e) {
     return invalid_argument("%s: cannot resize the image: %s", path.c_str(), e.what());

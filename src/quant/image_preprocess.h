@@ -1,5 +1,6 @@
 // Calibration images -> model input tensors: the --preprocess spec of `kiln quantize` and
-// its application with OpenCV (decode, colour conversion, resize, scale, mean/std, layout).
+// its application (decoding as Pillow decodes, colour conversion and resize with OpenCV, scale,
+// mean/std, layout).
 //
 // Spec: colon-separated KEY=VALUE items, every one optional:
 //   resize=H,W     output size (default: the model input's static H and W); bilinear, no crop
@@ -38,7 +39,7 @@ Status resolve_image_preprocess(ImagePreprocess& p, const std::vector<int64_t>& 
 // Reads one image file into a [1, C, H, W] (or [1, H, W, C]) float32 tensor. Errors name the file.
 Expected<Tensor> load_image(const std::string& path, const ImagePreprocess& p);
 
-// Whether a file name has an image extension OpenCV reads (png, jpg, jpeg, bmp, tif, tiff, webp, ppm, pgm).
+// Whether a file name has an image extension the decoders read (png, jpg, jpeg, bmp, tif, tiff, webp, ppm, pgm).
 bool is_image_file(const std::string& path);
 
 }  // namespace kiln::quant

@@ -1,6 +1,5 @@
 #include "apps/ocr/image_io.h"
 
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <png.h>
 #include <turbojpeg.h>
@@ -9,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+
+#include "ops/image_decoding.h"
 
 namespace kiln::ocr {
 namespace {
@@ -19,15 +20,17 @@ bool starts_with(const uint8_t* data, size_t size, const char* magic, size_t n) 
   return size >= n && std::memcmp(data, magic, n) == 0;
 }
 
-// The formats OpenCV's imgcodecs reads, by their signatures.
+// The formats read, by their signatures: PNG and JPEG here, the others by the ImageDecoder
+// op's decoders (ops/image_decoding.h).
 std::optional<Format> sniff(const uint8_t* data, size_t size) {
   if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) return Format::kPng;
   if (starts_with(data, size, "\xff\xd8\xff", 3)) return Format::kJpeg;
   if (starts_with(data, size, "BM", 2) || starts_with(data, size, "II*\0", 4) ||
       starts_with(data, size, "MM\0*", 4) || (starts_with(data, size, "RIFF", 4) && size >= 12 &&
                                                std::memcmp(data + 8, "WEBP", 4) == 0) ||
-      starts_with(data, size, "P1", 2) || starts_with(data, size, "P2", 2) || starts_with(data, size, "P3", 2) ||
-      starts_with(data, size, "P4", 2) || starts_with(data, size, "P5", 2) || starts_with(data, size, "P6", 2))
+      starts_with(data, size, "\0\0\0\x0CjP  \r\n\x87\n", 12) || starts_with(data, size, "\xFF\x4F\xFF\x51", 4) ||
+      starts_with(data, size, "P2", 2) || starts_with(data, size, "P3", 2) || starts_with(data, size, "P5", 2) ||
+      starts_with(data, size, "P6", 2))
     return Format::kOther;
   return std::nullopt;
 }
@@ -192,7 +195,7 @@ Expected<DecodedImage> decode_jpeg(const uint8_t* data, size_t size, const std::
 Expected<DecodedImage> decode_image(const uint8_t* data, size_t size, const std::string& name) {
   if (size == 0) return invalid_argument("%s: empty file", name.c_str());
   std::optional<Format> format = sniff(data, size);
-  if (!format) return invalid_argument("%s: not an image (not PNG, JPEG, BMP, TIFF, WebP or PNM)", name.c_str());
+  if (!format) return invalid_argument("%s: not an image (not PNG, JPEG, BMP, TIFF, WebP, JPEG 2000 or PNM)", name.c_str());
   if (*format == Format::kPng) {
     if (!png_complete(data, size)) return data_loss("%s: truncated PNG (%zu bytes, no IEND chunk)", name.c_str(), size);
     return decode_png(data, size, name);
@@ -202,16 +205,13 @@ Expected<DecodedImage> decode_image(const uint8_t* data, size_t size, const std:
       return data_loss("%s: truncated JPEG (%zu bytes, no end-of-image marker)", name.c_str(), size);
     return decode_jpeg(data, size, name);
   }
-  // The other formats OpenCV reads.
+  // The other formats, by the ImageDecoder op's decoders.
+  auto rgb = ops::decode_image_bytes(data, size);
+  if (!rgb.ok()) return invalid_argument("%s: cannot decode the image: %s", name.c_str(), rgb.status().message().c_str());
   DecodedImage image;
-  cv::Mat buffer(1, static_cast<int>(std::min<size_t>(size, INT32_MAX)), CV_8UC1, const_cast<uint8_t*>(data));
-  try {
-    image.bgr = cv::imdecode(buffer, cv::IMREAD_COLOR);
-  } catch (const cv::Exception& e) {
-    return invalid_argument("%s: cannot decode the image: %s", name.c_str(), e.what());
-  }
-  if (image.bgr.empty()) return invalid_argument("%s: cannot decode the image (corrupt or unsupported)", name.c_str());
-  KILN_RETURN_IF_ERROR(plan_scale(image.bgr.cols, image.bgr.rows, name, &image));
+  KILN_RETURN_IF_ERROR(plan_scale(rgb->width, rgb->height, name, &image));
+  cv::Mat view(static_cast<int>(rgb->height), static_cast<int>(rgb->width), CV_8UC3, rgb->rgb.data());
+  cv::cvtColor(view, image.bgr, cv::COLOR_RGB2BGR);
   if (image.scale_down > 1)
     cv::resize(image.bgr, image.bgr, cv::Size(image.bgr.cols / image.scale_down, image.bgr.rows / image.scale_down),
                0, 0, cv::INTER_AREA);
