@@ -25,7 +25,8 @@ int http_status(const Status& s) {
     case StatusCode::kUnsupported: return 400;
     case StatusCode::kNotFound: return 404;
     case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded: return 503;
     default: return 500;
   }
 }
@@ -105,7 +106,7 @@ struct HttpServer::Impl {
     }
     KILN_ASSIGN_OR_RETURN(InferRequest request, parse_infer_request(req.body, header_length));
     KILN_RETURN_IF_ERROR(m.model().check_request(&request));
-    InferRequest echo{request.id, {}, request.outputs, request.binary_data_output};  // inputs move into the queue
+    InferRequest echo{request.id, {}, request.outputs, request.binary_data_output, 0};  // inputs move into the queue
     KILN_ASSIGN_OR_RETURN(std::future<InferResult> future, m.submit(std::move(request)));
     InferResult result = future.get();
     if (!result.ok()) return result.status();

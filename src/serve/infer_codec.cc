@@ -266,6 +266,10 @@ Expected<InferRequest> parse_infer_request(std::string_view body, std::optional<
   }
   if (!binary.empty())
     return invalid_argument("%zu bytes of binary data follow the inputs' binary_data_size", binary.size());
+  if (const json* t = parameter(j, "timeout")) {
+    if (!t->is_number_unsigned()) return invalid_argument("parameters.timeout must be a non-negative integer (microseconds)");
+    r.timeout_us = static_cast<int64_t>(std::min<uint64_t>(t->get<uint64_t>(), uint64_t{1} << 40));
+  }
   if (const json* b = parameter(j, "binary_data_output")) {
     if (!b->is_boolean()) return invalid_argument("parameters.binary_data_output must be true or false");
     r.binary_data_output = b->get<bool>();

@@ -32,6 +32,9 @@ struct InferRequest {
   std::vector<TensorData> inputs;
   std::vector<RequestedOutput> outputs;  // empty: every output, as binary_data_output says
   bool binary_data_output = false;       // parameters.binary_data_output
+  // parameters.timeout (Triton's name), microseconds; 0: none. A request still queued when
+  // it passes is answered with an error instead of being run.
+  int64_t timeout_us = 0;
 };
 
 // "FP32" <-> DataType::kFloat32 (the protocol's tensor data types; BYTES is not carried).

@@ -46,6 +46,8 @@ std::string Metrics::text() const {
             [&](const ModelMetrics& m) { return count(m.failures); });
   per_model("kiln_inference_rejected_total", "counter", "Inference requests refused (503) because the queue was full.",
             [&](const ModelMetrics& m) { return count(m.rejected); });
+  per_model("kiln_inference_timeouts_total", "counter", "Requests dropped from the queue when their timeout passed.",
+            [&](const ModelMetrics& m) { return count(m.timed_out); });
   per_model("kiln_inference_executions_total", "counter", "Model executions (one per batch).",
             [&](const ModelMetrics& m) { return count(m.executions); });
   per_model("kiln_inference_queue_seconds_total", "counter", "Time requests waited in the queue, summed.",

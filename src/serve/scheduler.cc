@@ -51,6 +51,7 @@ Expected<std::future<InferResult>> ModelScheduler::submit(InferRequest request) 
       return resource_exhausted("model '%s' has %zu requests queued (max_queue_size)", model_->name().c_str(), queued_);
     }
     p->enqueued = Clock::now();
+    if (p->request.timeout_us > 0) p->deadline = p->enqueued + std::chrono::microseconds(p->request.timeout_us);
     size_t q = 0;
     if (scheduling_ == Scheduling::kStatic) q = next_device_++ % queues_.size();
     queues_[q].push_back(std::move(p));
@@ -81,6 +82,14 @@ std::vector<std::unique_ptr<ModelScheduler::Pending>> ModelScheduler::take_batch
   };
   size_t count = 0;
   for (;;) {
+    while (!q.empty() && q.front()->deadline <= Clock::now()) {
+      ++model_metrics_.timed_out;
+      q.front()->done.set_value(deadline_exceeded("request timed out after %lld us in the queue of model '%s'",
+                                                  static_cast<long long>(q.front()->request.timeout_us),
+                                                  model_->name().c_str()));
+      q.pop_front();
+      --queued_;
+    }
     if (q.empty()) return {};
     int64_t rows = batchable(&count);
     const auto deadline = q.front()->enqueued + delay;

@@ -61,11 +61,13 @@ class ModelScheduler {
     InferRequest request;
     int64_t rows = 1;
     Clock::time_point enqueued;
+    Clock::time_point deadline = Clock::time_point::max();  // request.timeout_us after enqueued
     std::promise<InferResult> done;
   };
   void work(int device, size_t queue);
   // Called with the lock held and queues_[queue] not empty; may wait (unlocking) for more
-  // requests. Empty when another worker took the requests meanwhile.
+  // requests. Empty when another worker took the requests meanwhile. Requests at the front
+  // whose deadline passed are answered with deadline_exceeded and dropped.
   std::vector<std::unique_ptr<Pending>> take_batch(size_t queue, std::unique_lock<std::mutex>& lock);
   void run_batch(int device, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch);
 

@@ -345,6 +345,21 @@ class ServeTest(unittest.TestCase):
         # Still serving, correctly.
         self.test_json_inference_matches_numpy()
 
+    def test_a_request_whose_timeout_passes_in_the_queue_gets_503(self):
+        # One row waits out linear's 20 ms batching window, far beyond a 1 us timeout.
+        x = RNG.standard_normal((1, 8)).astype(np.float32)
+        body = json.loads(infer_json(x))
+        body["parameters"] = {"timeout": 1}
+        s, h, data = self.server.request("POST", "/v2/models/linear/infer", json.dumps(body))
+        self.assertEqual(s, 503, data)
+        self.assertEqual(h.get("Retry-After"), "1")
+        self.assertIn("timed out after 1 us", json.loads(data)["error"])
+        body["parameters"] = {"timeout": 10000000}
+        status, out = self.server.json("POST", "/v2/models/linear/infer", body)
+        self.assertEqual(status, 200, out)
+        text = self.server.request("GET", "/metrics")[2].decode()
+        self.assertGreaterEqual(metric(text, "kiln_inference_timeouts_total", model="linear"), 1)
+
     def test_load_and_unload(self):
         shutil.copytree(os.path.join(self.repo, "linear"), os.path.join(self.repo, "linear_b"))
         x = RNG.standard_normal((2, 8)).astype(np.float32)
