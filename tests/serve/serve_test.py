@@ -70,6 +70,15 @@ def make_repository(root):
     with open(os.path.join(root, "linear", "config.json"), "w") as f:
         json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}, f)
     save(pair_model(), root, "pair", "3", "model.onnx")
+    with open(os.path.join(root, "pair", "config.json"), "w") as f:
+        json.dump({"instance_count": 2}, f)
+    # Batch shape buckets and bf16 compute (config fields passed to the compiler).
+    save(linear_model(), root, "linear_buckets", "1", "model.onnx")
+    with open(os.path.join(root, "linear_buckets", "config.json"), "w") as f:
+        json.dump({"max_batch_size": 4, "batch_buckets": [1, 2, 4]}, f)
+    save(linear_model(), root, "linear_bf16", "1", "model.onnx")
+    with open(os.path.join(root, "linear_bf16", "config.json"), "w") as f:
+        json.dump({"max_batch_size": 4, "precision": "bf16"}, f)
     # An older version, which must not be the one served, and a version without a model.
     save(linear_model(), root, "pair", "1", "model.onnx")
     os.makedirs(os.path.join(root, "pair", "10"))
@@ -196,6 +205,20 @@ class ServeTest(unittest.TestCase):
         (y,) = out["outputs"]
         self.assertEqual((y["name"], y["datatype"], y["shape"]), ("y", "FP32", [3, 4]))
         np.testing.assert_allclose(np.array(y["data"]).reshape(3, 4), reference(x), rtol=1e-5, atol=1e-5)
+
+    def test_batch_buckets_and_bf16_configs(self):
+        for rows in (1, 2, 3, 4):
+            x = RNG.standard_normal((rows, 8)).astype(np.float32)
+            status, out = self.server.json("POST", "/v2/models/linear_buckets/infer", json.loads(infer_json(x)))
+            self.assertEqual(status, 200, out)
+            self.assertEqual(out["outputs"][0]["shape"], [rows, 4])
+            np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(rows, 4), reference(x),
+                                       rtol=1e-5, atol=1e-5)
+            status, out = self.server.json("POST", "/v2/models/linear_bf16/infer", json.loads(infer_json(x)))
+            self.assertEqual(status, 200, out)
+            # bf16 products (8 significant bits) summed in fp32: a few 1e-2 at most here.
+            np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(rows, 4), reference(x),
+                                       rtol=5e-2, atol=5e-2)
 
     def test_nested_json_data_is_taken_row_major(self):
         x = RNG.standard_normal((2, 8)).astype(np.float32)
