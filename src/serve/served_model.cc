@@ -252,6 +252,8 @@ Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vecto
       offset += src.size();
     }
     KILN_RETURN_IF_ERROR(add(in, dst, bytes));
+    // The actual shape, for inputs with open dims only: a fixed input keeps the static path.
+    if (std::none_of(inputs_[i].dims.begin(), inputs_[i].dims.end(), [](int64_t d) { return d < 0; })) continue;
     std::vector<int64_t> dims = requests[0]->inputs[i].shape;
     if (batched()) dims[0] = total;
     kilnTensorDesc* desc = kilnCreateTensorDesc(inputs_[i].api_dtype, static_cast<int>(dims.size()), dims.data(), KILN_FORMAT_ND);
