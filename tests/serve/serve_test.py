@@ -79,6 +79,11 @@ def make_repository(root):
     save(linear_model(), root, "linear_bf16", "1", "model.onnx")
     with open(os.path.join(root, "linear_bf16", "config.json"), "w") as f:
         json.dump({"max_batch_size": 4, "precision": "bf16"}, f)
+    # A queue of 2 requests held for 300 ms: the ones beyond it are refused at once.
+    save(linear_model(), root, "narrow", "1", "model.onnx")
+    with open(os.path.join(root, "narrow", "config.json"), "w") as f:
+        json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000},
+                   "max_queue_size": 2}, f)
     # An older version, which must not be the one served, and a version without a model.
     save(linear_model(), root, "pair", "1", "model.onnx")
     os.makedirs(os.path.join(root, "pair", "10"))
@@ -382,6 +387,31 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(status, 200, out)
         text = self.server.request("GET", "/metrics")[2].decode()
         self.assertGreaterEqual(metric(text, "kiln_inference_timeouts_total", model="linear"), 1)
+
+    def test_a_full_queue_refuses_with_503_and_loses_nothing(self):
+        xs = [RNG.standard_normal((1, 8)).astype(np.float32) for _ in range(8)]
+        results = [None] * len(xs)
+
+        def client(i):
+            results[i] = self.server.request("POST", "/v2/models/narrow/infer", infer_json(xs[i]))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(xs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        statuses = [r[0] for r in results]
+        self.assertEqual(sorted(set(statuses)), [200, 503], statuses)
+        for x, (status, headers, data) in zip(xs, results):
+            if status == 200:
+                y = np.array(json.loads(data)["outputs"][0]["data"]).reshape(1, 4)
+                np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-5)
+            else:
+                self.assertEqual(headers.get("Retry-After"), "1")
+                self.assertIn("max_queue_size", json.loads(data)["error"])
+        text = self.server.request("GET", "/metrics")[2].decode()
+        self.assertEqual(metric(text, "kiln_inference_rejected_total", model="narrow"), statuses.count(503))
+        self.assertEqual(metric(text, "kiln_inference_requests_total", model="narrow"), statuses.count(200))
 
     def test_load_and_unload(self):
         shutil.copytree(os.path.join(self.repo, "linear"), os.path.join(self.repo, "linear_b"))
