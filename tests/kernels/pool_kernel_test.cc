@@ -1,4 +1,5 @@
-// The oneDNN pooling kernels (src/kernels/cpu/pool.cc) against the reference kernels of
+// The oneDNN pooling kernels (src/kernels/cpu/pool.cc) and Kiln's GlobalAveragePool
+// (src/kernels/cpu/global_average_pool.cc) against the reference kernels of
 // MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool (src/ops/pool.cc, validated on the
 // ONNX conformance data), in the plain and the blocked (kiln Pooling) layouts, on shapes that hit their edge cases: odd sizes, channel counts not
 // divisible by 8 or 16, strides, asymmetric and auto pads, ceil_mode, dilations, 1-D and 3-D,
@@ -232,6 +233,39 @@ TEST(OnednnPoolTest, DilatedRunsTheReference) {
   PoolCase c{"MaxPool", {1, 4, 10, 10}, attrs({{"kernel_shape", {3, 3}}, {"dilations", {2, 2}}})};
   auto g = make_graph(c, 5);
   EXPECT_EQ(select_kernel(*g->node), nullptr);
+}
+
+// GlobalAveragePool over long windows (PP-OCRv4 rec's squeeze-excite at width 1280: 24x640)
+// of values far from zero, where a float32 running sum, as oneDNN's pooling keeps, drifts by
+// hundreds of ulp: the kernel's mean stays within an ulp or two of the exact mean, computed
+// here in double, in the plain layout and both blocked ones.
+TEST(GlobalAveragePoolTest, LongWindowsAreAccurate) {
+  const std::vector<int64_t> dims{2, 16, 24, 640};
+  Tensor x = rnd(dims, 9);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = 3.0f + 0.25f * x.data<float>()[i];
+  const int64_t positions = dims[2] * dims[3];
+  std::vector<double> exact(static_cast<size_t>(dims[0] * dims[1]));
+  for (size_t r = 0; r < exact.size(); ++r) {
+    double sum = 0;
+    for (int64_t p = 0; p < positions; ++p) sum += x.data<float>()[static_cast<int64_t>(r) * positions + p];
+    exact[r] = sum / static_cast<double>(positions);
+  }
+  for (int64_t c0 : {0, 8, 16}) {
+    SCOPED_TRACE("c0 " + std::to_string(c0));
+    auto g = make_graph({"GlobalAveragePool", dims, {}}, 9, c0);
+    g->x = c0 ? block_by_definition(x, c0) : x;
+    auto k = select_kernel(*g->node);
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->implementation(), "kiln:accurate-sum");
+    auto got = run_with(k.get(), *g);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    // [N, C/c0, 1, 1, c0] holds channel n * C + c at (n * C/c0 + c / c0) * c0 + c % c0: the
+    // plain order, since C is a multiple of c0.
+    const Tensor& y = *got;
+    ASSERT_EQ(y.num_elements(), static_cast<int64_t>(exact.size()));
+    for (size_t r = 0; r < exact.size(); ++r)
+      EXPECT_LE(std::fabs(y.data<float>()[r] - exact[r]), 2.5e-7 * exact[r]) << "channel " << r;
+  }
 }
 
 // Another input shape than prepared for runs the reference kernel.
