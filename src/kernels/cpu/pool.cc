@@ -10,7 +10,9 @@
 // reference gives -inf or 0 there, oneDNN does not define it), and AveragePool with
 // count_include_pad and a ceil_mode overhang (ONNX counts the explicit pads but not the
 // overhang, oneDNN's include-padding average counts the whole window). The average sums in
-// float32 (the reference in double): results agree to float rounding.
+// float32 (the reference in double): results agree to float rounding. GlobalAveragePool,
+// whose windows are whole feature maps, goes first to global_average_pool.cc, which sums
+// accurately; its registration here is the fallback.
 #include <algorithm>
 #include <memory>
 #include <string>
