@@ -115,7 +115,12 @@ Status Engine::step() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size() + group.size()) < options_.max_batch) {
     const int64_t id = waiting_.front();
     const int64_t n = static_cast<int64_t>(context_of(id).size());
-    if (!cache_->blocks().can_reserve(id, n)) break;
+    // Room for the context and a block more to decode into (capped at the request's whole
+    // context, which add_request checked against the pool): admitting with no room to grow
+    // would preempt at once and thrash.
+    const Request& r = sequences_.at(id).request;
+    const int64_t most = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
+    if (!cache_->blocks().can_reserve(id, std::min(n + options_.block_size, most))) break;
     if (!group.empty() && group_tokens + n > chunk) {
       KILN_RETURN_IF_ERROR(prefill(group));
       group.clear();

@@ -15,7 +15,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORTER = os.path.join(HERE, "..", "..", "bench", "llm", "export_decoder.py")
-PROMPTS, STEPS = 12, 32
+PROMPTS, STEPS = 20, 48
 
 
 def attention_case(out):
