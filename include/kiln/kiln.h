@@ -244,6 +244,19 @@ KILN_API kilnError kilnrtFree(void* devPtr);
 /* Page-locked host memory (staging buffers for asynchronous copies). */
 KILN_API kilnError kilnrtMallocHost(void** hostPtr, size_t size);
 KILN_API kilnError kilnrtFreeHost(void* hostPtr);
+
+typedef enum { KILN_HOST_REGISTER_MAPPED = 0 } kilnrtHostRegisterType;
+/* Maps the caller's host memory [ptr, ptr + size) into the current device's address space
+ * (AscendCL's aclrtHostRegister): *devPtr is the address the device uses, which on the CPU
+ * device is ptr itself, so that a model reads its input where the program wrote it, with no
+ * copy. Until kilnrtHostUnregister the range counts as device memory of the current device
+ * wherever the API checks it (data buffers of model execution, copies); the caller keeps
+ * owning it (kilnrtFree refuses it) and must not unregister it while work submitted to a
+ * stream may still use it. A range overlapping memory the runtime already manages (device,
+ * pinned or registered) is KILN_ERROR_INVALID_MEMORY. */
+KILN_API kilnError kilnrtHostRegister(void* ptr, uint64_t size, kilnrtHostRegisterType type, void** devPtr);
+/* Ends a registration; ptr is the pointer kilnrtHostRegister was given. */
+KILN_API kilnError kilnrtHostUnregister(void* ptr);
 /* Copies `count` bytes; destMax is the capacity at dst. The kind must match the
  * pointers' domains. Synchronous. Overlapping ranges copy as memmove does. */
 KILN_API kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind);

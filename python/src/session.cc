@@ -3,8 +3,10 @@
 // loaded from a .kiln file or from an .onnx compiled in memory (tools/api_session.h).
 //
 // Memory: the runtime takes device memory only (DESIGN.md: device and host memory are
-// distinct domains), so each input costs one kilnrtMemcpy host -> device straight from the
-// NumPy buffer (no other copy when the array is C-contiguous and of the model's dtype).
+// distinct domains). An input array of 16 KiB or more that is C-contiguous and of the
+// model's dtype is mapped into the device's address space for the run (kilnrtHostRegister,
+// as AscendCL's aclrtHostRegister): the model reads it where NumPy keeps it, no copy. A
+// smaller one costs one kilnrtMemcpy host -> device, cheaper than the mapping.
 // Outputs are written by the model into kilnrtMalloc'ed buffers that the returned arrays
 // own (freed with kilnrtFree when the array dies): no copy, since the CPU device's memory
 // is addressable by the host.
@@ -109,6 +111,35 @@ struct RunResources {
     for (void* p : memory)
       if (p) kilnrtFree(p);
   }
+};
+
+// Input arrays mapped into the device's address space for one run (kilnrtHostRegister), so
+// that the model reads them where NumPy keeps them; unregistered when the run ends.
+class InputMappings {
+ public:
+  InputMappings() = default;
+  InputMappings(const InputMappings&) = delete;
+  InputMappings& operator=(const InputMappings&) = delete;
+  ~InputMappings() {
+    for (void* p : mapped_) kilnrtHostUnregister(p);
+  }
+  // The device address of `a`'s elements, or null when it is not mapped: small (a copy of
+  // under kMinBytes costs less than the registration's two registry updates), or its memory
+  // is the runtime's already (an output array of an earlier run) or mapped by another run in
+  // progress (the same array fed from two threads). The caller then copies.
+  static constexpr py::ssize_t kMinBytes = 16 << 10;
+  void* map(const py::array& a) {
+    if (a.nbytes() < kMinBytes) return nullptr;
+    void* host = const_cast<void*>(a.data());  // the model only reads its inputs
+    void* device = nullptr;
+    if (kilnrtHostRegister(host, static_cast<uint64_t>(a.nbytes()), KILN_HOST_REGISTER_MAPPED, &device) != KILN_SUCCESS)
+      return nullptr;
+    mapped_.push_back(host);
+    return device;
+  }
+
+ private:
+  std::vector<void*> mapped_;
 };
 
 // The datasets of one run of a model whose inputs and outputs all have fixed sizes, kept
@@ -432,15 +463,20 @@ class Session {
       return kilnmdlAddDatasetBuffer(set, b);
     };
     size_t input_bytes = 0;
+    InputMappings mapped;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       const py::array& a = arrays[i];
       size_t bytes = static_cast<size_t>(a.nbytes());
       input_bytes += bytes;
-      void* p = nullptr;
-      if (kilnError e = kilnrtMalloc(&p, std::max<size_t>(bytes, 1), KILN_MEM_MALLOC_NORMAL_ONLY)) return fail(e, "kilnrtMalloc");
-      r.memory.push_back(p);
-      if (bytes > 0)
-        if (kilnError e = kilnrtMemcpy(p, bytes, a.data(), bytes, KILN_MEMCPY_HOST_TO_DEVICE)) return fail(e, "kilnrtMemcpy");
+      void* p = mapped.map(a);
+      if (!p) {
+        // KILN_MEMCPY_DEFAULT: the array may be device memory at this moment (mapped by
+        // another thread's run, or an output array of an earlier run).
+        if (kilnError e = kilnrtMalloc(&p, std::max<size_t>(bytes, 1), KILN_MEM_MALLOC_NORMAL_ONLY)) return fail(e, "kilnrtMalloc");
+        r.memory.push_back(p);
+        if (bytes > 0)
+          if (kilnError e = kilnrtMemcpy(p, bytes, a.data(), bytes, KILN_MEMCPY_DEFAULT)) return fail(e, "kilnrtMemcpy");
+      }
       if (kilnError e = add(r.inputs, p, bytes)) return fail(e, "kilnmdlAddDatasetBuffer");
       if (!inputs_[i].spec.is_fixed()) {
         std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
@@ -536,11 +572,18 @@ class Session {
         if (kilnError e = kilnmdlAddDatasetBuffer(r.outputs, b)) return fail(e, "kilnmdlAddDatasetBuffer");
       }
     }
+    // Each input buffer points at the array itself, mapped, or at the slot's device copy.
+    InputMappings mapped;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       size_t bytes = inputs_[i].spec.bytes;
-      if (bytes > 0)
-        if (kilnError e = kilnrtMemcpy(slot->r.memory[i], bytes, arrays[i].data(), bytes, KILN_MEMCPY_HOST_TO_DEVICE))
-          return fail(e, "kilnrtMemcpy");
+      void* p = mapped.map(arrays[i]);
+      if (!p) {
+        p = slot->r.memory[i];
+        if (bytes > 0)
+          if (kilnError e = kilnrtMemcpy(p, bytes, arrays[i].data(), bytes, KILN_MEMCPY_DEFAULT))
+            return fail(e, "kilnrtMemcpy");
+      }
+      if (kilnError e = kilnUpdateDataBuffer(slot->r.buffers[i], p, bytes)) return fail(e, "kilnUpdateDataBuffer");
     }
     for (size_t i = 0; i < outputs_.size(); ++i) {
       size_t bytes = outputs_[i].spec.bytes;

@@ -335,6 +335,12 @@ kilnError kilnrtFree(void* devPtr) {
     return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is pinned host memory; free it with kilnrtFreeHost", kApi,
                 devPtr);
   }
+  if (a->registered) {
+    return fail(KILN_ERROR_INVALID_MEMORY,
+                "%s: %p is host memory registered with kilnrtHostRegister, which its owner frees; end the "
+                "registration with kilnrtHostUnregister",
+                kApi, devPtr);
+  }
   if (a->base != devPtr) {
     return fail(KILN_ERROR_INVALID_MEMORY,
                 "%s: %p points %zu bytes into the device allocation at %p; kilnrtFree takes the pointer "
@@ -405,6 +411,59 @@ kilnError kilnrtFreeHost(void* hostPtr) {
     return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not memory from kilnrtMallocHost (or was freed already)",
                 kApi, hostPtr);
   }
+  return KILN_SUCCESS;
+}
+
+kilnError kilnrtHostRegister(void* ptr, uint64_t size, kilnrtHostRegisterType type, void** devPtr) {
+  static const char* const kApi = "kilnrtHostRegister";
+  KILN_PROFILE_API(kApi);
+  std::shared_lock guard(runtime_lock());
+  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
+  if (ptr == nullptr || devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr and devPtr must not be NULL", kApi);
+  *devPtr = nullptr;
+  if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
+  if (type != KILN_HOST_REGISTER_MAPPED)
+    return fail(KILN_ERROR_INVALID_PARAM, "%s: type %d is not a kilnrtHostRegisterType", kApi, static_cast<int>(type));
+  kiln::rt::Context* context = kiln::rt::current_context();
+  if (context == nullptr) {
+    return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+  }
+  // The CPU device addresses host memory as it is: the device address is the host address.
+  kiln::rt::Allocation a;
+  a.base = ptr;
+  a.size = static_cast<size_t>(size);
+  a.kind = kiln::rt::MemoryKind::kDevice;
+  a.device = context->device().id();
+  a.registered = true;
+  try {
+    if (!MemoryRegistry::get().add_if_free(a)) {
+      std::optional<kiln::rt::Allocation> other = MemoryRegistry::get().find_overlapping(ptr, a.size);
+      return fail(KILN_ERROR_INVALID_MEMORY, "%s: [%p, +%llu bytes) overlaps %s at %p, which the runtime manages already",
+                  kApi, ptr, static_cast<unsigned long long>(size),
+                  !other                 ? "an allocation"
+                  : other->registered    ? "a registered host range"
+                  : other->kind == kiln::rt::MemoryKind::kPinnedHost ? "pinned host memory"
+                                                                     : "device memory",
+                  other ? other->base : ptr);
+    }
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for the bookkeeping", kApi);
+  }
+  *devPtr = ptr;
+  return KILN_SUCCESS;
+}
+
+kilnError kilnrtHostUnregister(void* ptr) {
+  static const char* const kApi = "kilnrtHostUnregister";
+  KILN_PROFILE_API(kApi);
+  std::shared_lock guard(runtime_lock());
+  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
+  if (ptr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr is NULL", kApi);
+  std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(ptr);
+  if (!a || !a->registered || a->base != ptr)
+    return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not the start of a range registered with kilnrtHostRegister",
+                kApi, ptr);
+  MemoryRegistry::get().remove(ptr);
   return KILN_SUCCESS;
 }
 

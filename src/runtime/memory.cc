@@ -69,6 +69,22 @@ void MemoryRegistry::add(const Allocation& a) {
   version_.fetch_add(1, std::memory_order_release);
 }
 
+bool MemoryRegistry::add_if_free(const Allocation& a) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(a.base);
+  const size_t bytes = std::max<size_t>(a.size, 1);
+  const uintptr_t end = begin > UINTPTR_MAX - bytes ? UINTPTR_MAX : begin + bytes;
+  std::unique_lock lock(mutex_);
+  auto next = live_.lower_bound(begin);  // the first allocation starting at or after begin
+  if (next != live_.end() && next->first < end) return false;
+  if (next != live_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + std::max<size_t>(prev->second.size, 1) > begin) return false;
+  }
+  live_[begin] = a;
+  version_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
 std::optional<Allocation> MemoryRegistry::remove(const void* base) {
   std::unique_lock lock(mutex_);
   auto it = live_.find(reinterpret_cast<uintptr_t>(base));

@@ -25,6 +25,7 @@ struct Allocation {
   size_t size = 0;  // bytes the user asked for (the usable range is [base, base + size))
   MemoryKind kind = MemoryKind::kDevice;
   int device = -1;  // owning device for kDevice
+  bool registered = false;  // the caller's host memory, mapped by kilnrtHostRegister
 };
 
 // Live allocations by address; lookups find the allocation containing a pointer.
@@ -32,6 +33,9 @@ class MemoryRegistry {
  public:
   static MemoryRegistry& get();
   void add(const Allocation& a);
+  // Adds `a` unless its range shares a byte with a live allocation (checked and added under
+  // one lock, so two threads registering the same memory cannot both succeed).
+  bool add_if_free(const Allocation& a);
   // Removes the allocation starting exactly at `base`; nullopt if there is none.
   std::optional<Allocation> remove(const void* base);
   // The live allocation containing [p, p + bytes), or nullopt.

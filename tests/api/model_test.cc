@@ -351,6 +351,59 @@ TEST_F(ModelApiTest, BackendNodeTestsMatchTheirExpectedOutputs) {
   }
 }
 
+// Host memory mapped with kilnrtHostRegister is read by the model where the program wrote
+// it (node/test_gemm_default_matrix_bias: three inputs, the ONNX test data's expected
+// output), and only while it is registered; misuse is an error code naming the problem.
+TEST_F(ModelApiTest, RegisteredHostMemoryIsReadWithoutACopy) {
+  const Case& c = backend_case("node/test_gemm_default_matrix_bias");
+  ASSERT_FALSE(c.kiln_path.empty());
+  uint32_t id = load(c.kiln_path);
+  Io io;
+  std::vector<std::vector<uint8_t>> host;
+  for (const Tensor& t : c.inputs) {
+    const auto* bytes = static_cast<const uint8_t*>(t.raw_data());
+    host.emplace_back(bytes, bytes + t.size_bytes());
+    void* device = nullptr;
+    ASSERT_EQ(kilnrtHostRegister(host.back().data(), host.back().size(), KILN_HOST_REGISTER_MAPPED, &device),
+              KILN_SUCCESS)
+        << last_error();
+    EXPECT_EQ(device, host.back().data());  // the CPU device addresses host memory as it is
+    io.add(io.input, device, host.back().size());
+  }
+  for (const Tensor& t : c.expected) io.add_output(t.size_bytes());
+  ASSERT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_SUCCESS) << last_error();
+  EXPECT_TRUE(io.outputs_match(c));
+  // Written in place, read again: the model sees the program's memory, not a copy of it.
+  std::vector<uint8_t> first = host[0];
+  std::fill(host[0].begin(), host[0].end(), 0);
+  io.reset_outputs();
+  ASSERT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_SUCCESS) << last_error();
+  EXPECT_FALSE(io.outputs_match(c));
+  host[0] = first;
+
+  void* device = nullptr;
+  // Registered twice, or overlapping device memory: refused.
+  EXPECT_EQ(kilnrtHostRegister(host[0].data() + 4, 4, KILN_HOST_REGISTER_MAPPED, &device), KILN_ERROR_INVALID_MEMORY);
+  EXPECT_NE(std::string(last_error()).find("overlaps a registered host range"), std::string::npos) << last_error();
+  EXPECT_EQ(kilnrtHostRegister(io.out_mem[0]->get(), 4, KILN_HOST_REGISTER_MAPPED, &device), KILN_ERROR_INVALID_MEMORY);
+  // The owner frees it, not kilnrtFree; bad arguments.
+  EXPECT_EQ(kilnrtFree(host[0].data()), KILN_ERROR_INVALID_MEMORY);
+  EXPECT_NE(std::string(last_error()).find("kilnrtHostUnregister"), std::string::npos) << last_error();
+  EXPECT_EQ(kilnrtHostRegister(nullptr, 4, KILN_HOST_REGISTER_MAPPED, &device), KILN_ERROR_INVALID_PARAM);
+  EXPECT_EQ(kilnrtHostRegister(host[0].data(), 0, KILN_HOST_REGISTER_MAPPED, &device), KILN_ERROR_INVALID_PARAM);
+  EXPECT_EQ(kilnrtHostRegister(host[0].data(), 4, static_cast<kilnrtHostRegisterType>(7), &device),
+            KILN_ERROR_INVALID_PARAM);
+  EXPECT_EQ(kilnrtHostUnregister(host[0].data() + 4), KILN_ERROR_INVALID_MEMORY);  // not a start
+  EXPECT_EQ(kilnrtHostUnregister(io.out_mem[0]->get()), KILN_ERROR_INVALID_MEMORY);  // not registered
+
+  // Unregistered, the memory is host memory again, which execution refuses.
+  for (auto& h : host) EXPECT_EQ(kilnrtHostUnregister(h.data()), KILN_SUCCESS) << last_error();
+  EXPECT_EQ(kilnrtHostUnregister(host[0].data()), KILN_ERROR_INVALID_MEMORY);
+  EXPECT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_ERROR_INVALID_MEMORY);
+  EXPECT_NE(std::string(last_error()).find("is not device memory"), std::string::npos) << last_error();
+  EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS) << last_error();
+}
+
 TEST_F(ModelApiTest, DescribesInputsAndOutputs) {
   // test_Conv2d: inputs '0' (x), '1' (W) and '2' (B), where W and B have initializers: the
   // model takes one input.

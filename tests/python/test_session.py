@@ -171,3 +171,38 @@ def test_compile_and_inspect(tmp_path, dynamic_model):
     with pytest.raises(kiln.Error) as e:
         kiln.compile(tmp_path / "missing.onnx", tmp_path / "x.kiln")
     assert "missing.onnx" in str(e.value)
+
+
+def test_large_inputs_mapped_and_shared_between_threads(tmp_path):
+    """Inputs of 16 KiB and more are mapped for the run (kilnrtHostRegister) instead of copied;
+    an array fed by several threads at once is mapped by one run and copied by the others.
+    Every result is the input plus 1, computed by NumPy, and the input is left as it was."""
+    path = add_chain_model(tmp_path / "add_big.onnx", 1, shape=(1, 8192))
+    x = np.random.default_rng(3).standard_normal((1, 8192)).astype(np.float32)
+    before = x.copy()
+    with kiln.InferenceSession(path) as sess:
+        failures = []
+
+        def work():
+            try:
+                for _ in range(200):
+                    (y,) = sess.run(None, {"x": x})
+                    if not np.array_equal(y, x + np.float32(1)):
+                        failures.append("wrong result")
+            except kiln.Error as e:
+                failures.append(str(e))
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, failures[:3]
+        # An output array (Kiln's device memory) fed back as an input: copied device to device.
+        (y,) = sess.run(None, {"x": x})
+        assert np.array_equal(sess.run(None, {"x": y})[0], (x + np.float32(1)) + np.float32(1))
+        # A fresh array at each run (the allocator may reuse addresses a finished run mapped).
+        for k in range(200):
+            z = np.full((1, 8192), k, np.float32)
+            assert np.array_equal(sess.run(None, {"x": z})[0], z + np.float32(1))
+    assert np.array_equal(x, before)
