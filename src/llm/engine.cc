@@ -155,8 +155,8 @@ Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
   q_.resize(t * q_row);
   k_.resize(t * kv_row);
   v_.resize(t * kv_row);
-  // Zeroed once per shape: rows of padding stay zero (attention never writes them), so the
-  // projections after attention see defined values there.
+  // Zeroed each pass: attention never writes the rows of padding, so the projections after
+  // it must see defined values there.
   attn_.assign(t * q_row, 0.0f);
   KILN_RETURN_IF_ERROR(model_->embed(t, ids_.data(), positions_.data(), hidden_.data()));
   const AttentionShape shape{c.heads, c.kv_heads, c.head_dim, options_.block_size};
