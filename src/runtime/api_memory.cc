@@ -40,6 +40,9 @@ const char* kind_name(kilnrtMemcpyKind kind) {
 struct Place {
   int device = -1;  // owning device of device memory; -1: host memory
   bool pinned = false;
+  // Host memory mapped for `device` by kilnrtHostRegister: device memory to the device, host
+  // memory still to the host, so it is either side of any copy.
+  bool registered = false;
   bool is_device() const { return device >= 0; }
 };
 
@@ -78,6 +81,7 @@ kilnError locate(const char* api, const char* what, const void* p, size_t count,
     if (count <= left) {
       if (a->kind == MemoryKind::kDevice) {
         place->device = a->device;
+        place->registered = a->registered;
       } else {
         place->pinned = true;
       }
@@ -117,11 +121,14 @@ kilnError check_copy_spans(const RuntimeState& state, const char* api, void* dst
       return fail(KILN_ERROR_INVALID_MEMORY, "%s: %s %p is %s, the kind %s needs a live device allocation", api,
                   what, p, domain.c_str(), kind_name(kind));
     }
-    if (!want_device && place.is_device()) {
+    if (!want_device && place.is_device() && !place.registered) {
       return fail(KILN_ERROR_INVALID_MEMORY, "%s: %s %p is %s, the kind %s needs host memory", api, what, p,
                   describe(place).c_str(), kind_name(kind));
     }
   }
+  // Registered memory is host memory too: copied as such, from or to any device.
+  if (d.registered && (!want_dst_device || s.is_device())) d = Place{};
+  if (s.registered && (!want_src_device || d.is_device())) s = Place{};
   if (d.is_device() && s.is_device() && d.device != s.device) {
     return fail(KILN_ERROR_INVALID_MEMORY,
                 "%s: dst %p is device memory of cpu:%d but src %p is device memory of cpu:%d; a "

@@ -381,6 +381,25 @@ TEST_F(ModelApiTest, RegisteredHostMemoryIsReadWithoutACopy) {
   EXPECT_FALSE(io.outputs_match(c));
   host[0] = first;
 
+  // Registered memory is host memory too: a copy source for any device, whatever the kind
+  // says (device 1 here; it is registered for device 0).
+  ASSERT_EQ(kilnrtSetDevice(1), KILN_SUCCESS) << last_error();
+  {
+    DeviceMem on1(host[0].size());
+    for (kilnrtMemcpyKind kind : {KILN_MEMCPY_HOST_TO_DEVICE, KILN_MEMCPY_DEFAULT}) {
+      on1.fill(0);
+      ASSERT_EQ(kilnrtMemcpy(on1.get(), on1.size(), host[0].data(), host[0].size(), kind), KILN_SUCCESS)
+          << last_error();
+      EXPECT_EQ(on1.download(host[0].size()), host[0]);
+    }
+    std::vector<uint8_t> back(host[0].size());
+    ASSERT_EQ(kilnrtMemcpy(back.data(), back.size(), host[0].data(), host[0].size(), KILN_MEMCPY_HOST_TO_HOST),
+              KILN_SUCCESS)
+        << last_error();
+    EXPECT_EQ(back, host[0]);
+  }
+  ASSERT_EQ(kilnrtSetDevice(0), KILN_SUCCESS) << last_error();
+
   void* device = nullptr;
   // Registered twice, or overlapping device memory: refused.
   EXPECT_EQ(kilnrtHostRegister(host[0].data() + 4, 4, KILN_HOST_REGISTER_MAPPED, &device), KILN_ERROR_INVALID_MEMORY);
