@@ -83,7 +83,7 @@ void expect_matches_pytorch(Engine& engine, const Reference& ref, size_t count,
 class EngineVsPyTorch : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (test::data_dir().empty()) GTEST_SKIP() << "KILN_LLM_TEST_DATA not set (run through ctest)";
+    ASSERT_TRUE(std::filesystem::is_directory(test::data_dir())) << test::data_dir() << ": no test data (ctest runs the llm.make_test_data fixture first)";
     ref_ = load_reference(GetParam());
     ASSERT_GE(ref_.prompts.size(), 20u);
   }
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(Styles, EngineVsPyTorch, ::testing::Values("gpt2-tiny",
 class EngineRequests : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (test::data_dir().empty()) GTEST_SKIP() << "KILN_LLM_TEST_DATA not set (run through ctest)";
+    ASSERT_TRUE(std::filesystem::is_directory(test::data_dir())) << test::data_dir() << ": no test data (ctest runs the llm.make_test_data fixture first)";
     engine_ = make_engine("llama-tiny", EngineOptions{});
     ASSERT_TRUE(engine_);
   }

@@ -14,7 +14,7 @@ namespace kiln::llm {
 namespace {
 
 TEST(PagedAttention, MatchesNumPyThroughShuffledBlockTables) {
-  if (test::data_dir().empty()) GTEST_SKIP() << "KILN_LLM_TEST_DATA not set (run through ctest)";
+  ASSERT_TRUE(std::filesystem::is_directory(test::data_dir())) << test::data_dir() << ": no test data (ctest runs the llm.make_test_data fixture first)";
   Tensor k = test::npy("attention/k_pool.npy"), v = test::npy("attention/v_pool.npy");
   Tensor tables = test::npy("attention/tables.npy"), seqs = test::npy("attention/sequences.npy");
   Tensor q = test::npy("attention/q.npy"), expected = test::npy("attention/expected.npy");

@@ -56,7 +56,18 @@ void block_mean(const float* x, int64_t positions, float* y) {
 
 struct GapPlan {
   int64_t block = 0;  // C0 of a blocked input, 0: plain
+  // Y's dims for the input dims the node was typed with (static), made once: a run at those
+  // dims allocates nothing but Y (tests/api/hot_path_allocations_test.cc).
+  std::vector<int64_t> x_dims, y_dims;
 };
+
+// Plain: [N, C, S...] -> [N, C, 1...]. Blocked: [N, C1, H, W, C0] -> [N, C1, 1, 1, C0].
+std::vector<int64_t> pooled_dims(const std::vector<int64_t>& x_dims, int64_t block) {
+  std::vector<int64_t> y = x_dims;
+  const size_t spatial_end = block > 0 ? 4 : y.size();
+  for (size_t d = 2; d < spatial_end; ++d) y[d] = 1;
+  return y;
+}
 
 Expected<GapPlan> plan_gap(const ir::Node& node) {
   const std::string label = node.label();
@@ -75,6 +86,10 @@ Expected<GapPlan> plan_gap(const ir::Node& node) {
     if ((plan.block != 8 && plan.block != 16) || x->shape().rank() != 5)
       return unsupported("node %s: blocked as [N, C1, H, W, C0] with C0 8 or 16 only", label.c_str());
   }
+  if (x->shape().is_static()) {
+    plan.x_dims = x->shape().static_dims();
+    plan.y_dims = pooled_dims(plan.x_dims, plan.block);
+  }
   return plan;
 }
 
@@ -85,18 +100,18 @@ class GlobalAveragePoolKernel final : public Kernel {
   Status run(ops::KernelContext& ctx) const override {
     const Tensor* x = ctx.input(0);
     if (!x || x->dtype() != DataType::kFloat32 || x->rank() < 3) return (*reference_)(ctx);
-    std::vector<int64_t> y_dims = x->dims();
     const int64_t c0 = plan_.block;
     if (c0 > 0 && (x->rank() != 5 || x->dim(4) != c0)) return (*reference_)(ctx);
-    // Plain: [N, C, S...] -> [N, C, 1...]. Blocked: [N, C1, H, W, C0] -> [N, C1, 1, 1, C0].
     const int spatial_end = c0 > 0 ? 4 : x->rank();
     int64_t positions = 1;
-    for (int d = 2; d < spatial_end; ++d) {
-      positions *= x->dim(d);
-      y_dims[static_cast<size_t>(d)] = 1;
-    }
+    for (int d = 2; d < spatial_end; ++d) positions *= x->dim(d);
     if (positions == 0) return (*reference_)(ctx);  // the reference defines an empty window
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, y_dims));
+    Tensor* y = nullptr;
+    if (x->dims() == plan_.x_dims) {
+      KILN_ASSIGN_OR_RETURN(y, ctx.allocate_output(0, DataType::kFloat32, plan_.y_dims));
+    } else {
+      KILN_ASSIGN_OR_RETURN(y, ctx.allocate_output(0, DataType::kFloat32, pooled_dims(x->dims(), c0)));
+    }
     const float* xp = x->data<float>();
     float* yp = y->data<float>();
     const int64_t rows = x->dim(0) * x->dim(1);
