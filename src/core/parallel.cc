@@ -2,10 +2,13 @@
 #include "core/parallel.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -32,7 +35,57 @@ thread_local int thread_override = 0;
 // The thread's OpenMP thread count before its first override, restored when cleared.
 thread_local int omp_threads_before_override = 0;
 
+std::atomic<int> live_team_leaders{0};
+
+// The team this thread last pinned as its leader (pin_team_one_per_core): its size and cores;
+// a leader counts in live_team_leaders until it releases its team or exits.
+struct PinnedTeam {
+  int size = 0;
+  std::vector<int> cores;
+  ~PinnedTeam() {
+    if (size > 0) live_team_leaders.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+thread_local PinnedTeam pinned_team;
+
+void pin_self_to_core(int core) {
+  if (core < 0 || core >= CPU_SETSIZE) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // refused: the thread floats
+}
+
 }  // namespace
+
+void pin_team_one_per_core(const int* cores, int count, int n) {
+  if (n < 2 || count < 2 || omp_in_parallel()) return;
+  if (pinned_team.size == n && pinned_team.cores.size() == static_cast<size_t>(count) &&
+      std::equal(cores, cores + count, pinned_team.cores.begin()))
+    return;
+  // OpenMP keeps a leader's team threads and hands them the same team numbers in every
+  // region of the same size or smaller, so pinning them once holds for the leader's later
+  // regions, oneDNN's included.
+#pragma omp parallel num_threads(n)
+  {
+    int t = omp_get_thread_num();
+    if (t > 0) pin_self_to_core(cores[t % count]);
+  }
+  if (pinned_team.size == 0) live_team_leaders.fetch_add(1, std::memory_order_relaxed);
+  pinned_team.size = n;
+  pinned_team.cores.assign(cores, cores + count);
+}
+
+void release_thread_team() {
+  if (omp_in_parallel()) return;
+  // OpenMP 5's pause ends the calling thread's own team (libgomp frees its thread pool).
+  omp_pause_resource(omp_pause_soft, omp_get_initial_device());
+  if (pinned_team.size > 0) live_team_leaders.fetch_sub(1, std::memory_order_relaxed);
+  pinned_team.size = 0;
+  pinned_team.cores.clear();
+}
+
+int team_leaders() { return live_team_leaders.load(std::memory_order_relaxed); }
 
 int num_threads() {
   if (thread_override > 0) return thread_override;

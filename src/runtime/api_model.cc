@@ -107,8 +107,9 @@ kilnError load(const char* api, Expected<model::LoadedModel> loaded,
     // Kernels are prepared with the device's thread count, as they run: oneDNN fixes a
     // primitive's threads when it creates it, and a primitive made for the process's 2
     // threads, run on a 1-core device (KILN_DEVICES=cpu:2), put a team of 2 spinning
-    // threads on one core (MobileNetV2: 288 ms a run instead of 5).
-    ComputeScope scope(*device);
+    // threads on one core (MobileNetV2: 288 ms a run instead of 5). The team ends with the
+    // load: runs may go to a stream's thread, and its team would otherwise idle beside theirs.
+    ComputeScope scope(*device, ComputeScope::Team::kRelease);
     s = Model::create(std::move(loaded).value(), *device, workspace, &model);
   }
   if (!s.ok()) return fail_coded(api, s);

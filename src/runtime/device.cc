@@ -62,6 +62,9 @@ bool set_thread_cores(const std::vector<int>& cores) {
 // on a stream's own thread, already pinned, cost no system call.
 thread_local std::vector<int> pinned_cores;
 
+// ComputeScopes alive on this thread: only the outermost one's end may release its team.
+thread_local int compute_scope_depth = 0;
+
 std::string trim(const std::string& s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
@@ -227,24 +230,53 @@ Status Device::synchronize(int64_t timeout_ms) {
 
 // ---- ComputeScope ------------------------------------------------------------------------
 
-ComputeScope::ComputeScope(const Device& device) {
-  // KILN_NUM_THREADS (the process-wide count) still caps a device's threads.
-  int n = std::min(device.num_threads(), num_threads());
-  saved_threads_ = set_thread_num_threads_override(std::max(1, n));
-  if (pinned_cores != device.cores()) {
+namespace {
+
+// Threads a compute task on `device` runs with: its cores, capped by KILN_NUM_THREADS.
+int compute_threads(const Device& device) {
+  return std::max(1, std::min(device.num_threads(), num_threads()));
+}
+
+// How many of the device's cores (from the first) a compute task's leading thread runs on:
+// the first alone when it leads a team of two or more, whose other threads go one per core on
+// the rest (pin_team_one_per_core), else all of them.
+size_t leader_core_count(const Device& device, int threads) {
+  return threads >= 2 && device.cores().size() >= 2 ? 1 : device.cores().size();
+}
+
+}  // namespace
+
+std::vector<int> compute_leader_cores(const Device& device) {
+  const std::vector<int>& cores = device.cores();
+  return {cores.begin(), cores.begin() + static_cast<std::ptrdiff_t>(
+                                             leader_core_count(device, compute_threads(device)))};
+}
+
+ComputeScope::ComputeScope(const Device& device, Team team) : team_(team) {
+  ++compute_scope_depth;
+  const int n = compute_threads(device);
+  saved_threads_ = set_thread_num_threads_override(n);
+  const std::vector<int>& cores = device.cores();
+  const size_t lead = leader_core_count(device, n);
+  if (pinned_cores.size() != lead || !std::equal(pinned_cores.begin(), pinned_cores.end(), cores.begin())) {
     cpu_set_t wanted;
     CPU_ZERO(&wanted);
-    for (int c : device.cores())
-      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &wanted);
+    for (size_t i = 0; i < lead; ++i)
+      if (cores[i] >= 0 && cores[i] < CPU_SETSIZE) CPU_SET(cores[i], &wanted);
     CPU_ZERO(&saved_cores_);
     if (pthread_getaffinity_np(pthread_self(), sizeof(saved_cores_), &saved_cores_) == 0 &&
         !CPU_EQUAL(&saved_cores_, &wanted) &&
         pthread_setaffinity_np(pthread_self(), sizeof(wanted), &wanted) == 0)
       restore_affinity_ = true;
   }
+  pin_team_one_per_core(cores.data(), static_cast<int>(cores.size()), n);
 }
 
 ComputeScope::~ComputeScope() {
+  // A stream's thread (pinned for good) keeps its team; see ComputeScope::Team.
+  if (--compute_scope_depth == 0 && pinned_cores.empty() &&
+      (team_ == Team::kRelease || team_leaders() > 1))
+    release_thread_team();
   set_thread_num_threads_override(saved_threads_);
   if (restore_affinity_) pthread_setaffinity_np(pthread_self(), sizeof(saved_cores_), &saved_cores_);
 }

@@ -75,22 +75,33 @@ class Device {
   std::condition_variable progress_cv_;
 };
 
-// While alive, parallel_for on this thread uses the device's thread count, and the
-// thread runs on the device's cores (threads it starts, OpenMP's included, inherit that).
+// While alive, parallel_for on this thread uses the device's thread count, and the thread
+// and its OpenMP team run on the device's cores: one thread per core when the team has two
+// or more (this thread on the first core, see pin_team_one_per_core), else all of them.
 // The affinity is compared and saved as a cpu_set_t: a scope allocates nothing (it wraps every
 // synchronous model execution).
 class ComputeScope {
  public:
-  explicit ComputeScope(const Device& device);
+  // What the outermost scope on a thread other than a stream's does with the thread's OpenMP
+  // team at its end (see release_thread_team): a stream's thread keeps its team for its next
+  // task; another thread keeps it only while no other thread leads one, or ends it at once
+  // (a model load, whose team would idle beside the stream's that runs the model).
+  enum class Team { kKeepUnlessShared, kRelease };
+  explicit ComputeScope(const Device& device, Team team = Team::kKeepUnlessShared);
   ~ComputeScope();
   ComputeScope(const ComputeScope&) = delete;
   ComputeScope& operator=(const ComputeScope&) = delete;
 
  private:
   int saved_threads_;
+  Team team_;
   bool restore_affinity_ = false;  // false when the thread already ran on those cores
   cpu_set_t saved_cores_;
 };
+
+// The cores ComputeScope puts the thread running a compute task of `device` on: a stream's
+// own thread is pinned to them for good.
+std::vector<int> compute_leader_cores(const Device& device);
 
 // Pins the calling thread to `cores` for good (a stream's own thread, so ComputeScope has
 // nothing to change for its tasks). Returns false when the system refuses.

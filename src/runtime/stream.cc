@@ -198,9 +198,10 @@ bool Stream::spin_for_work(uint64_t seen) const {
 }
 
 void Stream::worker() {
-  // The stream's thread lives on the device's cores, so its compute tasks need no
-  // affinity change (ComputeScope finds the thread already there).
-  pin_thread_to_cores(device_.cores());
+  // The stream's thread lives where ComputeScope puts a compute task's leading thread (the
+  // device's first core when the task runs two or more threads), so its tasks need no
+  // affinity change.
+  pin_thread_to_cores(compute_leader_cores(device_));
   t_worker_stream = this;
   std::vector<Item> batch;
   std::atomic<uint64_t>* completed = completed_.get();
