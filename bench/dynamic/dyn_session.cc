@@ -36,6 +36,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -442,17 +443,23 @@ class Session {
     }
     for (;;) {
       std::unique_ptr<Io> io = make_io(m, fit->second, out_bytes);
-      // On the stream, as the timed runs: a synchronous run here would leave this thread an
-      // OpenMP team idling beside the stream thread's (see ComputeScope::Team in the runtime).
-      kilnError e = kilnmdlExecuteAsync(m.id, io->in, io->out, stream_);
-      if (e == KILN_SUCCESS) e = kilnrtSynchronizeStream(stream_);
+      // On a thread of its own that then exits: a synchronous run on this thread would leave
+      // it an OpenMP team idling beside the stream thread's that runs the timed executions
+      // (see ComputeScope::Team in the runtime). A stream's run would do, but reports a
+      // too-small output as a failed task, not as KILN_ERROR_MODEL_OUTPUT_NOT_MATCH.
+      kilnError e = KILN_SUCCESS;
+      std::thread sizing([&] {
+        e = kilnrtSetDevice(0);
+        if (e == KILN_SUCCESS) e = kilnmdlExecute(m.id, io->in, io->out);
+      });
+      sizing.join();
       if (e == KILN_SUCCESS) {
         Io& ref = *io;
         io_[{id, key}] = std::move(io);
         return ref;
       }
       if (e != KILN_ERROR_MODEL_OUTPUT_NOT_MATCH || !open || guess >= (size_t{1} << 34))
-        fail_api("kilnmdlExecuteAsync of model " + id + " on input set " + key, e);
+        fail_api("kilnmdlExecute of model " + id + " on input set " + key, e);
       guess *= 8;
       for (size_t i = 0; i < m.outputs.size(); ++i)
         if (!m.outputs[i].bytes) out_bytes[i] = guess;
