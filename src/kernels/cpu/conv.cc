@@ -70,10 +70,6 @@ struct ConvPlan {
   DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32, z_dtype = DataType::kFloat32;
 };
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
-}
-
 bool is_static_f32_or_bf16(const ir::Value* v) {
   return v && (v->dtype() == DataType::kFloat32 || v->dtype() == DataType::kBFloat16) && v->shape().has_rank() &&
          v->shape().is_static();
