@@ -58,8 +58,17 @@ void pin_self_to_core(int core) {
 
 }  // namespace
 
+bool pin_threads() {
+  // Read once; a malformed value is reported by env_knobs.h and leaves the default.
+  static const bool pin = [] {
+    const char* v = std::getenv("KILN_PIN_THREADS");
+    return !(v && v[0] == '0' && v[1] == 0);
+  }();
+  return pin;
+}
+
 void pin_team_one_per_core(const int* cores, int count, int n) {
-  if (n < 2 || count < 2 || omp_in_parallel()) return;
+  if (n < 2 || count < 2 || omp_in_parallel() || !pin_threads()) return;
   if (pinned_team.size == n && pinned_team.cores.size() == static_cast<size_t>(count) &&
       std::equal(cores, cores + count, pinned_team.cores.begin()))
     return;

@@ -23,7 +23,9 @@ int set_thread_num_threads_override(int n);
 // thread woken at a barrier is queued beside its waker, and threads that sleep in turn never
 // look imbalanced to the scheduler (ResNet-50 at batch 1 ran at one-thread speed, 40 ms instead
 // of 23, whenever the cores had idled 100 ms before the run). Done once per leading thread and
-// core list (a thread-local remembers it); does nothing for n < 2 or inside a parallel region.
+// core list (a thread-local remembers it); does nothing for n < 2, inside a parallel region,
+// or with KILN_PIN_THREADS=0 (pin_threads() false).
+bool pin_threads();
 void pin_team_one_per_core(const int* cores, int count, int n);
 
 // OpenMP keeps each leading thread's team alive between regions, and its spin-waits are cut

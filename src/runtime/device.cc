@@ -239,9 +239,9 @@ int compute_threads(const Device& device) {
 
 // How many of the device's cores (from the first) a compute task's leading thread runs on:
 // the first alone when it leads a team of two or more, whose other threads go one per core on
-// the rest (pin_team_one_per_core), else all of them.
+// the rest (pin_team_one_per_core), else (or with KILN_PIN_THREADS=0) all of them.
 size_t leader_core_count(const Device& device, int threads) {
-  return threads >= 2 && device.cores().size() >= 2 ? 1 : device.cores().size();
+  return threads >= 2 && device.cores().size() >= 2 && pin_threads() ? 1 : device.cores().size();
 }
 
 }  // namespace
