@@ -113,6 +113,9 @@ const std::vector<EnvKnob>& env_knobs() {
       // apps/ocr/model_cache.cc
       {"KILN_CACHE_DIR", "a directory", "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
        "Where kiln ocr (and include/kiln/ocr.h) keeps the .kiln models it compiles.", nullptr},
+      // dsl/build_cache.cc
+      {"KILN_DSL_CACHE_DIR", "a directory", "$XDG_CACHE_HOME/kiln/dsl, else ~/.cache/kiln/dsl",
+       "Where DSL kernels are compiled to and loaded from (one .cc and one .so per kernel).", nullptr},
       // comm/communicator.cc, comm/link.cc
       {"KILN_COMM_TIMEOUT", "seconds, a number in (0, 1e6]", "30",
        "How long a collective waits for a peer before it fails.", nullptr, true},

@@ -1,0 +1,163 @@
+// Schedule primitives and the stage graph.
+#include "dsl/schedule.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "dsl/printer.h"
+
+namespace kiln::dsl {
+namespace {
+
+void collect_loads(const Expr& e, const std::function<void(const ExprNode*)>& f) {
+  if (!e.defined()) return;
+  if (e->kind == ExprKind::kLoad) f(e.get());
+  for (const Expr& a : e->args) collect_loads(a, f);
+}
+
+}  // namespace
+
+Stage::Stage(std::shared_ptr<TensorNode> t) : tensor_(std::move(t)) {
+  if (!tensor_) return;
+  leaf_ = tensor_->axes;
+  if (tensor_->body.defined() && tensor_->body->kind == ExprKind::kReduce) {
+    reduce_axes_ = tensor_->body->axes;
+    leaf_.insert(leaf_.end(), reduce_axes_.begin(), reduce_axes_.end());
+  }
+}
+
+void Stage::fail(const std::string& message) {
+  if (error_.empty()) error_ = message;
+}
+
+bool Stage::check_leaf(const Axis& a, const char* primitive) {
+  if (!tensor_) {
+    fail(std::string(primitive) + ": the tensor is not part of this schedule");
+    return false;
+  }
+  if (!a || std::find(leaf_.begin(), leaf_.end(), a) == leaf_.end()) {
+    std::string names;
+    for (const Axis& l : leaf_) names += (names.empty() ? "" : ", ") + l->name;
+    fail(std::string(primitive) + "(" + (a ? a->name : "null") + ") on '" + tensor_->name +
+         "': not one of its loops (" + names + ")");
+    return false;
+  }
+  return true;
+}
+
+std::pair<Axis, Axis> Stage::split(const Axis& a, int64_t factor) {
+  if (!check_leaf(a, "split")) return {make_axis("bad", 1, false), make_axis("bad", 1, false)};
+  if (factor <= 0) {
+    fail("split(" + a->name + ", " + std::to_string(factor) + ") on '" + tensor_->name +
+         "': the factor must be >= 1");
+    return {make_axis("bad", 1, false), make_axis("bad", 1, false)};
+  }
+  Axis outer = make_axis(a->name + ".outer", (a->extent + Expr(factor - 1)) / Expr(factor), a->reduce);
+  Axis inner = make_axis(a->name + ".inner", Expr(factor), a->reduce);
+  relations_.push_back({RelationKind::kSplit, a, outer, inner, factor});
+  auto it = std::find(leaf_.begin(), leaf_.end(), a);
+  it = leaf_.erase(it);
+  leaf_.insert(it, {outer, inner});
+  trace_.push_back(tensor_->name + ".split(" + a->name + ", " + std::to_string(factor) + ")");
+  return {outer, inner};
+}
+
+Axis Stage::fuse(const Axis& outer, const Axis& inner) {
+  if (!check_leaf(outer, "fuse") || !check_leaf(inner, "fuse")) return make_axis("bad", 1, false);
+  auto io = std::find(leaf_.begin(), leaf_.end(), outer);
+  if (io + 1 == leaf_.end() || *(io + 1) != inner) {
+    fail("fuse(" + outer->name + ", " + inner->name + ") on '" + tensor_->name +
+         "': the loops must be adjacent, outer first");
+    return make_axis("bad", 1, false);
+  }
+  if (outer->reduce != inner->reduce) {
+    fail("fuse(" + outer->name + ", " + inner->name + ") on '" + tensor_->name +
+         "': mixes a reduction loop and a data-parallel loop");
+    return make_axis("bad", 1, false);
+  }
+  Axis fused = make_axis(outer->name + "." + inner->name + ".fused", outer->extent * inner->extent,
+                         outer->reduce);
+  relations_.push_back({RelationKind::kFuse, fused, outer, inner, 0});
+  io = leaf_.erase(io, io + 2);
+  leaf_.insert(io, fused);
+  trace_.push_back(tensor_->name + ".fuse(" + outer->name + ", " + inner->name + ")");
+  return fused;
+}
+
+void Stage::reorder(const std::vector<Axis>& order) {
+  std::vector<size_t> pos;
+  std::set<const AxisNode*> seen;
+  for (const Axis& a : order) {
+    if (!check_leaf(a, "reorder")) return;
+    if (!seen.insert(a.get()).second) {
+      fail("reorder on '" + tensor_->name + "': loop " + a->name + " given twice");
+      return;
+    }
+    pos.push_back(std::find(leaf_.begin(), leaf_.end(), a) - leaf_.begin());
+  }
+  std::sort(pos.begin(), pos.end());
+  std::string names;
+  for (size_t i = 0; i < order.size(); ++i) {
+    leaf_[pos[i]] = order[i];
+    names += (i ? ", " : "") + order[i]->name;
+  }
+  trace_.push_back(tensor_->name + ".reorder(" + names + ")");
+}
+
+void Stage::annotate(const Axis& a, ForKind k, const char* primitive) {
+  if (!check_leaf(a, primitive)) return;
+  kinds_[a.get()] = k;
+  trace_.push_back(tensor_->name + "." + primitive + "(" + a->name + ")");
+}
+
+void Stage::vectorize(const Axis& a) { annotate(a, ForKind::kVectorized, "vectorize"); }
+void Stage::unroll(const Axis& a) { annotate(a, ForKind::kUnrolled, "unroll"); }
+void Stage::parallel(const Axis& a) { annotate(a, ForKind::kParallel, "parallel"); }
+
+void Stage::compute_inline() {
+  if (!tensor_) return fail("compute_inline: the tensor is not part of this schedule");
+  inlined_ = true;
+  trace_.push_back(tensor_->name + ".compute_inline()");
+}
+
+ForKind Stage::kind_of(const AxisNode* a) const {
+  auto it = kinds_.find(a);
+  return it == kinds_.end() ? ForKind::kSerial : it->second;
+}
+
+Schedule::Schedule(std::vector<Tensor> outputs) : outputs_(std::move(outputs)), unknown_(nullptr) {
+  // Post-order over loads: producers come before their consumers.
+  std::set<const TensorNode*> done;
+  std::function<void(const std::shared_ptr<TensorNode>&)> visit =
+      [&](const std::shared_ptr<TensorNode>& t) {
+        if (t->placeholder || !done.insert(t.get()).second) return;
+        collect_loads(t->body, [&](const ExprNode* load) { visit(load->tensor); });
+        stages_.emplace_back(t);
+      };
+  for (const Tensor& t : outputs_) visit(t.node());
+}
+
+Stage& Schedule::operator[](const Tensor& t) {
+  for (Stage& s : stages_)
+    if (s.tensor() == t.node()) return s;
+  if (error_.empty())
+    error_ = "schedule: '" + t->name + "' is not a compute of this schedule (a placeholder?)";
+  unknown_ = Stage(nullptr);
+  return unknown_;
+}
+
+bool Schedule::is_output(const TensorNode* t) const {
+  for (const Tensor& o : outputs_)
+    if (o.node().get() == t) return true;
+  return false;
+}
+
+std::string Schedule::trace() const {
+  std::string s;
+  for (const Stage& st : stages_)
+    for (const std::string& line : st.trace()) s += line + "\n";
+  return s;
+}
+
+}  // namespace kiln::dsl

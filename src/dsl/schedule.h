@@ -1,0 +1,89 @@
+// Schedules: how each compute is looped (split, reorder, fuse, vectorize, unroll, parallel,
+// compute_inline). Primitives record what they did (the trace) and keep the first error,
+// which lowering reports; so schedule code reads as a chain of calls, as in TVM.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsl/stmt.h"
+#include "dsl/tensor.h"
+
+namespace kiln::dsl {
+
+enum class RelationKind { kSplit, kFuse };
+
+// split: parent = outer * factor + inner.  fuse: fused = outer * extent(inner) + inner.
+struct Relation {
+  RelationKind kind;
+  Axis parent;  // split: the axis split; fuse: the fused result
+  Axis outer;
+  Axis inner;
+  int64_t factor = 0;  // split only
+};
+
+class Stage {
+ public:
+  explicit Stage(std::shared_ptr<TensorNode> t);
+
+  // The compute's data-parallel axes (one per dim) and its reduction axes.
+  const std::vector<Axis>& axes() const { return tensor_->axes; }
+  const std::vector<Axis>& reduce_axes() const { return reduce_axes_; }
+  // The loops after the primitives so far, outermost first.
+  const std::vector<Axis>& leaf_axes() const { return leaf_; }
+
+  std::pair<Axis, Axis> split(const Axis& a, int64_t factor);
+  Axis fuse(const Axis& outer, const Axis& inner);
+  void reorder(const std::vector<Axis>& order);
+  void vectorize(const Axis& a);
+  void unroll(const Axis& a);
+  void parallel(const Axis& a);
+  void compute_inline();
+
+  const std::shared_ptr<TensorNode>& tensor() const { return tensor_; }
+  const std::vector<Relation>& relations() const { return relations_; }
+  ForKind kind_of(const AxisNode* a) const;
+  bool inlined() const { return inlined_; }
+  const std::string& error() const { return error_; }  // first illegal primitive, or empty
+  const std::vector<std::string>& trace() const { return trace_; }
+
+ private:
+  bool check_leaf(const Axis& a, const char* primitive);
+  void fail(const std::string& message);
+  void annotate(const Axis& a, ForKind k, const char* primitive);
+
+  std::shared_ptr<TensorNode> tensor_;
+  std::vector<Axis> reduce_axes_;
+  std::vector<Axis> leaf_;
+  std::vector<Relation> relations_;
+  std::map<const AxisNode*, ForKind> kinds_;
+  bool inlined_ = false;
+  std::string error_;
+  std::vector<std::string> trace_;
+};
+
+// The stages of every compute reachable from `outputs`, producers first.
+class Schedule {
+ public:
+  explicit Schedule(std::vector<Tensor> outputs);
+  Stage& operator[](const Tensor& t);
+  const std::vector<Tensor>& outputs() const { return outputs_; }
+  std::vector<Stage>& stages() { return stages_; }
+  const std::vector<Stage>& stages() const { return stages_; }
+  bool is_output(const TensorNode* t) const;
+  // The primitives applied, one line each, for the printed IR and the cache key.
+  std::string trace() const;
+  // Set when operator[] was given a tensor this schedule does not compute.
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+  std::vector<Tensor> outputs_;
+  std::vector<Stage> stages_;
+  Stage unknown_;  // returned for a tensor not in the schedule; it keeps an error
+};
+
+}  // namespace kiln::dsl
