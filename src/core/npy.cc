@@ -108,12 +108,17 @@ Expected<Tensor> parse_npy(const void* data, size_t size, const std::string& nam
   bool fortran = order_v.rfind("True", 0) == 0;
   KILN_RETURN_IF_ERROR(dict_value(header, "shape", &shape_v), "%s", name.c_str());
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, parse_shape(shape_v), "%s", name.c_str());
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, dims), "%s", name.c_str());
-  size_t need = t.size_bytes();
+  // The data must be there before the tensor is allocated: a 100-byte file whose header
+  // claims a huge shape is truncated, not a reason to allocate gigabytes (found by fuzz/npy.cc).
+  size_t need = 0;
+  if (!Tensor::storage_bytes_for(dtype, dims, &need))
+    return invalid_argument("%s: shape %s is negative or too large", name.c_str(), dims_to_string(dims).c_str());
+  need = dtype_bytes(dtype, num_elements(dims));
   size_t avail = size - header_start - header_len;
   if (avail < need)
     return invalid_argument("%s: truncated data: %zu bytes, shape %s needs %zu", name.c_str(), avail,
                             dims_to_string(dims).c_str(), need);
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(dtype, dims), "%s", name.c_str());
   const unsigned char* src = bytes + header_start + header_len;
   size_t esize = dtype_bytes(dtype, 1);
   auto* dst = static_cast<unsigned char*>(t.raw_data());
