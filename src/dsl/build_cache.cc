@@ -95,7 +95,9 @@ std::string dsl_cache_dir() {
 }
 
 std::string dsl_compile_flags() {
-  return "c++ -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno";
+  // -fno-math-errno and -fno-trapping-math (not -ffast-math: NaN and inf keep their meaning)
+  // let sqrt and divisions vectorise.
+  return "c++ -std=c++17 -O3 -march=native -fPIC -shared -fopenmp -fno-math-errno -fno-trapping-math";
 }
 
 Expected<std::shared_ptr<Kernel>> build(const LoweredFunc& f) {

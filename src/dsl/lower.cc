@@ -264,7 +264,9 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st) {
   if (reduce_inner) {
     // Accumulate in a scalar: spatial loops { acc = init; reduction loops { acc op= src }; out = acc }.
     const std::string acc = "acc_" + t->name;
-    Expr acc_var = var(acc);
+    auto acc_node = std::make_shared<ExprNode>(*var(acc).get());
+    acc_node->dtype = DType::kF32;
+    Expr acc_var(acc_node);
     auto let = make(StmtKind::kLetFloat);
     let->name = acc;
     let->value = reduce_init(op);
