@@ -83,8 +83,8 @@ std::string to_string(const StmtPtr& s, int indent) {
   std::string out;
   switch (s->kind) {
     case StmtKind::kFor:
-      out = pad + for_kind(s->for_kind) + " (" + s->name + ", 0, " + to_string(s->a) + ")" +
-            (s->reduce_loop ? "  // reduction" : "") + " {\n";
+      out = pad + for_kind(s->for_kind) + " (" + s->name + ", 0, " + to_string(s->a) + ") {" +
+            (s->reduce_loop ? "  // reduction" : "") + "\n";
       for (const StmtPtr& b : s->body) out += to_string(b, indent + 1);
       return out + pad + "}\n";
     case StmtKind::kSeq:
