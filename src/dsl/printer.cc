@@ -6,6 +6,7 @@
 #endif
 #include "dsl/printer.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "dsl/tensor.h"
@@ -48,6 +49,7 @@ std::string to_string(const Expr& e) {
   switch (e->kind) {
     case ExprKind::kInt: return std::to_string(e->ival);
     case ExprKind::kFloat: {
+      if (std::isinf(e->fval)) return e->fval > 0 ? "inf" : "-inf";
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.9gf", e->fval);
       return buf;
