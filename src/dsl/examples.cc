@@ -23,6 +23,21 @@ void rows_schedule(Schedule& s, const std::set<std::string>& keep) {
   }
 }
 
+// Hand schedule for row-wise operators: every other stage is computed inside the output's
+// parallel row loop (compute_at), so a row is read while it is still in cache and there is one
+// parallel region; the column loops of the output and of 2-D intermediates are vectorized.
+void fused_rows_schedule(Schedule& s, const Tensor& out) {
+  Stage& o = s[out];
+  const Axis row = o.axes()[0];
+  for (Stage& st : s.stages()) {
+    if (st.tensor() == out.node()) continue;
+    st.compute_at(o, row);
+    if (st.reduce_axes().empty() && st.axes().size() == 2) st.vectorize(st.axes()[1]);
+  }
+  o.parallel(row);
+  if (o.axes().size() == 2) o.vectorize(o.axes()[1]);
+}
+
 }  // namespace
 
 Example layernorm_example(Expr rows, Expr cols, float eps) {
@@ -45,7 +60,7 @@ Example layernorm_example(Expr rows, Expr cols, float eps) {
     return (x(i[0], i[1]) - mean(i[0])) * rstd(i[0]) * gamma(i[1]) + beta(i[1]);
   });
   Example e{"layernorm", {x, gamma, beta, y}, y, nullptr};
-  e.tuned_schedule = [](Schedule& s, const Example&) { rows_schedule(s, {"mean", "rstd"}); };
+  e.tuned_schedule = [](Schedule& s, const Example& ex) { fused_rows_schedule(s, ex.output); };
   return e;
 }
 
@@ -59,6 +74,8 @@ Example softmax_example(Expr rows, Expr cols) {
   Tensor inv = compute("inv", {rows}, [&](const std::vector<Expr>& i) { return Expr(1.0) / total(i[0]); });
   Tensor y = compute("Y", {rows, cols}, [&](const std::vector<Expr>& i) { return ex(i[0], i[1]) * inv(i[0]); });
   Example e{"softmax", {x, y}, y, nullptr};
+  // Not fused_rows_schedule: with every stage in the row loop GCC 12 leaves the output's exp
+  // loop scalar ("control flow in loop"), 5x slower; each stage in its own region vectorises.
   e.tuned_schedule = [](Schedule& s, const Example&) { rows_schedule(s, {"expd", "inv"}); };
   return e;
 }

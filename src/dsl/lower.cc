@@ -80,6 +80,62 @@ Expr combine(ReduceOp op, Expr acc, Expr v) {
   return acc;
 }
 
+std::map<const AxisNode*, Expr> fixed_dims(const Schedule& s, const Stage& producer, const Stage& consumer,
+                                           const Axis& axis);
+
+Status check_attach(const Schedule& s, const Stage& st) {
+  const TensorNode* c = st.attach_consumer();
+  if (!c) return ok_status();
+  const std::string& name = st.tensor()->name;
+  const Stage* consumer = stage_of(s, c);
+  const Axis& axis = st.attach_axis();
+  if (!consumer || consumer->inlined() || st.inlined())
+    return invalid_argument("compute_at('%s', '%s'): both must be computes with loops, neither inlined",
+                            name.c_str(), c->name.c_str());
+  const auto& leaf = consumer->leaf_axes();
+  if (!axis || std::find(leaf.begin(), leaf.end(), axis) == leaf.end()) {
+    std::string names;
+    for (const Axis& l : leaf) names += (names.empty() ? "" : ", ") + l->name;
+    return invalid_argument("compute_at('%s', '%s', %s): %s is not a loop of '%s' (its loops: %s), so it "
+                            "does not enclose the reads of '%s'", name.c_str(), c->name.c_str(),
+                            axis ? axis->name.c_str() : "null", axis ? axis->name.c_str() : "null",
+                            c->name.c_str(), names.c_str(), name.c_str());
+  }
+  bool outer_parallel = false;
+  for (const Axis& l : leaf) {
+    outer_parallel |= consumer->kind_of(l.get()) == ForKind::kParallel;
+    if (l == axis) break;
+  }
+  // Inside a parallel loop each thread computes its part: the loop's variable must fix a dim.
+  for (const Axis& l : leaf) {
+    if (consumer->kind_of(l.get()) == ForKind::kParallel) {
+      bool fixes = false;
+      for (const auto& [a, v] : fixed_dims(s, st, *consumer, axis)) fixes |= v.get() == l->var.get();
+      if (!fixes)
+        return invalid_argument("compute_at('%s', '%s', %s): inside parallel loop %s every thread would "
+                                "write all of '%s' (no dim of it is read at %s alone), a race",
+                                name.c_str(), c->name.c_str(), axis->name.c_str(), l->name.c_str(),
+                                name.c_str(), l->name.c_str());
+    }
+    if (l == axis) break;
+  }
+  // Every other reader must be computed inside the same loop, after it.
+  for (const Stage& r : s.stages()) {
+    if (r.tensor().get() == c || r.tensor() == st.tensor() || r.inlined()) continue;
+    bool reads_it = false;
+    walk(rewrite(r.tensor()->body, {}, s), [&](const Expr& e) { reads_it |= e->kind == ExprKind::kLoad && e->tensor == st.tensor(); });
+    if (reads_it && (r.inlined() || r.attach_consumer() != c || r.attach_axis() != axis))
+      return invalid_argument("compute_at('%s', '%s', %s): '%s' also reads '%s' and is not computed at the "
+                              "same loop", name.c_str(), c->name.c_str(), axis->name.c_str(),
+                              r.tensor()->name.c_str(), name.c_str());
+  }
+  for (const Axis& l : st.leaf_axes())
+    if (outer_parallel && st.kind_of(l.get()) == ForKind::kParallel)
+      return invalid_argument("parallel(%s) on '%s': computed at '%s' inside a parallel loop", l->name.c_str(),
+                              name.c_str(), c->name.c_str());
+  return ok_status();
+}
+
 Status check_stage(const Schedule& s, const Stage& st) {
   const std::string& name = st.tensor()->name;
   if (!st.error().empty()) return invalid_argument("%s", st.error().c_str());
@@ -96,6 +152,7 @@ Status check_stage(const Schedule& s, const Stage& st) {
     return invalid_argument("compute_inline('%s'): a reduction cannot be inlined", name.c_str());
   if (st.inlined() && s.is_output(st.tensor().get()))
     return invalid_argument("compute_inline('%s'): an output cannot be inlined", name.c_str());
+  KILN_RETURN_IF_ERROR(check_attach(s, st));
   const auto& leaf = st.leaf_axes();
   const AxisNode* parallel = nullptr;
   for (size_t i = 0; i < leaf.size(); ++i) {
@@ -193,10 +250,20 @@ StmtPtr guarded(const std::vector<Expr>& conds, StmtPtr body) {
 }
 
 // Wraps `body` in the loops `leaves` (outermost first) and returns the outermost statement.
+// Statements of stages computed at a loop (compute_at), by the loop's axis.
+using Attached = std::map<const AxisNode*, std::vector<StmtPtr>>;
+
 StmtPtr nest(const std::vector<Axis>& leaves, const std::map<const AxisNode*, Expr>& extents,
-             const Stage& st, StmtPtr body, StmtPtr* innermost_loop) {
+             const Stage& st, StmtPtr body, StmtPtr* innermost_loop, const Attached* attached = nullptr) {
   for (size_t i = leaves.size(); i-- > 0;) {
     auto f = make_for(leaves[i], extents.at(leaves[i].get()), st.kind_of(leaves[i].get()));
+    auto at = attached ? attached->find(leaves[i].get()) : Attached::const_iterator();
+    if (attached && at != attached->end()) {
+      auto seq = make(StmtKind::kSeq);
+      seq->body = at->second;
+      seq->body.push_back(body);
+      body = seq;
+    }
     f->body = {body};
     if (i + 1 == leaves.size() && innermost_loop) *innermost_loop = f;
     body = f;
@@ -204,10 +271,64 @@ StmtPtr nest(const std::vector<Axis>& leaves, const std::map<const AxisNode*, Ex
   return body;
 }
 
-StmtPtr lower_stage(const Schedule& s, const Stage& st) {
+// The dims of `producer` that are read only with the variable of one of `consumer`'s loops at
+// or outside `axis` (unsplit) — by the consumer, or by stages computed at the same loop whose
+// own dims are fixed so: producer axis -> that variable.
+std::map<const AxisNode*, Expr> fixed_dims(const Schedule& s, const Stage& producer, const Stage& consumer,
+                                           const Axis& axis) {
+  const auto& leaf = consumer.leaf_axes();
+  size_t limit = std::find(leaf.begin(), leaf.end(), axis) - leaf.begin();
+  std::map<const ExprNode*, const ExprNode*> consumer_var;  // consumer's own outer loop vars
+  for (size_t i = 0; i <= limit && i < leaf.size(); ++i) consumer_var[leaf[i]->var.get()] = leaf[i]->var.get();
+  const TensorNode* p = producer.tensor().get();
+  std::vector<const ExprNode*> var_of(p->shape.size(), nullptr);
+  std::vector<bool> ok(p->shape.size(), true);
+  auto scan = [&](const Expr& body, const std::map<const ExprNode*, const ExprNode*>& to_consumer) {
+    walk(rewrite(body, {}, s), [&](const Expr& e) {  // reads through inlined stages included
+      if (e->kind != ExprKind::kLoad || e->tensor.get() != p) return;
+      for (size_t d = 0; d < e->args.size() && d < ok.size(); ++d) {
+        const Expr& ix = e->args[d];
+        auto it = ix->kind == ExprKind::kVar ? to_consumer.find(ix.get()) : to_consumer.end();
+        if (it == to_consumer.end() || (var_of[d] && var_of[d] != it->second))
+          ok[d] = false;
+        else
+          var_of[d] = it->second;
+      }
+    });
+  };
+  scan(consumer.tensor()->body, consumer_var);
+  for (const Stage& r : s.stages()) {
+    if (r.attach_consumer() != consumer.tensor().get() || r.attach_axis() != axis || &r == &producer) continue;
+    bool reads = false;  // only readers: they come after the producer, so this recursion ends
+    walk(rewrite(r.tensor()->body, {}, s), [&](const Expr& e) { reads |= e->kind == ExprKind::kLoad && e->tensor.get() == p; });
+    if (!reads) continue;
+    std::map<const ExprNode*, const ExprNode*> to_consumer;
+    for (const auto& [a, v] : fixed_dims(s, r, consumer, axis)) to_consumer[a->var.get()] = v.get();
+    scan(r.tensor()->body, to_consumer);
+  }
+  std::map<const AxisNode*, Expr> fixed;
+  const auto& pleaf = producer.leaf_axes();
+  for (size_t d = 0; d < ok.size(); ++d) {
+    const Axis& a = p->axes[d];
+    if (!ok[d] || !var_of[d] || std::find(pleaf.begin(), pleaf.end(), a) == pleaf.end()) continue;
+    for (const Axis& l : leaf)
+      if (l->var.get() == var_of[d]) fixed[a.get()] = l->var;
+  }
+  return fixed;
+}
+
+StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const AxisNode*, Expr>& fixed = {}) {
   const TensorNode* t = st.tensor().get();
-  const auto& leaf = st.leaf_axes();
+  std::vector<Axis> leaf;
+  for (const Axis& a : st.leaf_axes())
+    if (!fixed.count(a.get())) leaf.push_back(a);
+  // Stages computed at one of this stage's loops, in producer-first order.
+  Attached attached;
+  for (const Stage& p : s.stages())
+    if (p.attach_consumer() == t)
+      attached[p.attach_axis().get()].push_back(lower_stage(s, p, fixed_dims(s, p, st, p.attach_axis())));
   std::map<const AxisNode*, Expr> value, extents;
+  for (const auto& [a, v] : fixed) value[a] = v;
   std::map<const AxisNode*, size_t> pos;
   for (size_t i = 0; i < leaf.size(); ++i) {
     value[leaf[i].get()] = leaf[i]->var;
@@ -255,7 +376,7 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st) {
   };
   const Expr& body = t->body;
   if (body->kind != ExprKind::kReduce)
-    return nest(leaf, extents, st, guarded(spatial_guards, store(rewrite(body, sub, s))), nullptr);
+    return nest(leaf, extents, st, guarded(spatial_guards, store(rewrite(body, sub, s))), nullptr, &attached);
 
   ReduceOp op = static_cast<ReduceOp>(body->op);
   Expr src = rewrite(body->args[0], sub, s);
@@ -275,7 +396,7 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st) {
     update->value = combine(op, acc_var, src);
     StmtPtr inner_loop;
     StmtPtr rloops = nest(std::vector<Axis>(first_reduce, leaf.end()), extents, st,
-                          guarded(reduce_guards, update), &inner_loop);
+                          guarded(reduce_guards, update), &inner_loop, &attached);
     if (inner_loop) {
       inner_loop->accumulator = acc;
       inner_loop->reduce_op = static_cast<int>(op);
@@ -283,11 +404,16 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st) {
     auto seq = make(StmtKind::kSeq);
     seq->body = {let, rloops, store(acc_var)};
     return nest(std::vector<Axis>(leaf.begin(), first_reduce), extents, st,
-                guarded(spatial_guards, seq), nullptr);
+                guarded(spatial_guards, seq), nullptr, &attached);
   }
   // A reduction loop outside a data-parallel one: initialise the output, then update it in place.
   std::vector<Expr> root_idx;
-  for (const Axis& a : t->axes) root_idx.push_back(a->var);
+  std::vector<Axis> init_axes;
+  for (const Axis& a : t->axes) {
+    auto fx = fixed.find(a.get());
+    root_idx.push_back(fx == fixed.end() ? a->var : fx->second);
+    if (fx == fixed.end()) init_axes.push_back(a);
+  }
   auto init = make(StmtKind::kStore);
   init->tensor = st.tensor();
   init->indices = root_idx;
@@ -295,14 +421,14 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st) {
   std::map<const AxisNode*, Expr> root_ext;
   for (const Axis& a : t->axes) root_ext[a.get()] = a->extent;
   Stage plain(st.tensor());
-  StmtPtr init_nest = nest(t->axes, root_ext, plain, init, nullptr);
+  StmtPtr init_nest = nest(init_axes, root_ext, plain, init, nullptr);
   auto load = std::make_shared<ExprNode>();
   load->kind = ExprKind::kLoad;
   load->tensor = st.tensor();
   load->args = idx;
   std::vector<Expr> guards = spatial_guards;
   guards.insert(guards.end(), reduce_guards.begin(), reduce_guards.end());
-  StmtPtr update = nest(leaf, extents, st, guarded(guards, store(combine(op, Expr(load), src))), nullptr);
+  StmtPtr update = nest(leaf, extents, st, guarded(guards, store(combine(op, Expr(load), src))), nullptr, &attached);
   auto seq = make(StmtKind::kSeq);
   seq->body = {init_nest, update};
   return seq;
@@ -363,7 +489,7 @@ Expected<LoweredFunc> lower(const Schedule& schedule, const std::vector<Tensor>&
     body->body.push_back(alloc);
   }
   for (const Stage& st : schedule.stages())
-    if (!st.inlined()) body->body.push_back(lower_stage(schedule, st));
+    if (!st.inlined() && !st.attach_consumer()) body->body.push_back(lower_stage(schedule, st));
   f.body = body;
   return f;
 }

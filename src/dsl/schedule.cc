@@ -121,6 +121,14 @@ void Stage::compute_inline() {
   trace_.push_back(tensor_->name + ".compute_inline()");
 }
 
+void Stage::compute_at(const Stage& consumer, const Axis& axis) {
+  if (!tensor_ || !consumer.tensor_) return fail("compute_at: the tensor is not part of this schedule");
+  attach_consumer_ = consumer.tensor_.get();
+  attach_axis_ = axis;
+  trace_.push_back(tensor_->name + ".compute_at(" + consumer.tensor_->name + ", " +
+                   (axis ? axis->name : "null") + ")");
+}
+
 ForKind Stage::kind_of(const AxisNode* a) const {
   auto it = kinds_.find(a);
   return it == kinds_.end() ? ForKind::kSerial : it->second;

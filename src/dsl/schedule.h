@@ -1,5 +1,5 @@
 // Schedules: how each compute is looped (split, reorder, fuse, vectorize, unroll, parallel,
-// compute_inline). Primitives record what they did (the trace) and keep the first error,
+// compute_inline, compute_at). Primitives record what they did (the trace) and keep the first error,
 // which lowering reports; so schedule code reads as a chain of calls, as in TVM.
 #pragma once
 
@@ -42,6 +42,12 @@ class Stage {
   void unroll(const Axis& a);
   void parallel(const Axis& a);
   void compute_inline();
+  // Computes this stage inside `consumer`'s loop `axis`, once per iteration of the loops
+  // enclosing it: the dims that the consumer reads with the variable of such a loop are fixed
+  // to it, the others run whole. Lowering checks that `axis` is one of the consumer's loops.
+  void compute_at(const Stage& consumer, const Axis& axis);
+  const TensorNode* attach_consumer() const { return attach_consumer_; }
+  const Axis& attach_axis() const { return attach_axis_; }
 
   const std::shared_ptr<TensorNode>& tensor() const { return tensor_; }
   const std::vector<Relation>& relations() const { return relations_; }
@@ -61,6 +67,8 @@ class Stage {
   std::vector<Relation> relations_;
   std::map<const AxisNode*, ForKind> kinds_;
   bool inlined_ = false;
+  const TensorNode* attach_consumer_ = nullptr;
+  Axis attach_axis_;
   std::string error_;
   std::vector<std::string> trace_;
 };

@@ -134,3 +134,58 @@ TEST(DslErrorTest, UndecidedBoundBecomesARunTimeCheck) {
 
 }  // namespace
 }  // namespace kiln::dsl
+
+namespace kiln::dsl {
+namespace {
+
+// P[i] = 2 A[i]; C[i, j] = P[i] + A[j]: P can be computed at C's row loop.
+struct RowProducer {
+  Tensor a = placeholder("A", {Expr(8)});
+  Tensor p = compute("P", {Expr(8)}, [&](const std::vector<Expr>& i) { return a(i[0]) * Expr(2.0); });
+  Tensor c = compute("C", {Expr(8), Expr(8)}, [&](const std::vector<Expr>& i) { return p(i[0]) + a(i[1]); });
+};
+
+TEST(DslErrorTest, ComputeAtIntoANonEnclosingLoopIsRejected) {
+  RowProducer r, other;
+  Schedule s({r.c});
+  s[r.p].compute_at(s[r.c], other.c->axes[0]);  // a loop of another compute
+  expect_rejected(s, {r.a, r.c}, "compute_at('P', 'C', i): i is not a loop of 'C' (its loops: i, j), so it does not enclose the reads of 'P'");
+}
+
+TEST(DslErrorTest, ComputeAtUnderAParallelLoopItDoesNotIndexIsARace) {
+  RowProducer r;
+  Schedule s({r.c});
+  s[r.c].reorder({r.c->axes[1], r.c->axes[0]});  // j outside i
+  s[r.c].parallel(r.c->axes[1]);
+  s[r.p].compute_at(s[r.c], r.c->axes[0]);  // P[i] is not indexed by the parallel j
+  expect_rejected(s, {r.a, r.c}, "inside parallel loop j every thread would write all of 'P'");
+}
+
+TEST(DslErrorTest, ComputeAtWithAnotherReaderOutsideIsRejected) {
+  RowProducer r;
+  Tensor d = compute("D", {Expr(8)}, [&](const std::vector<Expr>& i) { return r.p(i[0]) + r.c(i[0], i[0]); });
+  Schedule s({d});
+  s[r.p].compute_at(s[r.c], r.c->axes[0]);
+  expect_rejected(s, {r.a, d}, "'D' also reads 'P' and is not computed at the same loop");
+}
+
+TEST(ComputeAtTest, FixesTheRowAndStaysCorrect) {
+  testing::use_temp_cache();
+  RowProducer r;
+  Schedule s({r.c});
+  s[r.c].parallel(r.c->axes[0]);
+  s[r.p].compute_at(s[r.c], r.c->axes[0]);
+  auto f = lower(s, {r.a, r.c}, "at");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  std::string ir = to_string(*f);
+  EXPECT_NE(ir.find("parallel for (i, 0, 8) {\n    P[i] = (A[i] * 2f)\n    for (j, 0, 8)"), std::string::npos) << ir;
+  auto k = build(*f);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8}, c(64);
+  ASSERT_TRUE((*k)->run({a.data(), c.data()}, {}).ok());
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(c[i * 8 + j], 2 * a[i] + a[j]);
+}
+
+}  // namespace
+}  // namespace kiln::dsl
