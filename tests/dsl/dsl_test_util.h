@@ -9,15 +9,18 @@
 namespace kiln::dsl::testing {
 
 // Points KILN_DSL_CACHE_DIR at a fresh folder once per process, so no test relies on a
-// warm cache (or fills the user's).
+// warm cache (or fills the user's); the folder is removed when the process exits.
 inline void use_temp_cache() {
-  static const bool done = [] {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-dsl-test-XXXXXX").string();
-    char* dir = mkdtemp(tmpl.data());
-    if (dir) setenv("KILN_DSL_CACHE_DIR", dir, 1);
-    return true;
-  }();
-  (void)done;
+  static std::string dir;
+  if (!dir.empty()) return;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-dsl-test-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) return;
+  dir = tmpl;
+  setenv("KILN_DSL_CACHE_DIR", dir.c_str(), 1);
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  });
 }
 
 inline std::vector<float> pattern(size_t n, unsigned seed) {
