@@ -78,7 +78,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"KILN_NUM_THREADS", "an integer >= 1 (capped at the cores the process may use)", "all cores",
        "Intra-op threads per device; kiln run/bench --threads set it.", valid_threads},
       // core/parallel.cc
-      {"KILN_PIN_THREADS", "0, 1", "1",
+      {"KILN_PIN_THREADS", "0, 1", "0",
        "1 pins a device's intra-op threads one per core; 0 leaves them to the scheduler.", valid_switch},
       // runtime/device.cc
       {"KILN_DEVICES", "cpu or cpu:N", "cpu:1",

@@ -62,7 +62,7 @@ bool pin_threads() {
   // Read once; a malformed value is reported by env_knobs.h and leaves the default.
   static const bool pin = [] {
     const char* v = std::getenv("KILN_PIN_THREADS");
-    return !(v && v[0] == '0' && v[1] == 0);
+    return v && v[0] == '1' && v[1] == 0;
   }();
   return pin;
 }

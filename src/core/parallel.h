@@ -24,7 +24,7 @@ int set_thread_num_threads_override(int n);
 // look imbalanced to the scheduler (ResNet-50 at batch 1 ran at one-thread speed, 40 ms instead
 // of 23, whenever the cores had idled 100 ms before the run). Done once per leading thread and
 // core list (a thread-local remembers it); does nothing for n < 2, inside a parallel region,
-// or with KILN_PIN_THREADS=0 (pin_threads() false).
+// or unless KILN_PIN_THREADS=1 (pin_threads(); off by default, see docs/runtime-api.md).
 bool pin_threads();
 void pin_team_one_per_core(const int* cores, int count, int n);
 

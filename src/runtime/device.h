@@ -76,8 +76,9 @@ class Device {
 };
 
 // While alive, parallel_for on this thread uses the device's thread count, and the thread
-// and its OpenMP team run on the device's cores: one thread per core when the team has two
-// or more (this thread on the first core, see pin_team_one_per_core), else all of them.
+// and its OpenMP team run on the device's cores: as a set, or with KILN_PIN_THREADS=1 one
+// thread per core when the team has two or more (this thread on the first core, see
+// pin_team_one_per_core).
 // The affinity is compared and saved as a cpu_set_t: a scope allocates nothing (it wraps every
 // synchronous model execution).
 class ComputeScope {
