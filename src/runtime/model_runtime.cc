@@ -352,12 +352,12 @@ class ExecutionContext {
   explicit ExecutionContext(std::shared_ptr<ExecutionArena> a) : arena(std::move(a)) {}
   ~ExecutionContext() {
     // Parked blocks go back to the arena before it goes.
-    state.clear();
+    states.clear();
   }
   std::shared_ptr<ExecutionArena> arena;
-  // Slots and recycled outputs of the model's executor, for heap-arena models without
-  // shape buckets (graph_executor.h).
-  ExecutionState state;
+  // Slots and recycled outputs of the model's executor, one state per input-shape
+  // signature, for heap-arena models without shape buckets (signature_states.h).
+  SignatureStates states;
 };
 
 namespace {
@@ -885,7 +885,7 @@ CodedStatus Model::run_bucketed(const ExecutionRequest& request,
 
 CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest& request,
                                   std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena) {
-  ExecutionState& state = ctx.state;
+  ExecutionState& state = ctx.states.acquire(request.input_dims);
   const GraphExecutor& executor = *executor_;
   Status st;
   for (size_t i = 0; i < inputs_.size() && st.ok(); ++i)
@@ -898,6 +898,7 @@ CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest&
                           nullptr, output_dims);
   }
   executor.end_run(state);
+  ctx.states.trim();
   return result;
 }
 
@@ -976,9 +977,11 @@ Model::Stats Model::stats() const {
     s.arenas.reused_blocks += a.reused_blocks;
     s.arenas.in_use += a.in_use;
     s.arenas.peak_in_use += a.peak_in_use;
-    ExecutionState::Stats r = c->state.stats();
+    SignatureStates::Stats r = c->states.stats();
     s.recycled_outputs += r.recycled_outputs;
     s.parked_bytes += r.parked_bytes;
+    s.shape_signatures += r.signatures;
+    s.evicted_signatures += r.evicted;
     s.arenas.held += a.held;
   }
   return s;

@@ -30,6 +30,7 @@
 #include "model/kiln_model.h"
 #include "runtime/device.h"
 #include "runtime/graph_executor.h"
+#include "runtime/signature_states.h"
 
 namespace kiln::rt {
 
@@ -219,6 +220,10 @@ class Model : public std::enable_shared_from_this<Model> {
     // and the bytes of blocks parked for the next execution (counted in arenas.in_use).
     uint64_t recycled_outputs = 0;
     size_t parked_bytes = 0;
+    // Execution states kept per input-shape signature (signature_states.h), summed over the
+    // contexts, and those given up to stay within their bounds.
+    size_t shape_signatures = 0;
+    uint64_t evicted_signatures = 0;
     uint64_t executions = 0;
   };
   Stats stats() const;

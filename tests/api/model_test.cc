@@ -8,6 +8,7 @@
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -811,6 +812,74 @@ TEST_F(ModelApiTest, SteadyStateExecutionsAllocateNoActivations) {
   EXPECT_GT(steady.recycled_outputs, warm.recycled_outputs);
   // Nothing held between executions but the blocks parked for the next one.
   EXPECT_EQ(steady.arenas.in_use, steady.parked_bytes);
+  EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
+}
+
+// z = Relu(x + y) * x with the first dim open: values in between, so activations are
+// allocated and recycled.
+const char* kDynamicChain = R"(
+  <ir_version: 8, opset_import: ["" : 17]>
+  dynamic_chain (float[N, 64] x, float[N, 64] y) => (float[N, 64] z) {
+    s = Add(x, y)
+    r = Relu(s)
+    z = Mul(r, x)
+  }
+)";
+
+// Runs dynamic_chain at batch n and checks z against the same arithmetic done here.
+void run_chain(uint32_t id, int64_t n) {
+  SCOPED_TRACE(n);
+  std::vector<float> x(static_cast<size_t>(n) * 64), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 0.25f * static_cast<float>(i % 37) - 3.0f;
+    y[i] = 2.0f - 0.125f * static_cast<float>(i % 29);
+  }
+  Io io;
+  io.add_input(x.data(), x.size() * 4);
+  io.add_input(y.data(), y.size() * 4);
+  io.add_output(x.size() * 4);
+  int64_t dims[2] = {n, 64};
+  for (size_t k = 0; k < 2; ++k) {
+    kilnTensorDesc* d = kilnCreateTensorDesc(KILN_FLOAT, 2, dims, KILN_FORMAT_ND);
+    ASSERT_EQ(kilnmdlSetDatasetTensorDesc(io.input, d, k), KILN_SUCCESS) << last_error();
+    kilnDestroyTensorDesc(d);
+  }
+  ASSERT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_SUCCESS) << last_error();
+  Tensor z = io.output_tensor(0);
+  ASSERT_EQ(z.dims(), (std::vector<int64_t>{n, 64}));
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(z.data<float>()[i], std::max(x[i] + y[i], 0.0f) * x[i]) << i;
+}
+
+TEST_F(ModelApiTest, EachShapeSignatureKeepsItsActivationsAcrossShapeChanges) {
+  uint32_t id = load(compile_text("dynamic_chain", kDynamicChain));
+  auto model = kiln::rt::ModelTable::get().find(id);
+  ASSERT_NE(model, nullptr);
+  for (int64_t n : {3, 5}) run_chain(id, n);
+  kiln::rt::Model::Stats warm = model->stats();
+  EXPECT_EQ(warm.shape_signatures, 2u);
+  // Alternating shapes: every activation comes back from its signature's own state, so the
+  // arena is not asked for a block (a single state would give back and re-take the blocks
+  // of the other shape at every change).
+  for (int round = 0; round < 6; ++round)
+    for (int64_t n : {3, 5}) run_chain(id, n);
+  kiln::rt::Model::Stats steady = model->stats();
+  EXPECT_EQ(steady.shape_signatures, 2u);
+  EXPECT_EQ(steady.arenas.fresh_blocks, warm.arenas.fresh_blocks);
+  EXPECT_EQ(steady.arenas.reused_blocks, warm.arenas.reused_blocks);
+  EXPECT_GT(steady.recycled_outputs, warm.recycled_outputs);
+  EXPECT_EQ(steady.arenas.in_use, steady.parked_bytes);
+  // Many shapes: the states stay within their bound, the least recently used go, and every
+  // execution is still right.
+  for (int64_t n = 1; n <= 20; ++n) run_chain(id, n);
+  kiln::rt::Model::Stats many = model->stats();
+  EXPECT_LE(many.shape_signatures, kiln::rt::SignatureStates::kMaxStates);
+  EXPECT_GE(many.evicted_signatures, 20u - kiln::rt::SignatureStates::kMaxStates);
+  // Nothing in use but parked blocks; a block may be up to twice the size it serves (the
+  // arena's best fit), which the arena counts and the pool does not.
+  EXPECT_LE(many.parked_bytes, many.arenas.in_use);
+  EXPECT_LE(many.arenas.in_use, 2 * many.parked_bytes);
+  for (int64_t n : {20, 3}) run_chain(id, n);
   EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
 }
 
