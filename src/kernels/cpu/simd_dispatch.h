@@ -8,9 +8,17 @@
 // Include it after <hwy/highway.h>, in the file's HWY_ONCE section.
 #pragma once
 
+#include <cpuid.h>
 #include <hwy/highway.h>
 
 namespace kiln::kernels::simd {
+
+// F16C from cpuid leaf 1: clang before 16 has no "f16c" for __builtin_cpu_supports (the
+// fuzz preset builds with clang-14). The OS saving the ymm state is checked by "avx2".
+inline bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
 
 // What Highway's AVX3 target (AVX-512 F/VL/DQ/BW) needs; __builtin_cpu_supports also checks
 // that the OS saves the zmm state.
@@ -24,7 +32,7 @@ inline bool cpu_has_avx3() {
 inline bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+         __builtin_cpu_supports("bmi2") && cpu_has_f16c();
 }
 
 }  // namespace kiln::kernels::simd
