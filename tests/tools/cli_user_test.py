@@ -541,6 +541,20 @@ class NodeCountTest(unittest.TestCase):
         self.assertEqual((j["nodes"], j["subgraph_nodes"]), (2, 3))
 
 
+class StartupTest(unittest.TestCase):
+    def test_ffmpeg_is_loaded_only_to_decode_video(self):
+        # FFmpeg brings ~130 shared libraries (28 MiB of RSS, 50 ms of start-up) that only
+        # video decoding needs: `kiln` loads it on first use (src/apps/video/libav.h), so a
+        # process that runs a model maps none of it.
+        fixed = fixed_linear("linear_startup.kiln")[1]
+        r = subprocess.run([KILN, "run", fixed, "--loops", "2"], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, LD_DEBUG="files"))
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        loaded = re.findall(r"file=(\S+) \[0\];\s+needed by", r.stderr)
+        self.assertTrue(loaded, "LD_DEBUG=files printed no loaded library")
+        self.assertFalse([f for f in loaded if re.match(r"libav(codec|format|util)\.", f)], loaded)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
