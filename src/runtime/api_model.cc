@@ -17,6 +17,7 @@
 #include "model/kiln_model.h"
 #include "profiler/profiler.h"
 #include "runtime/api_dataset.h"
+#include "runtime/api_guard.h"
 #include "runtime/api_internal.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
@@ -339,13 +340,15 @@ size_t kilnGetTensorDescNumDims(const kilnTensorDesc* desc) {
 
 kilnError kilnGetTensorDescDimV2(const kilnTensorDesc* desc, size_t index, int64_t* dimSize) {
   const char* api = "kilnGetTensorDescDimV2";
-  if (!live_desc(api, desc)) return KILN_ERROR_INVALID_PARAM;
-  if (!dimSize) return fail(KILN_ERROR_INVALID_PARAM, "%s: dimSize is NULL", api);
-  if (index >= desc->dims.size())
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the desc has %zu dims)",
-                api, index, desc->dims.size());
-  *dimSize = desc->dims[index];
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    if (!live_desc(api, desc)) return KILN_ERROR_INVALID_PARAM;
+    if (!dimSize) return fail(KILN_ERROR_INVALID_PARAM, "%s: dimSize is NULL", api);
+    if (index >= desc->dims.size())
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the desc has %zu dims)",
+                  api, index, desc->dims.size());
+    *dimSize = desc->dims[index];
+    return KILN_SUCCESS;
+  });
 }
 
 size_t kilnGetTensorDescElementCount(const kilnTensorDesc* desc) {
@@ -404,23 +407,27 @@ kilnDataBuffer* kilnCreateDataBuffer(void* data, size_t size) {
 }
 
 kilnError kilnDestroyDataBuffer(const kilnDataBuffer* dataBuffer) {
-  if (!dataBuffer || !data_buffers().remove(dataBuffer))
-    return fail(KILN_ERROR_INVALID_PARAM, "kilnDestroyDataBuffer: %p is not a live data buffer",
-                static_cast<const void*>(dataBuffer));
-  delete dataBuffer;
-  return KILN_SUCCESS;
+  return api_entry("kilnDestroyDataBuffer", ApiNeeds::kNothing, [&] {
+    if (!dataBuffer || !data_buffers().remove(dataBuffer))
+      return fail(KILN_ERROR_INVALID_PARAM, "kilnDestroyDataBuffer: %p is not a live data buffer",
+                  static_cast<const void*>(dataBuffer));
+    delete dataBuffer;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnUpdateDataBuffer(kilnDataBuffer* dataBuffer, void* data, size_t size) {
   const char* api = "kilnUpdateDataBuffer";
-  if (!dataBuffer || !data_buffers().contains(dataBuffer))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
-                static_cast<void*>(dataBuffer));
-  if (!data && size)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: data is NULL with size %zu", api, size);
-  dataBuffer->data = data;
-  dataBuffer->size = size;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    if (!dataBuffer || !data_buffers().contains(dataBuffer))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
+                  static_cast<void*>(dataBuffer));
+    if (!data && size)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: data is NULL with size %zu", api, size);
+    dataBuffer->data = data;
+    dataBuffer->size = size;
+    return KILN_SUCCESS;
+  });
 }
 
 void* kilnGetDataBufferAddr(const kilnDataBuffer* dataBuffer) {
@@ -454,33 +461,33 @@ kilnmdlDataset* kilnmdlCreateDataset(void) {
 }
 
 kilnError kilnmdlDestroyDataset(const kilnmdlDataset* dataset) {
-  if (!dataset || !datasets().remove(dataset))
-    return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDataset: %p is not a live dataset",
-                static_cast<const void*>(dataset));
-  // Its descs stop being handles; a queued execution may still hold (and write) them.
-  for (const auto& d : dataset->descs)
-    if (d) tensor_descs().remove(d.get());
-  delete dataset;
-  return KILN_SUCCESS;
+  return api_entry("kilnmdlDestroyDataset", ApiNeeds::kNothing, [&] {
+    if (!dataset || !datasets().remove(dataset))
+      return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDataset: %p is not a live dataset",
+                  static_cast<const void*>(dataset));
+    // Its descs stop being handles; a queued execution may still hold (and write) them.
+    for (const auto& d : dataset->descs)
+      if (d) tensor_descs().remove(d.get());
+    delete dataset;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlAddDatasetBuffer(kilnmdlDataset* dataset, kilnDataBuffer* dataBuffer) {
   const char* api = "kilnmdlAddDatasetBuffer";
-  if (!dataset || !datasets().contains(dataset))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
-                static_cast<void*>(dataset));
-  if (!dataBuffer || !data_buffers().contains(dataBuffer))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
-                static_cast<void*>(dataBuffer));
-  std::lock_guard lock(dataset->mutex);
-  try {
-    dataset->buffers.push_back(dataBuffer);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    if (!dataset || !datasets().contains(dataset))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+                  static_cast<void*>(dataset));
+    if (!dataBuffer || !data_buffers().contains(dataBuffer))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live data buffer", api,
+                  static_cast<void*>(dataBuffer));
+    std::lock_guard lock(dataset->mutex);
+    {
+      dataset->buffers.push_back(dataBuffer);
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 size_t kilnmdlGetDatasetNumBuffers(const kilnmdlDataset* dataset) {
@@ -512,39 +519,37 @@ kilnDataBuffer* kilnmdlGetDatasetBuffer(const kilnmdlDataset* dataset, size_t in
 kilnError kilnmdlSetDatasetTensorDesc(kilnmdlDataset* dataset, kilnTensorDesc* tensorDesc,
                                       size_t index) {
   const char* api = "kilnmdlSetDatasetTensorDesc";
-  if (!dataset || !datasets().contains(dataset))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
-                static_cast<void*>(dataset));
-  if (!live_desc(api, tensorDesc)) return KILN_ERROR_INVALID_PARAM;
-  for (size_t k = 0; k < tensorDesc->dims.size(); ++k)
-    if (tensorDesc->dims[k] < 0)
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    if (!dataset || !datasets().contains(dataset))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+                  static_cast<void*>(dataset));
+    if (!live_desc(api, tensorDesc)) return KILN_ERROR_INVALID_PARAM;
+    for (size_t k = 0; k < tensorDesc->dims.size(); ++k)
+      if (tensorDesc->dims[k] < 0)
+        return fail(KILN_ERROR_INVALID_PARAM,
+                    "%s: dim %zu of the desc is %lld; an actual shape has every dim >= 0", api, k,
+                    static_cast<long long>(tensorDesc->dims[k]));
+    std::lock_guard lock(dataset->mutex);
+    if (index >= dataset->buffers.size())
       return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: dim %zu of the desc is %lld; an actual shape has every dim >= 0", api, k,
-                  static_cast<long long>(tensorDesc->dims[k]));
-  std::lock_guard lock(dataset->mutex);
-  if (index >= dataset->buffers.size())
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: index %zu is out of range (the dataset has %zu buffers)", api, index,
-                dataset->buffers.size());
-  try {
-    if (dataset->descs.size() < dataset->buffers.size())
-      dataset->descs.resize(dataset->buffers.size());
-    std::shared_ptr<kilnTensorDesc>& slot = dataset->descs[index];
-    if (!slot) {
-      slot = std::make_shared<kilnTensorDesc>();
-      slot->owned_by_dataset = true;
-      tensor_descs().add(slot.get());
+                  "%s: index %zu is out of range (the dataset has %zu buffers)", api, index,
+                  dataset->buffers.size());
+    {
+      if (dataset->descs.size() < dataset->buffers.size())
+        dataset->descs.resize(dataset->buffers.size());
+      std::shared_ptr<kilnTensorDesc>& slot = dataset->descs[index];
+      if (!slot) {
+        slot = std::make_shared<kilnTensorDesc>();
+        slot->owned_by_dataset = true;
+        tensor_descs().add(slot.get());
+      }
+      std::lock_guard desc_lock(owned_desc_mutex());
+      slot->dtype = tensorDesc->dtype;
+      slot->dims = tensorDesc->dims;
+      slot->format = tensorDesc->format;
     }
-    std::lock_guard desc_lock(owned_desc_mutex());
-    slot->dtype = tensorDesc->dtype;
-    slot->dims = tensorDesc->dims;
-    slot->format = tensorDesc->format;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
-  return KILN_SUCCESS;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnTensorDesc* kilnmdlGetDatasetTensorDesc(const kilnmdlDataset* dataset, size_t index) {
@@ -581,27 +586,30 @@ kilnmdlDesc* kilnmdlCreateDesc(void) {
 }
 
 kilnError kilnmdlDestroyDesc(kilnmdlDesc* modelDesc) {
-  if (!modelDesc || !model_descs().remove(modelDesc))
-    return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDesc: %p is not a live model desc",
-                static_cast<void*>(modelDesc));
-  delete modelDesc;
-  return KILN_SUCCESS;
+  return api_entry("kilnmdlDestroyDesc", ApiNeeds::kNothing, [&] {
+    if (!modelDesc || !model_descs().remove(modelDesc))
+      return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyDesc: %p is not a live model desc",
+                  static_cast<void*>(modelDesc));
+    delete modelDesc;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlGetDesc(kilnmdlDesc* modelDesc, uint32_t modelId) {
   const char* api = "kilnmdlGetDesc";
-  KILN_REQUIRE_INIT(api);
-  if (!modelDesc || !model_descs().contains(modelDesc))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live model desc", api,
-                static_cast<void*>(modelDesc));
-  kilnError error = KILN_SUCCESS;
-  std::shared_ptr<Model> m = find_model(api, modelId, &error);
-  if (!m) return error;
-  modelDesc->inputs = m->inputs();
-  modelDesc->outputs = m->outputs();
-  modelDesc->model_id = modelId;
-  modelDesc->filled = true;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!modelDesc || !model_descs().contains(modelDesc))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live model desc", api,
+                  static_cast<void*>(modelDesc));
+    kilnError error = KILN_SUCCESS;
+    std::shared_ptr<Model> m = find_model(api, modelId, &error);
+    if (!m) return error;
+    modelDesc->inputs = m->inputs();
+    modelDesc->outputs = m->outputs();
+    modelDesc->model_id = modelId;
+    modelDesc->filled = true;
+    return KILN_SUCCESS;
+  });
 }
 
 size_t kilnmdlGetNumInputs(kilnmdlDesc* modelDesc) {
@@ -644,20 +652,28 @@ const char* kilnmdlGetOutputNameByIndex(const kilnmdlDesc* modelDesc, size_t ind
 
 kilnError kilnmdlGetInputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
                                      size_t* index) {
-  return index_by_name("kilnmdlGetInputIndexByName", modelDesc, name, index, true);
+  return api_entry("kilnmdlGetInputIndexByName", ApiNeeds::kNothing, [&] {
+    return index_by_name("kilnmdlGetInputIndexByName", modelDesc, name, index, true);
+  });
 }
 
 kilnError kilnmdlGetOutputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
                                       size_t* index) {
-  return index_by_name("kilnmdlGetOutputIndexByName", modelDesc, name, index, false);
+  return api_entry("kilnmdlGetOutputIndexByName", ApiNeeds::kNothing, [&] {
+    return index_by_name("kilnmdlGetOutputIndexByName", modelDesc, name, index, false);
+  });
 }
 
 kilnError kilnmdlGetInputDims(const kilnmdlDesc* modelDesc, size_t index, kilnmdlIODims* dims) {
-  return get_dims("kilnmdlGetInputDims", modelDesc, index, dims, true);
+  return api_entry("kilnmdlGetInputDims", ApiNeeds::kNothing, [&] {
+    return get_dims("kilnmdlGetInputDims", modelDesc, index, dims, true);
+  });
 }
 
 kilnError kilnmdlGetOutputDims(const kilnmdlDesc* modelDesc, size_t index, kilnmdlIODims* dims) {
-  return get_dims("kilnmdlGetOutputDims", modelDesc, index, dims, false);
+  return api_entry("kilnmdlGetOutputDims", ApiNeeds::kNothing, [&] {
+    return get_dims("kilnmdlGetOutputDims", modelDesc, index, dims, false);
+  });
 }
 
 kilnDataType kilnmdlGetInputDataType(const kilnmdlDesc* modelDesc, size_t index) {
@@ -684,71 +700,52 @@ kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index) {
 
 kilnError kilnmdlLoadFromFile(const char* modelPath, uint32_t* modelId) {
   const char* api = "kilnmdlLoadFromFile";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  if (!modelPath || !modelId)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!modelPath || !modelId)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
     return load(api, kiln::model::load_model(modelPath), std::nullopt, modelId);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, modelPath);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* modelId) {
   const char* api = "kilnmdlLoadFromMem";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  if (!model || !modelSize || !modelId)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: model and modelId must not be NULL, modelSize not 0",
-                api);
-  if (std::optional<Allocation> a = MemoryRegistry::get().find(model, 1);
-      a && a->kind == MemoryKind::kDevice)
-    return fail(KILN_ERROR_INVALID_MEMORY,
-                "%s: model %p is device memory of cpu:%d; the bytes must be in host memory", api,
-                model, a->device);
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!model || !modelSize || !modelId)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: model and modelId must not be NULL, modelSize not 0",
+                  api);
+    if (std::optional<Allocation> a = MemoryRegistry::get().find(model, 1);
+        a && a->kind == MemoryKind::kDevice)
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: model %p is device memory of cpu:%d; the bytes must be in host memory", api,
+                  model, a->device);
     return load(api, kiln::model::load_model_from_memory(model, modelSize), std::nullopt, modelId);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
                                      size_t workSize, void* weightPtr, size_t weightSize) {
   const char* api = "kilnmdlLoadFromFileWithMem";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  if (!modelPath || !modelId)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
-  if (weightPtr)
-    return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
-                "%s: weightPtr must be NULL: weights stay in the mapped model file, shared by "
-                "every execution",
-                api);
-  // As in AscendCL, a NULL workPtr leaves the activation memory to the runtime.
-  std::optional<BufferRef> workspace;
-  if (workPtr) workspace = BufferRef{workPtr, workSize};
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!modelPath || !modelId)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: modelPath and modelId must not be NULL", api);
+    if (weightPtr)
+      return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
+                  "%s: weightPtr must be NULL: weights stay in the mapped model file, shared by "
+                  "every execution",
+                  api);
+    // As in AscendCL, a NULL workPtr leaves the activation memory to the runtime.
+    std::optional<BufferRef> workspace;
+    if (workPtr) workspace = BufferRef{workPtr, workSize};
     return load(api, kiln::model::load_model(modelPath), workspace, modelId);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, modelPath);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weightSize) {
   const char* api = "kilnmdlQuerySize";
-  KILN_REQUIRE_INIT(api);
-  if (!fileName || !workSize || !weightSize)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: fileName, workSize and weightSize must not be NULL",
-                api);
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!fileName || !workSize || !weightSize)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: fileName, workSize and weightSize must not be NULL",
+                  api);
     auto loaded = kiln::model::load_model(fileName);
     if (!loaded.ok())
       return fail(load_error_code(loaded.status()), "%s: %s", api,
@@ -760,23 +757,19 @@ kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weigh
     *workSize = sizes->work_bytes;
     *weightSize = sizes->weight_bytes;
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: %s: out of memory", api, fileName);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlUnload(uint32_t modelId) {
   const char* api = "kilnmdlUnload";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  std::shared_ptr<Model> m = ModelTable::get().remove(modelId);
-  if (!m)
-    return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
-  // New executions no longer find the id; wait for the ones already running or queued.
-  m->wait_idle();
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    std::shared_ptr<Model> m = ModelTable::get().remove(modelId);
+    if (!m)
+      return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
+    // New executions no longer find the id; wait for the ones already running or queued.
+    m->wait_idle();
+    return KILN_SUCCESS;
+  });
 }
 
 // ---- Execution -------------------------------------------------------------------------------
@@ -796,23 +789,21 @@ struct SyncExecutionScratch {
 
 kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output) {
   const char* api = "kilnmdlExecute";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  // Keeps the model counted in flight (kilnmdlUnload waits for it) until this call returns.
-  std::optional<ExecutionToken> token;
-  std::shared_ptr<Model> m = ModelTable::get().find(modelId, &token);
-  if (!m) return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
-  Context* ctx = current_context();
-  if (!ctx)
-    return fail(
-        KILN_ERROR_RT_CONTEXT_NULL,
-        "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)",
-        api);
-  if (&ctx->device() != &m->device())
-    return fail(KILN_ERROR_RESOURCE_NOT_MATCH,
-                "%s: model %u was loaded on %s, the current context is on %s", api, modelId,
-                m->device().name().c_str(), ctx->device().name().c_str());
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    // Keeps the model counted in flight (kilnmdlUnload waits for it) until this call returns.
+    std::optional<ExecutionToken> token;
+    std::shared_ptr<Model> m = ModelTable::get().find(modelId, &token);
+    if (!m) return fail(KILN_ERROR_INVALID_MODEL_ID, "%s: no model with id %u is loaded", api, modelId);
+    Context* ctx = current_context();
+    if (!ctx)
+      return fail(
+          KILN_ERROR_RT_CONTEXT_NULL,
+          "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)",
+          api);
+    if (&ctx->device() != &m->device())
+      return fail(KILN_ERROR_RESOURCE_NOT_MATCH,
+                  "%s: model %u was loaded on %s, the current context is on %s", api, modelId,
+                  m->device().name().c_str(), ctx->device().name().c_str());
     // A call made while this thread's scratch is in use (from within an execution) gets its own.
     thread_local SyncExecutionScratch thread_scratch;
     std::optional<SyncExecutionScratch> own;
@@ -835,31 +826,25 @@ kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlD
     if (!s.ok()) return fail_coded(api, s);
     write_output_descs(*m, scratch.dims, scratch.output_descs);
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kilnmdlDataset* output,
                               kilnrtStream stream) {
   const char* api = "kilnmdlExecuteAsync";
-  KILN_PROFILE_API(api);
-  KILN_REQUIRE_INIT(api);
-  kilnError error = KILN_SUCCESS;
-  // The token keeps the model alive and counted in flight until the task has run, or was
-  // dropped unrun (a stream in error state skips it).
-  std::shared_ptr<ExecutionToken> token;
-  std::shared_ptr<Model> m = find_model(api, modelId, &error, &token);
-  if (!m) return error;
-  kiln::Expected<Stream*> resolved = resolve_stream(stream, api);
-  if (!resolved.ok()) return fail(resolved.status());
-  Stream* s = *resolved;
-  if (&s->device() != &m->device())
-    return fail(KILN_ERROR_RT_STREAM_CONTEXT, "%s: model %u was loaded on %s, %s is on %s", api,
-                modelId, m->device().name().c_str(), s->name().c_str(), s->device().name().c_str());
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    kilnError error = KILN_SUCCESS;
+    // The token keeps the model alive and counted in flight until the task has run, or was
+    // dropped unrun (a stream in error state skips it).
+    std::shared_ptr<ExecutionToken> token;
+    std::shared_ptr<Model> m = find_model(api, modelId, &error, &token);
+    if (!m) return error;
+    kiln::Expected<Stream*> resolved = resolve_stream(stream, api);
+    if (!resolved.ok()) return fail(resolved.status());
+    Stream* s = *resolved;
+    if (&s->device() != &m->device())
+      return fail(KILN_ERROR_RT_STREAM_CONTEXT, "%s: model %u was loaded on %s, %s is on %s", api,
+                  modelId, m->device().name().c_str(), s->name().c_str(), s->device().name().c_str());
     auto request = std::make_shared<ExecutionRequest>();
     auto output_descs = std::make_shared<std::vector<std::shared_ptr<kilnTensorDesc>>>();
     CodedStatus st = make_request(*m, input, output, request.get(), output_descs.get());
@@ -888,9 +873,5 @@ kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kil
       return result;
     }, "ModelExecute");
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: model %u: out of memory", api, modelId);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }

@@ -5,10 +5,13 @@
 
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
+#include "runtime/api_guard.h"
 #include "runtime/api_internal.h"
 
 using kiln::Status;
 using kiln::StatusCode;
+using kiln::rt::api_entry;
+using kiln::rt::ApiNeeds;
 using kiln::rt::fail;
 
 namespace {
@@ -30,34 +33,42 @@ extern "C" {
 
 kilnError kilnprofInit(const char* profilerResultPath, size_t length) {
   static const char* const kApi = "kilnprofInit";
-  if (profilerResultPath == nullptr)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: profilerResultPath is NULL", kApi);
-  if (length == 0 || length > 4096 || strnlen(profilerResultPath, length + 1) != length)
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: length %zu is not the length of profilerResultPath (1 to 4096 bytes)", kApi,
-                length);
-  Status s = kiln::profiler::init_session(std::string(profilerResultPath, length));
-  if (!s.ok()) return session_error(kApi, std::move(s));
-  kiln::rt::clear_error();
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    if (profilerResultPath == nullptr)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: profilerResultPath is NULL", kApi);
+    if (length == 0 || length > 4096 || strnlen(profilerResultPath, length + 1) != length)
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: length %zu is not the length of profilerResultPath (1 to 4096 bytes)", kApi,
+                  length);
+    Status s = kiln::profiler::init_session(std::string(profilerResultPath, length));
+    if (!s.ok()) return session_error(kApi, std::move(s));
+    kiln::rt::clear_error();
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnprofStart(void) {
-  Status s = kiln::profiler::start_session();
-  if (!s.ok()) return session_error("kilnprofStart", std::move(s));
-  return KILN_SUCCESS;
+  return api_entry("kilnprofStart", ApiNeeds::kNothing, [&] {
+    Status s = kiln::profiler::start_session();
+    if (!s.ok()) return session_error("kilnprofStart", std::move(s));
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnprofStop(void) {
-  Status s = kiln::profiler::stop_session();
-  if (!s.ok()) return session_error("kilnprofStop", std::move(s));
-  return KILN_SUCCESS;
+  return api_entry("kilnprofStop", ApiNeeds::kNothing, [&] {
+    Status s = kiln::profiler::stop_session();
+    if (!s.ok()) return session_error("kilnprofStop", std::move(s));
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnprofFinalize(void) {
-  Status s = kiln::profiler::finalize_session();
-  if (!s.ok()) return session_error("kilnprofFinalize", std::move(s));
-  return KILN_SUCCESS;
+  return api_entry("kilnprofFinalize", ApiNeeds::kNothing, [&] {
+    Status s = kiln::profiler::finalize_session();
+    if (!s.ok()) return session_error("kilnprofFinalize", std::move(s));
+    return KILN_SUCCESS;
+  });
 }
 
 }  // extern "C"

@@ -1,0 +1,113 @@
+// The one entry guard of the public C functions. Each C entry point is
+//
+//   kilnError kilnrtFoo(...) {
+//     return api_entry("kilnrtFoo", ApiNeeds::kRuntime, [&](RuntimeState* state) -> kilnError {
+//       ... the function's own work ...
+//     });
+//   }
+//
+// and the guard does what every entry point did by hand before: times the call for the
+// profiler, holds runtime_lock() shared so kilnFinalize cannot pull the runtime away
+// mid-call, fails with KILN_ERROR_UNINITIALIZE (one message) before kilnInit, and turns an
+// exception into an error code, since none may cross the C boundary.
+#pragma once
+
+#include <exception>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/kiln.h"
+#include "profiler/profiler.h"
+#include "runtime/api_internal.h"
+
+namespace kiln::rt {
+
+enum class ApiNeeds {
+  // Host objects (tensor descs, data buffers, datasets, model descs, AIPP sets), the
+  // profiler, versions: they work with or without kilnInit, and take no runtime lock.
+  kNothing,
+  // Everything that touches devices, contexts, streams, memory or models: the runtime
+  // lock held shared for the whole call, and KILN_ERROR_UNINITIALIZE without kilnInit.
+  kRuntime,
+};
+
+// The error of a call before kilnInit (or after kilnFinalize).
+inline kilnError not_initialized(const char* api) {
+  return fail(KILN_ERROR_UNINITIALIZE, "%s: the runtime is not initialized (call kilnInit first)",
+              api);
+}
+
+namespace guard_detail {
+
+// An exception that reached the entry point, as an error code with its message recorded.
+inline kilnError exception_error(const char* api) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory", api);
+  } catch (const std::exception& e) {
+    return fail(KILN_ERROR_FAILURE, "%s: %s", api, e.what());
+  } catch (...) {
+    return fail(KILN_ERROR_FAILURE, "%s: unknown exception", api);
+  }
+}
+
+// Runs `body` with the runtime state when it takes one (only with ApiNeeds::kRuntime,
+// where the state is known to exist), else with nothing.
+template <class F>
+decltype(auto) call_body(F& body, RuntimeState* state) {
+  if constexpr (std::is_invocable_v<F&, RuntimeState*>) {
+    return body(state);
+  } else {
+    (void)state;
+    return body();
+  }
+}
+
+}  // namespace guard_detail
+
+// For entry points returning a value rather than kilnError (a handle, a size, a type):
+// `fallback` is what the caller gets when the runtime is not initialized or an exception
+// was thrown; the error is recorded for kilnGetRecentErrMsg either way.
+template <class T, class F>
+T api_entry_or(const char* api, ApiNeeds needs, T fallback, F&& body) noexcept {
+  KILN_PROFILE_API(api);
+  try {
+    std::shared_lock<std::shared_mutex> lock;
+    RuntimeState* state = nullptr;
+    if (needs == ApiNeeds::kRuntime) {
+      lock = std::shared_lock(runtime_lock());
+      state = runtime_state();
+      if (state == nullptr) {
+        not_initialized(api);
+        return fallback;
+      }
+    }
+    return guard_detail::call_body(body, state);
+  } catch (...) {
+    guard_detail::exception_error(api);
+    return fallback;
+  }
+}
+
+template <class F>
+kilnError api_entry(const char* api, ApiNeeds needs, F&& body) noexcept {
+  KILN_PROFILE_API(api);
+  try {
+    std::shared_lock<std::shared_mutex> lock;
+    RuntimeState* state = nullptr;
+    if (needs == ApiNeeds::kRuntime) {
+      lock = std::shared_lock(runtime_lock());
+      state = runtime_state();
+      if (state == nullptr) return not_initialized(api);
+    }
+    return guard_detail::call_body(body, state);
+  } catch (...) {
+    return guard_detail::exception_error(api);
+  }
+}
+
+}  // namespace kiln::rt
