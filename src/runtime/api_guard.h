@@ -110,4 +110,13 @@ kilnError api_entry(const char* api, ApiNeeds needs, F&& body) noexcept {
   }
 }
 
+// For the entry points returning nothing (kilnDestroyTensorDesc): the error is only recorded.
+template <class F>
+void api_entry_void(const char* api, ApiNeeds needs, F&& body) noexcept {
+  api_entry_or<int>(api, needs, 0, [&](auto... state) {
+    guard_detail::call_body(body, state...);
+    return 0;
+  });
+}
+
 }  // namespace kiln::rt

@@ -276,66 +276,76 @@ using namespace kiln::rt;  // NOLINT: the C entry points below implement kiln::r
 kilnTensorDesc* kilnCreateTensorDesc(kilnDataType dataType, int numDims, const int64_t* dims,
                                      kilnFormat format) {
   const char* api = "kilnCreateTensorDesc";
-  if (!valid_c_dtype(dataType)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d is not a kilnDataType", api,
-         static_cast<int>(dataType));
-    return nullptr;
-  }
-  if (!valid_format(format)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: format %d is not a kilnFormat", api,
-         static_cast<int>(format));
-    return nullptr;
-  }
-  if (numDims < 0 || numDims > KILN_MAX_DIM_CNT || (numDims > 0 && !dims)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: numDims %d must be in [0, %d] with dims not NULL", api,
-         numDims, KILN_MAX_DIM_CNT);
-    return nullptr;
-  }
-  for (int i = 0; i < numDims; ++i)
-    if (dims[i] < -2) {
-      fail(KILN_ERROR_INVALID_PARAM, "%s: dim %d is %lld (-1: not fixed, -2: rank not known)", api,
-           i, static_cast<long long>(dims[i]));
+  return api_entry_or<kilnTensorDesc*>(api, ApiNeeds::kNothing, nullptr, [&]() -> kilnTensorDesc* {
+    if (!valid_c_dtype(dataType)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d is not a kilnDataType", api,
+           static_cast<int>(dataType));
       return nullptr;
     }
-  auto* d = new (std::nothrow) kilnTensorDesc();
-  if (!d) {
-    fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-    return nullptr;
-  }
-  d->dtype = dataType;
-  d->dims.assign(dims, dims + numDims);
-  d->format = format;
-  tensor_descs().add(d);
-  return d;
+    if (!valid_format(format)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: format %d is not a kilnFormat", api,
+           static_cast<int>(format));
+      return nullptr;
+    }
+    if (numDims < 0 || numDims > KILN_MAX_DIM_CNT || (numDims > 0 && !dims)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: numDims %d must be in [0, %d] with dims not NULL", api,
+           numDims, KILN_MAX_DIM_CNT);
+      return nullptr;
+    }
+    for (int i = 0; i < numDims; ++i)
+      if (dims[i] < -2) {
+        fail(KILN_ERROR_INVALID_PARAM, "%s: dim %d is %lld (-1: not fixed, -2: rank not known)", api,
+             i, static_cast<long long>(dims[i]));
+        return nullptr;
+      }
+    auto* d = new (std::nothrow) kilnTensorDesc();
+    if (!d) {
+      fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
+      return nullptr;
+    }
+    d->dtype = dataType;
+    d->dims.assign(dims, dims + numDims);
+    d->format = format;
+    tensor_descs().add(d);
+    return d;
+  });
 }
 
 void kilnDestroyTensorDesc(const kilnTensorDesc* desc) {
   const char* api = "kilnDestroyTensorDesc";
-  if (!desc) return;
-  if (!tensor_descs().contains(desc)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live tensor desc", api,
-         static_cast<const void*>(desc));
-    return;
-  }
-  if (desc->owned_by_dataset) {
-    fail(KILN_ERROR_INVALID_PARAM,
-         "%s: %p belongs to its dataset (kilnmdlGetDatasetTensorDesc); it goes with it", api,
-         static_cast<const void*>(desc));
-    return;
-  }
-  if (tensor_descs().remove(desc)) delete desc;
+  api_entry_void(api, ApiNeeds::kNothing, [&] {
+    if (!desc) return;
+    if (!tensor_descs().contains(desc)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live tensor desc", api,
+           static_cast<const void*>(desc));
+      return;
+    }
+    if (desc->owned_by_dataset) {
+      fail(KILN_ERROR_INVALID_PARAM,
+           "%s: %p belongs to its dataset (kilnmdlGetDatasetTensorDesc); it goes with it", api,
+           static_cast<const void*>(desc));
+      return;
+    }
+    if (tensor_descs().remove(desc)) delete desc;
+  });
 }
 
 kilnDataType kilnGetTensorDescType(const kilnTensorDesc* desc) {
-  return live_desc("kilnGetTensorDescType", desc) ? desc->dtype : KILN_DT_UNDEFINED;
+  return api_entry_or<kilnDataType>("kilnGetTensorDescType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+    return live_desc("kilnGetTensorDescType", desc) ? desc->dtype : KILN_DT_UNDEFINED;
+  });
 }
 
 kilnFormat kilnGetTensorDescFormat(const kilnTensorDesc* desc) {
-  return live_desc("kilnGetTensorDescFormat", desc) ? desc->format : KILN_FORMAT_UNDEFINED;
+  return api_entry_or<kilnFormat>("kilnGetTensorDescFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+    return live_desc("kilnGetTensorDescFormat", desc) ? desc->format : KILN_FORMAT_UNDEFINED;
+  });
 }
 
 size_t kilnGetTensorDescNumDims(const kilnTensorDesc* desc) {
-  return live_desc("kilnGetTensorDescNumDims", desc) ? desc->dims.size() : 0;
+  return api_entry_or<size_t>("kilnGetTensorDescNumDims", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    return live_desc("kilnGetTensorDescNumDims", desc) ? desc->dims.size() : 0;
+  });
 }
 
 kilnError kilnGetTensorDescDimV2(const kilnTensorDesc* desc, size_t index, int64_t* dimSize) {
@@ -353,57 +363,63 @@ kilnError kilnGetTensorDescDimV2(const kilnTensorDesc* desc, size_t index, int64
 
 size_t kilnGetTensorDescElementCount(const kilnTensorDesc* desc) {
   const char* api = "kilnGetTensorDescElementCount";
-  if (!live_desc(api, desc)) return 0;
-  size_t n = 1;
-  for (int64_t d : desc->dims) {
-    if (d < 0) {
-      fail(KILN_ERROR_INVALID_PARAM, "%s: the desc has dims not fixed", api);
-      return 0;
+  return api_entry_or<size_t>(api, ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!live_desc(api, desc)) return 0;
+    size_t n = 1;
+    for (int64_t d : desc->dims) {
+      if (d < 0) {
+        fail(KILN_ERROR_INVALID_PARAM, "%s: the desc has dims not fixed", api);
+        return 0;
+      }
+      if (d != 0 && n > SIZE_MAX / static_cast<size_t>(d)) {
+        fail(KILN_ERROR_INVALID_PARAM, "%s: the element count overflows", api);
+        return 0;
+      }
+      n *= static_cast<size_t>(d);
     }
-    if (d != 0 && n > SIZE_MAX / static_cast<size_t>(d)) {
-      fail(KILN_ERROR_INVALID_PARAM, "%s: the element count overflows", api);
-      return 0;
-    }
-    n *= static_cast<size_t>(d);
-  }
-  return n;
+    return n;
+  });
 }
 
 size_t kilnGetTensorDescSize(const kilnTensorDesc* desc) {
   const char* api = "kilnGetTensorDescSize";
-  if (!live_desc(api, desc)) return 0;
-  std::optional<kiln::DataType> t = from_c_dtype(desc->dtype);
-  if (!t || *t == kiln::DataType::kString) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d has no fixed element size", api,
-         static_cast<int>(desc->dtype));
-    return 0;
-  }
-  bool has_zero = false;
-  for (int64_t d : desc->dims) has_zero |= d == 0;
-  size_t n = kilnGetTensorDescElementCount(desc);
-  if (n == 0 && !has_zero) return 0;  // not fixed, or overflow: message recorded
-  size_t elem = kiln::dtype_bytes(*t, 1);
-  if (n > SIZE_MAX / elem) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: the size overflows", api);
-    return 0;
-  }
-  return n * elem;
+  return api_entry_or<size_t>(api, ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!live_desc(api, desc)) return 0;
+    std::optional<kiln::DataType> t = from_c_dtype(desc->dtype);
+    if (!t || *t == kiln::DataType::kString) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: data type %d has no fixed element size", api,
+           static_cast<int>(desc->dtype));
+      return 0;
+    }
+    bool has_zero = false;
+    for (int64_t d : desc->dims) has_zero |= d == 0;
+    size_t n = kilnGetTensorDescElementCount(desc);
+    if (n == 0 && !has_zero) return 0;  // not fixed, or overflow: message recorded
+    size_t elem = kiln::dtype_bytes(*t, 1);
+    if (n > SIZE_MAX / elem) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: the size overflows", api);
+      return 0;
+    }
+    return n * elem;
+  });
 }
 
 // ---- Data buffers ----------------------------------------------------------------------------
 
 kilnDataBuffer* kilnCreateDataBuffer(void* data, size_t size) {
-  if (!data && size) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnCreateDataBuffer: data is NULL with size %zu", size);
-    return nullptr;
-  }
-  auto* b = new (std::nothrow) kilnDataBuffer{data, size};
-  if (!b) {
-    fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer: out of memory");
-    return nullptr;
-  }
-  data_buffers().add(b);
-  return b;
+  return api_entry_or<kilnDataBuffer*>("kilnCreateDataBuffer", ApiNeeds::kNothing, nullptr, [&]() -> kilnDataBuffer* {
+    if (!data && size) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnCreateDataBuffer: data is NULL with size %zu", size);
+      return nullptr;
+    }
+    auto* b = new (std::nothrow) kilnDataBuffer{data, size};
+    if (!b) {
+      fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer: out of memory");
+      return nullptr;
+    }
+    data_buffers().add(b);
+    return b;
+  });
 }
 
 kilnError kilnDestroyDataBuffer(const kilnDataBuffer* dataBuffer) {
@@ -431,33 +447,39 @@ kilnError kilnUpdateDataBuffer(kilnDataBuffer* dataBuffer, void* data, size_t si
 }
 
 void* kilnGetDataBufferAddr(const kilnDataBuffer* dataBuffer) {
-  if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferAddr: %p is not a live data buffer",
-         static_cast<const void*>(dataBuffer));
-    return nullptr;
-  }
-  return dataBuffer->data;
+  return api_entry_or<void*>("kilnGetDataBufferAddr", ApiNeeds::kNothing, nullptr, [&]() -> void* {
+    if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferAddr: %p is not a live data buffer",
+           static_cast<const void*>(dataBuffer));
+      return nullptr;
+    }
+    return dataBuffer->data;
+  });
 }
 
 size_t kilnGetDataBufferSizeV2(const kilnDataBuffer* dataBuffer) {
-  if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferSizeV2: %p is not a live data buffer",
-         static_cast<const void*>(dataBuffer));
-    return 0;
-  }
-  return dataBuffer->size;
+  return api_entry_or<size_t>("kilnGetDataBufferSizeV2", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!dataBuffer || !data_buffers().contains(dataBuffer)) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnGetDataBufferSizeV2: %p is not a live data buffer",
+           static_cast<const void*>(dataBuffer));
+      return 0;
+    }
+    return dataBuffer->size;
+  });
 }
 
 // ---- Datasets --------------------------------------------------------------------------------
 
 kilnmdlDataset* kilnmdlCreateDataset(void) {
-  auto* d = new (std::nothrow) kilnmdlDataset();
-  if (!d) {
-    fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset: out of memory");
-    return nullptr;
-  }
-  datasets().add(d);
-  return d;
+  return api_entry_or<kilnmdlDataset*>("kilnmdlCreateDataset", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDataset* {
+    auto* d = new (std::nothrow) kilnmdlDataset();
+    if (!d) {
+      fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset: out of memory");
+      return nullptr;
+    }
+    datasets().add(d);
+    return d;
+  });
 }
 
 kilnError kilnmdlDestroyDataset(const kilnmdlDataset* dataset) {
@@ -491,29 +513,33 @@ kilnError kilnmdlAddDatasetBuffer(kilnmdlDataset* dataset, kilnDataBuffer* dataB
 }
 
 size_t kilnmdlGetDatasetNumBuffers(const kilnmdlDataset* dataset) {
-  if (!dataset || !datasets().contains(dataset)) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetDatasetNumBuffers: %p is not a live dataset",
-         static_cast<const void*>(dataset));
-    return 0;
-  }
-  std::lock_guard lock(dataset->mutex);
-  return dataset->buffers.size();
+  return api_entry_or<size_t>("kilnmdlGetDatasetNumBuffers", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!dataset || !datasets().contains(dataset)) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetDatasetNumBuffers: %p is not a live dataset",
+           static_cast<const void*>(dataset));
+      return 0;
+    }
+    std::lock_guard lock(dataset->mutex);
+    return dataset->buffers.size();
+  });
 }
 
 kilnDataBuffer* kilnmdlGetDatasetBuffer(const kilnmdlDataset* dataset, size_t index) {
   const char* api = "kilnmdlGetDatasetBuffer";
-  if (!dataset || !datasets().contains(dataset)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
-         static_cast<const void*>(dataset));
-    return nullptr;
-  }
-  std::lock_guard lock(dataset->mutex);
-  if (index >= dataset->buffers.size()) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
-         api, index, dataset->buffers.size());
-    return nullptr;
-  }
-  return dataset->buffers[index];
+  return api_entry_or<kilnDataBuffer*>(api, ApiNeeds::kNothing, nullptr, [&]() -> kilnDataBuffer* {
+    if (!dataset || !datasets().contains(dataset)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+           static_cast<const void*>(dataset));
+      return nullptr;
+    }
+    std::lock_guard lock(dataset->mutex);
+    if (index >= dataset->buffers.size()) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
+           api, index, dataset->buffers.size());
+      return nullptr;
+    }
+    return dataset->buffers[index];
+  });
 }
 
 kilnError kilnmdlSetDatasetTensorDesc(kilnmdlDataset* dataset, kilnTensorDesc* tensorDesc,
@@ -554,35 +580,39 @@ kilnError kilnmdlSetDatasetTensorDesc(kilnmdlDataset* dataset, kilnTensorDesc* t
 
 kilnTensorDesc* kilnmdlGetDatasetTensorDesc(const kilnmdlDataset* dataset, size_t index) {
   const char* api = "kilnmdlGetDatasetTensorDesc";
-  if (!dataset || !datasets().contains(dataset)) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
-         static_cast<const void*>(dataset));
-    return nullptr;
-  }
-  std::lock_guard lock(dataset->mutex);
-  if (index >= dataset->buffers.size()) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
-         api, index, dataset->buffers.size());
-    return nullptr;
-  }
-  if (index >= dataset->descs.size() || !dataset->descs[index]) {
-    fail(KILN_ERROR_INVALID_PARAM,
-         "%s: buffer %zu has no tensor desc (none set, and no execution wrote one)", api, index);
-    return nullptr;
-  }
-  return dataset->descs[index].get();
+  return api_entry_or<kilnTensorDesc*>(api, ApiNeeds::kNothing, nullptr, [&]() -> kilnTensorDesc* {
+    if (!dataset || !datasets().contains(dataset)) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api,
+           static_cast<const void*>(dataset));
+      return nullptr;
+    }
+    std::lock_guard lock(dataset->mutex);
+    if (index >= dataset->buffers.size()) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: index %zu is out of range (the dataset has %zu buffers)",
+           api, index, dataset->buffers.size());
+      return nullptr;
+    }
+    if (index >= dataset->descs.size() || !dataset->descs[index]) {
+      fail(KILN_ERROR_INVALID_PARAM,
+           "%s: buffer %zu has no tensor desc (none set, and no execution wrote one)", api, index);
+      return nullptr;
+    }
+    return dataset->descs[index].get();
+  });
 }
 
 // ---- Model descs -----------------------------------------------------------------------------
 
 kilnmdlDesc* kilnmdlCreateDesc(void) {
-  auto* d = new (std::nothrow) kilnmdlDesc();
-  if (!d) {
-    fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDesc: out of memory");
-    return nullptr;
-  }
-  model_descs().add(d);
-  return d;
+  return api_entry_or<kilnmdlDesc*>("kilnmdlCreateDesc", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDesc* {
+    auto* d = new (std::nothrow) kilnmdlDesc();
+    if (!d) {
+      fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDesc: out of memory");
+      return nullptr;
+    }
+    model_descs().add(d);
+    return d;
+  });
 }
 
 kilnError kilnmdlDestroyDesc(kilnmdlDesc* modelDesc) {
@@ -613,41 +643,53 @@ kilnError kilnmdlGetDesc(kilnmdlDesc* modelDesc, uint32_t modelId) {
 }
 
 size_t kilnmdlGetNumInputs(kilnmdlDesc* modelDesc) {
-  if (!modelDesc || !model_descs().contains(modelDesc)) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumInputs: %p is not a live model desc",
-         static_cast<void*>(modelDesc));
-    return 0;
-  }
-  return modelDesc->inputs.size();
+  return api_entry_or<size_t>("kilnmdlGetNumInputs", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!modelDesc || !model_descs().contains(modelDesc)) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumInputs: %p is not a live model desc",
+           static_cast<void*>(modelDesc));
+      return 0;
+    }
+    return modelDesc->inputs.size();
+  });
 }
 
 size_t kilnmdlGetNumOutputs(kilnmdlDesc* modelDesc) {
-  if (!modelDesc || !model_descs().contains(modelDesc)) {
-    fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumOutputs: %p is not a live model desc",
-         static_cast<void*>(modelDesc));
-    return 0;
-  }
-  return modelDesc->outputs.size();
+  return api_entry_or<size_t>("kilnmdlGetNumOutputs", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    if (!modelDesc || !model_descs().contains(modelDesc)) {
+      fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetNumOutputs: %p is not a live model desc",
+           static_cast<void*>(modelDesc));
+      return 0;
+    }
+    return modelDesc->outputs.size();
+  });
 }
 
 size_t kilnmdlGetInputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetInputSizeByIndex", modelDesc, index, true);
-  return io ? io->size_bytes : 0;
+  return api_entry_or<size_t>("kilnmdlGetInputSizeByIndex", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    const ModelIo* io = io_at("kilnmdlGetInputSizeByIndex", modelDesc, index, true);
+    return io ? io->size_bytes : 0;
+  });
 }
 
 size_t kilnmdlGetOutputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetOutputSizeByIndex", modelDesc, index, false);
-  return io ? io->size_bytes : 0;
+  return api_entry_or<size_t>("kilnmdlGetOutputSizeByIndex", ApiNeeds::kNothing, 0, [&]() -> size_t {
+    const ModelIo* io = io_at("kilnmdlGetOutputSizeByIndex", modelDesc, index, false);
+    return io ? io->size_bytes : 0;
+  });
 }
 
 const char* kilnmdlGetInputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetInputNameByIndex", modelDesc, index, true);
-  return io ? io->name.c_str() : nullptr;
+  return api_entry_or<const char*>("kilnmdlGetInputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
+    const ModelIo* io = io_at("kilnmdlGetInputNameByIndex", modelDesc, index, true);
+    return io ? io->name.c_str() : nullptr;
+  });
 }
 
 const char* kilnmdlGetOutputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetOutputNameByIndex", modelDesc, index, false);
-  return io ? io->name.c_str() : nullptr;
+  return api_entry_or<const char*>("kilnmdlGetOutputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
+    const ModelIo* io = io_at("kilnmdlGetOutputNameByIndex", modelDesc, index, false);
+    return io ? io->name.c_str() : nullptr;
+  });
 }
 
 kilnError kilnmdlGetInputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
@@ -677,23 +719,31 @@ kilnError kilnmdlGetOutputDims(const kilnmdlDesc* modelDesc, size_t index, kilnm
 }
 
 kilnDataType kilnmdlGetInputDataType(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetInputDataType", modelDesc, index, true);
-  return io ? io->c_dtype : KILN_DT_UNDEFINED;
+  return api_entry_or<kilnDataType>("kilnmdlGetInputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+    const ModelIo* io = io_at("kilnmdlGetInputDataType", modelDesc, index, true);
+    return io ? io->c_dtype : KILN_DT_UNDEFINED;
+  });
 }
 
 kilnDataType kilnmdlGetOutputDataType(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetOutputDataType", modelDesc, index, false);
-  return io ? io->c_dtype : KILN_DT_UNDEFINED;
+  return api_entry_or<kilnDataType>("kilnmdlGetOutputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+    const ModelIo* io = io_at("kilnmdlGetOutputDataType", modelDesc, index, false);
+    return io ? io->c_dtype : KILN_DT_UNDEFINED;
+  });
 }
 
 kilnFormat kilnmdlGetInputFormat(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetInputFormat", modelDesc, index, true);
-  return io ? io->format : KILN_FORMAT_UNDEFINED;
+  return api_entry_or<kilnFormat>("kilnmdlGetInputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+    const ModelIo* io = io_at("kilnmdlGetInputFormat", modelDesc, index, true);
+    return io ? io->format : KILN_FORMAT_UNDEFINED;
+  });
 }
 
 kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index) {
-  const ModelIo* io = io_at("kilnmdlGetOutputFormat", modelDesc, index, false);
-  return io ? io->format : KILN_FORMAT_UNDEFINED;
+  return api_entry_or<kilnFormat>("kilnmdlGetOutputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+    const ModelIo* io = io_at("kilnmdlGetOutputFormat", modelDesc, index, false);
+    return io ? io->format : KILN_FORMAT_UNDEFINED;
+  });
 }
 
 // ---- Loading ---------------------------------------------------------------------------------
