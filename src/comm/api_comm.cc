@@ -19,6 +19,7 @@
 #include "comm/reduce_ops.h"
 #include "comm/transport.h"
 #include "kiln/comm.h"
+#include "runtime/api_guard.h"
 #include "runtime/api_internal.h"
 #include "runtime/memory.h"
 
@@ -26,16 +27,12 @@ namespace kiln::comm {
 namespace {
 
 using rt::fail;
+using rt::not_initialized;
 using Body = std::function<Status(const AlgoContext&)>;
 
 rt::HandleSet<Communicator>& live_comms() {
   static auto* comms = new rt::HandleSet<Communicator>();  // never destroyed: no exit-order issue
   return *comms;
-}
-
-kilnError not_initialized(const char* api) {
-  return fail(KILN_ERROR_UNINITIALIZE, "%s: the runtime is not initialized (call kilnInit first)",
-              api);
 }
 
 kilnError check_comm(kilnComm comm, const char* api, Communicator** out) {
@@ -154,6 +151,8 @@ thread_local GroupState t_group;
 template <typename Fn>
 kilnError launch(const char* api, const char* op, Communicator* c, rt::Stream* stream,
                  std::shared_ptr<void> token, Fn&& fn) {
+  // Caught here rather than by the entry guard: kilnGroupEnd launches the rest of its group
+  // after one launch fails.
   try {
     stream->submit(
         rt::Engine::kHost,
@@ -171,17 +170,12 @@ kilnError launch(const char* api, const char* op, Communicator* c, rt::Stream* s
 // A collective: enqueued now, or collected by the thread's open group.
 template <typename Fn>
 kilnError submit(const char* api, const char* op, const OpSetup& where, Fn&& fn) {
-  try {
-    std::shared_ptr<void> token = where.comm->begin_operation();
-    if (t_group.depth > 0) {
-      t_group.ops.push_back(PendingOp{where, std::move(token), op, Body(std::forward<Fn>(fn))});
-      return KILN_SUCCESS;
-    }
-    return launch(api, op, where.comm, where.stream, std::move(token), std::forward<Fn>(fn));
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing the operation",
-                api);
+  std::shared_ptr<void> token = where.comm->begin_operation();
+  if (t_group.depth > 0) {
+    t_group.ops.push_back(PendingOp{where, std::move(token), op, Body(std::forward<Fn>(fn))});
+    return KILN_SUCCESS;
   }
+  return launch(api, op, where.comm, where.stream, std::move(token), std::forward<Fn>(fn));
 }
 
 // Launches a closed group: collectives one task each on their streams; the sends and
@@ -262,13 +256,9 @@ kilnError check_root(const char* api, const Communicator& c, uint32_t root, cons
 // Creates the communicator objects for transports and registers their handles.
 kilnError adopt(const char* api, std::unique_ptr<Transport> transport, int device,
                 const CommSettings& settings, kilnComm* out) {
-  try {
-    auto* c = new Communicator(std::move(transport), device, settings);
-    live_comms().add(c);
-    *out = c;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for the communicator", api);
-  }
+  auto* c = new Communicator(std::move(transport), device, settings);
+  live_comms().add(c);
+  *out = c;
   return KILN_SUCCESS;
 }
 
@@ -326,173 +316,189 @@ using kiln::comm::AlgoContext;
 using kiln::comm::Communicator;
 using kiln::comm::OpSetup;
 using kiln::comm::Reducer;
+using kiln::rt::api_entry;
+using kiln::rt::ApiNeeds;
 using kiln::rt::fail;
+using kiln::rt::RuntimeState;
 
 // ---- Communicators ---------------------------------------------------------------------------
 
 kilnError kilnCommGetRootInfo(kilnRootInfo* rootInfo) {
   static const char* const kApi = "kilnCommGetRootInfo";
-  if (rootInfo == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rootInfo is NULL", kApi);
-  kiln::Expected<kiln::comm::RootInfo> root = kiln::comm::start_root("");
-  if (!root.ok()) return kiln::comm::join_failure(kApi, root.status());
-  Status st = kiln::comm::encode_root_info(
-      *root, std::span<char>(rootInfo->internal, KILN_ROOT_INFO_BYTES));
-  if (!st.ok()) return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %s", kApi, st.to_string().c_str());
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    if (rootInfo == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rootInfo is NULL", kApi);
+    kiln::Expected<kiln::comm::RootInfo> root = kiln::comm::start_root("");
+    if (!root.ok()) return kiln::comm::join_failure(kApi, root.status());
+    Status st = kiln::comm::encode_root_info(
+        *root, std::span<char>(rootInfo->internal, KILN_ROOT_INFO_BYTES));
+    if (!st.ok()) return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %s", kApi, st.to_string().c_str());
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommInitRootInfo(uint32_t nRanks, const kilnRootInfo* rootInfo, uint32_t rank,
                                kilnComm* comm) {
   static const char* const kApi = "kilnCommInitRootInfo";
-  if (rootInfo == nullptr || comm == nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
-                rootInfo == nullptr ? "rootInfo" : "comm");
-  }
-  if (nRanks == 0 || nRanks > (1u << 20)) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: nRanks %u is not in 1..%u", kApi, nRanks, 1u << 20);
-  }
-  if (rank >= nRanks) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: rank %u is not below nRanks %u", kApi, rank, nRanks);
-  }
-  if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
-  kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
-  if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
-  kiln::Expected<kiln::comm::RootInfo> root = kiln::comm::decode_root_info(
-      std::span<const char>(rootInfo->internal, KILN_ROOT_INFO_BYTES));
-  if (!root.ok()) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: rootInfo: %s", kApi,
-                root.status().to_string().c_str());
-  }
-  kiln::comm::JoinOptions options;
-  options.rank = static_cast<int>(rank);
-  options.size = static_cast<int>(nRanks);
-  options.root = *root;
-  options.force_tcp = kiln::comm::force_tcp_from_environment();
-  return kiln::comm::join(kApi, options, *settings, comm);
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    if (rootInfo == nullptr || comm == nullptr) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
+                  rootInfo == nullptr ? "rootInfo" : "comm");
+    }
+    if (nRanks == 0 || nRanks > (1u << 20)) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: nRanks %u is not in 1..%u", kApi, nRanks, 1u << 20);
+    }
+    if (rank >= nRanks) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: rank %u is not below nRanks %u", kApi, rank, nRanks);
+    }
+    if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
+    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
+    kiln::Expected<kiln::comm::RootInfo> root = kiln::comm::decode_root_info(
+        std::span<const char>(rootInfo->internal, KILN_ROOT_INFO_BYTES));
+    if (!root.ok()) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: rootInfo: %s", kApi,
+                  root.status().to_string().c_str());
+    }
+    kiln::comm::JoinOptions options;
+    options.rank = static_cast<int>(rank);
+    options.size = static_cast<int>(nRanks);
+    options.root = *root;
+    options.force_tcp = kiln::comm::force_tcp_from_environment();
+    return kiln::comm::join(kApi, options, *settings, comm);
+  });
 }
 
 kilnError kilnCommInitFromEnv(kilnComm* comm) {
   static const char* const kApi = "kilnCommInitFromEnv";
-  if (comm == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: comm is NULL", kApi);
-  if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
-  kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
-  if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
-  kiln::Expected<kiln::comm::LaunchEnv> env = kiln::comm::launch_env_from_environment();
-  if (!env.ok()) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s", kApi, env.status().to_string().c_str());
-  }
-  // On rank 0, launch_env_from_environment has started the bootstrap listener at the
-  // address (and with the id) every rank derived from the environment.
-  kiln::comm::JoinOptions options;
-  options.rank = env->rank;
-  options.size = env->size;
-  options.root = env->root;
-  options.force_tcp = env->force_tcp || kiln::comm::force_tcp_from_environment();
-  return kiln::comm::join(kApi, options, *settings, comm);
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    if (comm == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: comm is NULL", kApi);
+    if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
+    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
+    kiln::Expected<kiln::comm::LaunchEnv> env = kiln::comm::launch_env_from_environment();
+    if (!env.ok()) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s", kApi, env.status().to_string().c_str());
+    }
+    // On rank 0, launch_env_from_environment has started the bootstrap listener at the
+    // address (and with the id) every rank derived from the environment.
+    kiln::comm::JoinOptions options;
+    options.rank = env->rank;
+    options.size = env->size;
+    options.root = env->root;
+    options.force_tcp = env->force_tcp || kiln::comm::force_tcp_from_environment();
+    return kiln::comm::join(kApi, options, *settings, comm);
+  });
 }
 
 kilnError kilnCommInitAll(uint32_t nDevices, int32_t* devices, kilnComm* comms) {
   static const char* const kApi = "kilnCommInitAll";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  kiln::rt::RuntimeState* state = kiln::rt::runtime_state();
-  if (state == nullptr) return kiln::comm::not_initialized(kApi);
-  if (devices == nullptr || comms == nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
-                devices == nullptr ? "devices" : "comms");
-  }
-  if (nDevices == 0 || nDevices > 4096) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: nDevices %u is not in 1..4096", kApi, nDevices);
-  }
-  for (uint32_t i = 0; i < nDevices; ++i) {
-    if (state->devices->device(devices[i]) == nullptr) {
-      return fail(KILN_ERROR_INVALID_DEVICE, "%s: devices[%u] = %d is not a device (%d devices)",
-                  kApi, i, devices[i], state->devices->count());
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    if (devices == nullptr || comms == nullptr) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
+                  devices == nullptr ? "devices" : "comms");
     }
-  }
-  kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
-  if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
-  std::vector<std::unique_ptr<kiln::comm::Transport>> world;
-  try {
-    world = kiln::comm::make_in_process_world(static_cast<int>(nDevices));
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for %u ranks' links", kApi, nDevices);
-  }
-  if (world.size() != nDevices) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: could not create the links of %u ranks", kApi, nDevices);
-  }
-  for (uint32_t i = 0; i < nDevices; ++i) {
-    if (kilnError e =
-            kiln::comm::adopt(kApi, std::move(world[i]), devices[i], *settings, &comms[i])) {
-      for (uint32_t j = 0; j < i; ++j) {
-        kiln::comm::live_comms().remove(static_cast<Communicator*>(comms[j]));
-        delete static_cast<Communicator*>(comms[j]);
-        comms[j] = nullptr;
+    if (nDevices == 0 || nDevices > 4096) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: nDevices %u is not in 1..4096", kApi, nDevices);
+    }
+    for (uint32_t i = 0; i < nDevices; ++i) {
+      if (state->devices->device(devices[i]) == nullptr) {
+        return fail(KILN_ERROR_INVALID_DEVICE, "%s: devices[%u] = %d is not a device (%d devices)",
+                    kApi, i, devices[i], state->devices->count());
       }
-      return e;
     }
-  }
-  return KILN_SUCCESS;
+    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
+    std::vector<std::unique_ptr<kiln::comm::Transport>> world;
+    {
+      world = kiln::comm::make_in_process_world(static_cast<int>(nDevices));
+    }
+    if (world.size() != nDevices) {
+      return fail(KILN_ERROR_BAD_ALLOC, "%s: could not create the links of %u ranks", kApi, nDevices);
+    }
+    for (uint32_t i = 0; i < nDevices; ++i) {
+      if (kilnError e =
+              kiln::comm::adopt(kApi, std::move(world[i]), devices[i], *settings, &comms[i])) {
+        for (uint32_t j = 0; j < i; ++j) {
+          kiln::comm::live_comms().remove(static_cast<Communicator*>(comms[j]));
+          delete static_cast<Communicator*>(comms[j]);
+          comms[j] = nullptr;
+        }
+        return e;
+      }
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommDestroy(kilnComm comm) {
   static const char* const kApi = "kilnCommDestroy";
-  Communicator* c = nullptr;
-  if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
-  kiln::rt::Stream* current = kiln::rt::Stream::current();
-  if (current != nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: called from a task of %s; destroying a communicator waits for its queued "
-                "operations, which may be queued behind that task",
-                kApi, current->name().c_str());
-  }
-  for (const kiln::comm::PendingOp& op : kiln::comm::t_group.ops) {
-    if (op.where.comm == c) {
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    Communicator* c = nullptr;
+    if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
+    kiln::rt::Stream* current = kiln::rt::Stream::current();
+    if (current != nullptr) {
       return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: the communicator has a %s waiting in this thread's open group; call "
-                  "kilnGroupEnd first",
-                  kApi, op.op);
+                  "%s: called from a task of %s; destroying a communicator waits for its queued "
+                  "operations, which may be queued behind that task",
+                  kApi, current->name().c_str());
     }
-  }
-  if (!kiln::comm::live_comms().remove(c)) {
-    return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: comm %p was destroyed concurrently", kApi,
-                comm);
-  }
-  delete c;  // waits for the queued operations
-  return KILN_SUCCESS;
+    for (const kiln::comm::PendingOp& op : kiln::comm::t_group.ops) {
+      if (op.where.comm == c) {
+        return fail(KILN_ERROR_INVALID_PARAM,
+                    "%s: the communicator has a %s waiting in this thread's open group; call "
+                    "kilnGroupEnd first",
+                    kApi, op.op);
+      }
+    }
+    if (!kiln::comm::live_comms().remove(c)) {
+      return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: comm %p was destroyed concurrently", kApi,
+                  comm);
+    }
+    delete c;  // waits for the queued operations
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommAbort(kilnComm comm) {
-  Communicator* c = nullptr;
-  if (kilnError e = kiln::comm::check_comm(comm, "kilnCommAbort", &c)) return e;
-  c->abort();
-  return KILN_SUCCESS;
+  return api_entry("kilnCommAbort", ApiNeeds::kNothing, [&] {
+    Communicator* c = nullptr;
+    if (kilnError e = kiln::comm::check_comm(comm, "kilnCommAbort", &c)) return e;
+    c->abort();
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommGetRankId(kilnComm comm, uint32_t* rank) {
   static const char* const kApi = "kilnCommGetRankId";
-  Communicator* c = nullptr;
-  if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
-  if (rank == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rank is NULL", kApi);
-  *rank = static_cast<uint32_t>(c->rank());
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    Communicator* c = nullptr;
+    if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
+    if (rank == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rank is NULL", kApi);
+    *rank = static_cast<uint32_t>(c->rank());
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommGetRankSize(kilnComm comm, uint32_t* rankSize) {
   static const char* const kApi = "kilnCommGetRankSize";
-  Communicator* c = nullptr;
-  if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
-  if (rankSize == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rankSize is NULL", kApi);
-  *rankSize = static_cast<uint32_t>(c->size());
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    Communicator* c = nullptr;
+    if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
+    if (rankSize == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: rankSize is NULL", kApi);
+    *rankSize = static_cast<uint32_t>(c->size());
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnCommGetAsyncError(kilnComm comm, kilnError* asyncError) {
   static const char* const kApi = "kilnCommGetAsyncError";
-  Communicator* c = nullptr;
-  if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
-  if (asyncError == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: asyncError is NULL", kApi);
-  *asyncError = c->async_error();
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kNothing, [&] {
+    Communicator* c = nullptr;
+    if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
+    if (asyncError == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: asyncError is NULL", kApi);
+    *asyncError = c->async_error();
+    return KILN_SUCCESS;
+  });
 }
 
 // ---- Collectives -----------------------------------------------------------------------------
@@ -500,84 +506,88 @@ kilnError kilnCommGetAsyncError(kilnComm comm, kilnError* asyncError) {
 kilnError kilnAllReduce(void* sendBuf, void* recvBuf, uint64_t count, kilnCommDataType dataType,
                         kilnReduceOp op, kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnAllReduce";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  const Reducer* reducer = nullptr;
-  if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
-  size_t bytes = 0;
-  if (kilnError e = kiln::comm::byte_count(kApi, count, reducer->elem_size, 1, "count", &bytes))
-    return e;
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
-  if (count == 0) return KILN_SUCCESS;
-  return kiln::comm::submit(kApi, "AllReduce", s,
-                            [=](const AlgoContext& ctx) {
-                              return kiln::comm::all_reduce(ctx, sendBuf, recvBuf, count, *reducer);
-                            });
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    const Reducer* reducer = nullptr;
+    if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
+    size_t bytes = 0;
+    if (kilnError e = kiln::comm::byte_count(kApi, count, reducer->elem_size, 1, "count", &bytes))
+      return e;
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
+    if (count == 0) return KILN_SUCCESS;
+    return kiln::comm::submit(kApi, "AllReduce", s,
+                              [=](const AlgoContext& ctx) {
+                                return kiln::comm::all_reduce(ctx, sendBuf, recvBuf, count, *reducer);
+                              });
+  });
 }
 
 kilnError kilnBroadcast(void* buf, uint64_t count, kilnCommDataType dataType, uint32_t root,
                         kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnBroadcast";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  if (kilnError e = kiln::comm::check_dtype(kApi, dataType, "dataType")) return e;
-  if (kilnError e = kiln::comm::check_root(kApi, *s.comm, root, "root")) return e;
-  size_t bytes = 0;
-  if (kilnError e = kiln::comm::byte_count(kApi, count, kiln::comm::comm_dtype_size(dataType), 1,
-                                           "count", &bytes)) {
-    return e;
-  }
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, buf, bytes, "buf")) return e;
-  if (count == 0) return KILN_SUCCESS;
-  return kiln::comm::submit(kApi, "Broadcast", s, [=](const AlgoContext& ctx) {
-    return kiln::comm::broadcast(ctx, buf, bytes, static_cast<int>(root));
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    if (kilnError e = kiln::comm::check_dtype(kApi, dataType, "dataType")) return e;
+    if (kilnError e = kiln::comm::check_root(kApi, *s.comm, root, "root")) return e;
+    size_t bytes = 0;
+    if (kilnError e = kiln::comm::byte_count(kApi, count, kiln::comm::comm_dtype_size(dataType), 1,
+                                             "count", &bytes)) {
+      return e;
+    }
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, buf, bytes, "buf")) return e;
+    if (count == 0) return KILN_SUCCESS;
+    return kiln::comm::submit(kApi, "Broadcast", s, [=](const AlgoContext& ctx) {
+      return kiln::comm::broadcast(ctx, buf, bytes, static_cast<int>(root));
+    });
   });
 }
 
 kilnError kilnReduce(void* sendBuf, void* recvBuf, uint64_t count, kilnCommDataType dataType,
                      kilnReduceOp op, uint32_t root, kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnReduce";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  const Reducer* reducer = nullptr;
-  if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
-  if (kilnError e = kiln::comm::check_root(kApi, *s.comm, root, "root")) return e;
-  size_t bytes = 0;
-  if (kilnError e = kiln::comm::byte_count(kApi, count, reducer->elem_size, 1, "count", &bytes))
-    return e;
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
-  if (static_cast<uint32_t>(s.comm->rank()) == root) {
-    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
-  }
-  if (count == 0) return KILN_SUCCESS;
-  return kiln::comm::submit(kApi, "Reduce", s, [=](const AlgoContext& ctx) {
-    return kiln::comm::reduce(ctx, sendBuf, recvBuf, count, *reducer, static_cast<int>(root));
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    const Reducer* reducer = nullptr;
+    if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
+    if (kilnError e = kiln::comm::check_root(kApi, *s.comm, root, "root")) return e;
+    size_t bytes = 0;
+    if (kilnError e = kiln::comm::byte_count(kApi, count, reducer->elem_size, 1, "count", &bytes))
+      return e;
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
+    if (static_cast<uint32_t>(s.comm->rank()) == root) {
+      if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
+    }
+    if (count == 0) return KILN_SUCCESS;
+    return kiln::comm::submit(kApi, "Reduce", s, [=](const AlgoContext& ctx) {
+      return kiln::comm::reduce(ctx, sendBuf, recvBuf, count, *reducer, static_cast<int>(root));
+    });
   });
 }
 
 kilnError kilnAllGather(void* sendBuf, void* recvBuf, uint64_t sendCount,
                         kilnCommDataType dataType, kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnAllGather";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  if (kilnError e = kiln::comm::check_dtype(kApi, dataType, "dataType")) return e;
-  const size_t elem = kiln::comm::comm_dtype_size(dataType);
-  size_t bytes = 0, total = 0;
-  if (kilnError e = kiln::comm::byte_count(
-          kApi, sendCount, elem, static_cast<uint64_t>(s.comm->size()), "sendCount", &total)) {
-    return e;
-  }
-  bytes = total / static_cast<size_t>(s.comm->size());
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, total, "recvBuf")) return e;
-  if (sendCount == 0) return KILN_SUCCESS;
-  return kiln::comm::submit(kApi, "AllGather", s, [=](const AlgoContext& ctx) {
-    return kiln::comm::all_gather(ctx, sendBuf, recvBuf, bytes);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    if (kilnError e = kiln::comm::check_dtype(kApi, dataType, "dataType")) return e;
+    const size_t elem = kiln::comm::comm_dtype_size(dataType);
+    size_t bytes = 0, total = 0;
+    if (kilnError e = kiln::comm::byte_count(
+            kApi, sendCount, elem, static_cast<uint64_t>(s.comm->size()), "sendCount", &total)) {
+      return e;
+    }
+    bytes = total / static_cast<size_t>(s.comm->size());
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, total, "recvBuf")) return e;
+    if (sendCount == 0) return KILN_SUCCESS;
+    return kiln::comm::submit(kApi, "AllGather", s, [=](const AlgoContext& ctx) {
+      return kiln::comm::all_gather(ctx, sendBuf, recvBuf, bytes);
+    });
   });
 }
 
@@ -585,23 +595,24 @@ kilnError kilnReduceScatter(void* sendBuf, void* recvBuf, uint64_t recvCount,
                             kilnCommDataType dataType, kilnReduceOp op, kilnComm comm,
                             kilnrtStream stream) {
   static const char* const kApi = "kilnReduceScatter";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  const Reducer* reducer = nullptr;
-  if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
-  size_t total = 0;
-  if (kilnError e = kiln::comm::byte_count(kApi, recvCount, reducer->elem_size,
-                                           static_cast<uint64_t>(s.comm->size()), "recvCount",
-                                           &total)) {
-    return e;
-  }
-  const size_t bytes = total / static_cast<size_t>(s.comm->size());
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, total, "sendBuf")) return e;
-  if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
-  if (recvCount == 0) return KILN_SUCCESS;
-  return kiln::comm::submit(kApi, "ReduceScatter", s, [=](const AlgoContext& ctx) {
-    return kiln::comm::reduce_scatter(ctx, sendBuf, recvBuf, recvCount, *reducer);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    const Reducer* reducer = nullptr;
+    if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
+    size_t total = 0;
+    if (kilnError e = kiln::comm::byte_count(kApi, recvCount, reducer->elem_size,
+                                             static_cast<uint64_t>(s.comm->size()), "recvCount",
+                                             &total)) {
+      return e;
+    }
+    const size_t bytes = total / static_cast<size_t>(s.comm->size());
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, total, "sendBuf")) return e;
+    if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
+    if (recvCount == 0) return KILN_SUCCESS;
+    return kiln::comm::submit(kApi, "ReduceScatter", s, [=](const AlgoContext& ctx) {
+      return kiln::comm::reduce_scatter(ctx, sendBuf, recvBuf, recvCount, *reducer);
+    });
   });
 }
 
@@ -675,25 +686,26 @@ kilnError kilnAlltoAll(const void* sendBuf, uint64_t sendCount, kilnCommDataType
                        const void* recvBuf, uint64_t recvCount, kilnCommDataType recvType,
                        kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnAlltoAll";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  if (sendCount != recvCount) {
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: sendCount %llu differs from recvCount %llu (every block has one size)", kApi,
-                static_cast<unsigned long long>(sendCount),
-                static_cast<unsigned long long>(recvCount));
-  }
-  const size_t n = static_cast<size_t>(s.comm->size());
-  const uint64_t limit = std::numeric_limits<uint32_t>::max();
-  if (sendCount > limit * 1024 / n) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: sendCount %llu is too large", kApi,
-                static_cast<unsigned long long>(sendCount));
-  }
-  std::vector<uint64_t> counts(n, sendCount), displs(n);
-  for (size_t r = 0; r < n; ++r) displs[r] = r * sendCount;
-  return kiln::comm::all_to_all_common(kApi, s, sendBuf, counts.data(), displs.data(), sendType,
-                                       recvBuf, counts.data(), displs.data(), recvType);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    if (sendCount != recvCount) {
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: sendCount %llu differs from recvCount %llu (every block has one size)", kApi,
+                  static_cast<unsigned long long>(sendCount),
+                  static_cast<unsigned long long>(recvCount));
+    }
+    const size_t n = static_cast<size_t>(s.comm->size());
+    const uint64_t limit = std::numeric_limits<uint32_t>::max();
+    if (sendCount > limit * 1024 / n) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: sendCount %llu is too large", kApi,
+                  static_cast<unsigned long long>(sendCount));
+    }
+    std::vector<uint64_t> counts(n, sendCount), displs(n);
+    for (size_t r = 0; r < n; ++r) displs[r] = r * sendCount;
+    return kiln::comm::all_to_all_common(kApi, s, sendBuf, counts.data(), displs.data(), sendType,
+                                         recvBuf, counts.data(), displs.data(), recvType);
+  });
 }
 
 kilnError kilnAlltoAllV(const void* sendBuf, const void* sendCounts, const void* sdispls,
@@ -701,20 +713,21 @@ kilnError kilnAlltoAllV(const void* sendBuf, const void* sendCounts, const void*
                         const void* rdispls, kilnCommDataType recvType, kilnComm comm,
                         kilnrtStream stream) {
   static const char* const kApi = "kilnAlltoAllV";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  if (sendCounts == nullptr || sdispls == nullptr || recvCounts == nullptr || rdispls == nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
-                sendCounts == nullptr ? "sendCounts"
-                : sdispls == nullptr  ? "sdispls"
-                : recvCounts == nullptr ? "recvCounts"
-                                        : "rdispls");
-  }
-  return kiln::comm::all_to_all_common(
-      kApi, s, sendBuf, static_cast<const uint64_t*>(sendCounts),
-      static_cast<const uint64_t*>(sdispls), sendType, recvBuf,
-      static_cast<const uint64_t*>(recvCounts), static_cast<const uint64_t*>(rdispls), recvType);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    if (sendCounts == nullptr || sdispls == nullptr || recvCounts == nullptr || rdispls == nullptr) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
+                  sendCounts == nullptr ? "sendCounts"
+                  : sdispls == nullptr  ? "sdispls"
+                  : recvCounts == nullptr ? "recvCounts"
+                                          : "rdispls");
+    }
+    return kiln::comm::all_to_all_common(
+        kApi, s, sendBuf, static_cast<const uint64_t*>(sendCounts),
+        static_cast<const uint64_t*>(sdispls), sendType, recvBuf,
+        static_cast<const uint64_t*>(recvCounts), static_cast<const uint64_t*>(rdispls), recvType);
+  });
 }
 
 namespace kiln::comm {
@@ -749,15 +762,11 @@ kilnError point_to_point(const char* api, bool is_send, void* buf, uint64_t coun
   if (count == 0) return KILN_SUCCESS;
   const int p = static_cast<int>(peer);
   if (grouped) {
-    try {
-      kiln::comm::PendingOp op{s, s.comm->begin_operation(), is_send ? "Send" : "Recv", {}};
-      op.is_send = is_send;
-      op.send = kiln::comm::SendOp{p, buf, bytes};
-      op.recv = kiln::comm::RecvOp{p, buf, bytes, nullptr};
-      kiln::comm::t_group.ops.push_back(std::move(op));
-    } catch (const std::bad_alloc&) {
-      return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing", api);
-    }
+    kiln::comm::PendingOp op{s, s.comm->begin_operation(), is_send ? "Send" : "Recv", {}};
+    op.is_send = is_send;
+    op.send = kiln::comm::SendOp{p, buf, bytes};
+    op.recv = kiln::comm::RecvOp{p, buf, bytes, nullptr};
+    kiln::comm::t_group.ops.push_back(std::move(op));
     return KILN_SUCCESS;
   }
   if (is_send) {
@@ -777,36 +786,46 @@ kilnError point_to_point(const char* api, bool is_send, void* buf, uint64_t coun
 
 kilnError kilnSend(void* sendBuf, uint64_t count, kilnCommDataType dataType, uint32_t destRank,
                    kilnComm comm, kilnrtStream stream) {
-  return kiln::comm::point_to_point("kilnSend", true, sendBuf, count, dataType, destRank, comm,
-                                    stream);
+  return api_entry("kilnSend", ApiNeeds::kNothing, [&] {
+    return kiln::comm::point_to_point("kilnSend", true, sendBuf, count, dataType, destRank, comm,
+                                      stream);
+  });
 }
 
 kilnError kilnRecv(void* recvBuf, uint64_t count, kilnCommDataType dataType, uint32_t srcRank,
                    kilnComm comm, kilnrtStream stream) {
-  return kiln::comm::point_to_point("kilnRecv", false, recvBuf, count, dataType, srcRank, comm,
-                                    stream);
+  return api_entry("kilnRecv", ApiNeeds::kNothing, [&] {
+    return kiln::comm::point_to_point("kilnRecv", false, recvBuf, count, dataType, srcRank, comm,
+                                      stream);
+  });
 }
 
 kilnError kilnBarrier(kilnComm comm, kilnrtStream stream) {
   static const char* const kApi = "kilnBarrier";
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  OpSetup s;
-  if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-  return kiln::comm::submit(kApi, "Barrier", s,
-                            [](const AlgoContext& ctx) { return kiln::comm::barrier(ctx); });
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    OpSetup s;
+    if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
+    return kiln::comm::submit(kApi, "Barrier", s,
+                              [](const AlgoContext& ctx) { return kiln::comm::barrier(ctx); });
+  });
 }
 
 kilnError kilnGroupStart(void) {
-  ++kiln::comm::t_group.depth;
-  return KILN_SUCCESS;
+  return api_entry("kilnGroupStart", ApiNeeds::kNothing, [&] {
+    ++kiln::comm::t_group.depth;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnGroupEnd(void) {
-  kiln::comm::GroupState& group = kiln::comm::t_group;
-  if (group.depth == 0) {
-    return fail(KILN_ERROR_INVALID_PARAM, "kilnGroupEnd: no kilnGroupStart is open on this thread");
-  }
-  if (--group.depth > 0) return KILN_SUCCESS;
-  std::shared_lock guard(kiln::rt::runtime_lock());
-  return kiln::comm::launch_group(group.ops);
+  return api_entry("kilnGroupEnd", ApiNeeds::kNothing, [&] {
+    kiln::comm::GroupState& group = kiln::comm::t_group;
+    if (group.depth == 0) {
+      return fail(KILN_ERROR_INVALID_PARAM, "kilnGroupEnd: no kilnGroupStart is open on this thread");
+    }
+    if (--group.depth > 0) return KILN_SUCCESS;
+    // The group closes with or without kilnInit; without it launch_group fails each operation.
+    std::shared_lock guard(kiln::rt::runtime_lock());
+    return kiln::comm::launch_group(group.ops);
+  });
 }

@@ -21,6 +21,7 @@
 #include "ops/registry.h"
 #include "profiler/profiler.h"
 #include "runtime/api_dataset.h"
+#include "runtime/api_guard.h"
 #include "runtime/api_internal.h"
 #include "runtime/memory.h"
 #include "runtime/model_runtime.h"
@@ -261,24 +262,17 @@ const AippInput* target_input(const char* api, const Model& m, const std::vector
 
 kilnError set_input_aipp(const char* api, uint32_t model_id, kilnmdlDataset* dataset, size_t index,
                          const kilnmdlAIPP* aipp, bool by_image) {
-  KILN_REQUIRE_INIT(api);
   const kilnmdlAIPP* set = live_set(api, aipp);
   if (!set) return KILN_ERROR_INVALID_PARAM;
   if (!dataset || !datasets().contains(dataset))
     return fail(KILN_ERROR_INVALID_PARAM, "%s: %p is not a live dataset", api, static_cast<void*>(dataset));
-  try {
-    ModelAipp found;
-    if (kilnError e = find_model_aipp(api, model_id, &found)) return e;
-    const Model& m = *found.model;
-    if (kilnError e = check_input_index(api, m, index)) return e;
-    kilnError error = KILN_SUCCESS;
-    const AippInput* input = target_input(api, m, found.inputs, index, by_image, &error);
-    return input ? write_params(api, m, dataset, *input, *set) : error;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  ModelAipp found;
+  if (kilnError e = find_model_aipp(api, model_id, &found)) return e;
+  const Model& m = *found.model;
+  if (kilnError e = check_input_index(api, m, index)) return e;
+  kilnError error = KILN_SUCCESS;
+  const AippInput* input = target_input(api, m, found.inputs, index, by_image, &error);
+  return input ? write_params(api, m, dataset, *input, *set) : error;
 }
 
 int32_t round_to_int(float v) { return static_cast<int32_t>(std::lround(v)); }
@@ -299,59 +293,60 @@ using namespace kiln::rt;  // NOLINT: the C entry points below implement kiln::r
 
 kilnmdlAIPP* kilnmdlCreateAIPP(uint64_t batchSize) {
   const char* api = "kilnmdlCreateAIPP";
-  if (batchSize == 0 || batchSize > kMaxAippBatch) {
-    fail(KILN_ERROR_INVALID_PARAM, "%s: batchSize %llu must be within 1..%llu", api,
-         static_cast<unsigned long long>(batchSize), static_cast<unsigned long long>(kMaxAippBatch));
-    return nullptr;
-  }
-  try {
+  return api_entry_or<kilnmdlAIPP*>(api, ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlAIPP* {
+    if (batchSize == 0 || batchSize > kMaxAippBatch) {
+      fail(KILN_ERROR_INVALID_PARAM, "%s: batchSize %llu must be within 1..%llu", api,
+           static_cast<unsigned long long>(batchSize), static_cast<unsigned long long>(kMaxAippBatch));
+      return nullptr;
+    }
     auto set = std::make_unique<kilnmdlAIPP>();
     set->batch_size = batchSize;
     set->params.batch.assign(batchSize, kiln::ops::AippBatchParams{});
     set->scf_input.assign(batchSize, kilnmdlAIPP::ScfInput{});
     aipp_sets().add(set.get());
     return set.release();
-  } catch (const std::bad_alloc&) {
-    fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory for %llu records", api, static_cast<unsigned long long>(batchSize));
-    return nullptr;
-  }
+  });
 }
 
 kilnError kilnmdlDestroyAIPP(const kilnmdlAIPP* aippParmsSet) {
-  if (!aippParmsSet || !aipp_sets().remove(aippParmsSet))
-    return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyAIPP: %p is not a live kilnmdlAIPP",
-                static_cast<const void*>(aippParmsSet));
-  delete aippParmsSet;
-  return KILN_SUCCESS;
+  return api_entry("kilnmdlDestroyAIPP", ApiNeeds::kNothing, [&] {
+    if (!aippParmsSet || !aipp_sets().remove(aippParmsSet))
+      return fail(KILN_ERROR_INVALID_PARAM, "kilnmdlDestroyAIPP: %p is not a live kilnmdlAIPP",
+                  static_cast<const void*>(aippParmsSet));
+    delete aippParmsSet;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPInputFormat(kilnmdlAIPP* aippParmsSet, kilnAippInputFormat inputFormat) {
   const char* api = "kilnmdlSetAIPPInputFormat";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  // kilnAippInputFormat keeps AscendCL's numbers, which are ops::AippFormat's (ATC's): the
-  // value passes through unchanged (static_asserts below).
-  const auto format = static_cast<kiln::ops::AippFormat>(inputFormat);
-  if (kiln::ops::aipp_format_known(format)) {
-    set->params.format = format;
-    set->format_set = true;
-    return KILN_SUCCESS;
-  }
-  switch (inputFormat) {
-    case KILN_NC1HWC0DI_FP16:
-    case KILN_NC1HWC0DI_S8:
-    case KILN_RAW10:
-    case KILN_RAW12:
-    case KILN_RAW16:
-    case KILN_RAW24:
-      return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
-                  "%s: input format %d (an NC1HWC0DI or RAW format) is not one Kiln's AIPP takes: use YUV420SP_U8, "
-                  "XRGB8888_U8, RGB888_U8, YUV400_U8, ARGB8888_U8, YUYV_U8, YUV422SP_U8 or AYUV444_U8",
-                  api, static_cast<int>(inputFormat));
-    default:
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: input format %d is not a kilnAippInputFormat", api,
-                  static_cast<int>(inputFormat));
-  }
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    // kilnAippInputFormat keeps AscendCL's numbers, which are ops::AippFormat's (ATC's): the
+    // value passes through unchanged (static_asserts below).
+    const auto format = static_cast<kiln::ops::AippFormat>(inputFormat);
+    if (kiln::ops::aipp_format_known(format)) {
+      set->params.format = format;
+      set->format_set = true;
+      return KILN_SUCCESS;
+    }
+    switch (inputFormat) {
+      case KILN_NC1HWC0DI_FP16:
+      case KILN_NC1HWC0DI_S8:
+      case KILN_RAW10:
+      case KILN_RAW12:
+      case KILN_RAW16:
+      case KILN_RAW24:
+        return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
+                    "%s: input format %d (an NC1HWC0DI or RAW format) is not one Kiln's AIPP takes: use YUV420SP_U8, "
+                    "XRGB8888_U8, RGB888_U8, YUV400_U8, ARGB8888_U8, YUYV_U8, YUV422SP_U8 or AYUV444_U8",
+                    api, static_cast<int>(inputFormat));
+      default:
+        return fail(KILN_ERROR_INVALID_PARAM, "%s: input format %d is not a kilnAippInputFormat", api,
+                    static_cast<int>(inputFormat));
+    }
+  });
 }
 
 static_assert(KILN_YUV420SP_U8 == static_cast<int>(kiln::ops::AippFormat::kYuv420sp) &&
@@ -371,190 +366,211 @@ kilnError kilnmdlSetAIPPCscParams(kilnmdlAIPP* aippParmsSet, int8_t cscSwitch, i
                                   uint8_t cscOutputBiasR1, uint8_t cscOutputBiasR2, uint8_t cscInputBiasR0,
                                   uint8_t cscInputBiasR1, uint8_t cscInputBiasR2) {
   const char* api = "kilnmdlSetAIPPCscParams";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_switch(api, "cscSwitch", cscSwitch)) return e;
-  kiln::ops::AippParams& p = set->params;
-  p.csc = cscSwitch == 1;
-  if (!p.csc) return KILN_SUCCESS;  // as AscendCL: the rest is ignored when off
-  const int16_t m[9] = {cscMatrixR0C0, cscMatrixR0C1, cscMatrixR0C2, cscMatrixR1C0, cscMatrixR1C1,
-                        cscMatrixR1C2, cscMatrixR2C0, cscMatrixR2C1, cscMatrixR2C2};
-  for (int i = 0; i < 9; ++i) p.matrix[i / 3][i % 3] = m[i];
-  p.output_bias[0] = cscOutputBiasR0;
-  p.output_bias[1] = cscOutputBiasR1;
-  p.output_bias[2] = cscOutputBiasR2;
-  p.input_bias[0] = cscInputBiasR0;
-  p.input_bias[1] = cscInputBiasR1;
-  p.input_bias[2] = cscInputBiasR2;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_switch(api, "cscSwitch", cscSwitch)) return e;
+    kiln::ops::AippParams& p = set->params;
+    p.csc = cscSwitch == 1;
+    if (!p.csc) return KILN_SUCCESS;  // as AscendCL: the rest is ignored when off
+    const int16_t m[9] = {cscMatrixR0C0, cscMatrixR0C1, cscMatrixR0C2, cscMatrixR1C0, cscMatrixR1C1,
+                          cscMatrixR1C2, cscMatrixR2C0, cscMatrixR2C1, cscMatrixR2C2};
+    for (int i = 0; i < 9; ++i) p.matrix[i / 3][i % 3] = m[i];
+    p.output_bias[0] = cscOutputBiasR0;
+    p.output_bias[1] = cscOutputBiasR1;
+    p.output_bias[2] = cscOutputBiasR2;
+    p.input_bias[0] = cscInputBiasR0;
+    p.input_bias[1] = cscInputBiasR1;
+    p.input_bias[2] = cscInputBiasR2;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPRbuvSwapSwitch(kilnmdlAIPP* aippParmsSet, int8_t rbuvSwapSwitch) {
   const char* api = "kilnmdlSetAIPPRbuvSwapSwitch";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_switch(api, "rbuvSwapSwitch", rbuvSwapSwitch)) return e;
-  set->params.rbuv_swap = rbuvSwapSwitch == 1;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_switch(api, "rbuvSwapSwitch", rbuvSwapSwitch)) return e;
+    set->params.rbuv_swap = rbuvSwapSwitch == 1;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPAxSwapSwitch(kilnmdlAIPP* aippParmsSet, int8_t axSwapSwitch) {
   const char* api = "kilnmdlSetAIPPAxSwapSwitch";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_switch(api, "axSwapSwitch", axSwapSwitch)) return e;
-  set->params.ax_swap = axSwapSwitch == 1;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_switch(api, "axSwapSwitch", axSwapSwitch)) return e;
+    set->params.ax_swap = axSwapSwitch == 1;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPSrcImageSize(kilnmdlAIPP* aippParmsSet, int32_t srcImageSizeW, int32_t srcImageSizeH) {
   const char* api = "kilnmdlSetAIPPSrcImageSize";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (srcImageSizeW <= 0 || srcImageSizeH <= 0)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: srcImageSizeW/H %dx%d must be positive", api, srcImageSizeW,
-                srcImageSizeH);
-  set->params.src_w = srcImageSizeW;
-  set->params.src_h = srcImageSizeH;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (srcImageSizeW <= 0 || srcImageSizeH <= 0)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: srcImageSizeW/H %dx%d must be positive", api, srcImageSizeW,
+                  srcImageSizeH);
+    set->params.src_w = srcImageSizeW;
+    set->params.src_h = srcImageSizeH;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPScfParams(kilnmdlAIPP* aippParmsSet, int8_t scfSwitch, int32_t scfInputSizeW,
                                   int32_t scfInputSizeH, int32_t scfOutputSizeW, int32_t scfOutputSizeH,
                                   uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPScfParams";
-  kilnError error = KILN_SUCCESS;
-  kiln::ops::AippBatchParams* record =
-      switched_record(api, aippParmsSet, "scfSwitch", scfSwitch, batchIndex, &error);
-  if (!record) return error;
-  kiln::ops::AippBatchParams& b = *record;
-  if (scfSwitch == 0) {
-    b.resize = false;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnError error = KILN_SUCCESS;
+    kiln::ops::AippBatchParams* record =
+        switched_record(api, aippParmsSet, "scfSwitch", scfSwitch, batchIndex, &error);
+    if (!record) return error;
+    kiln::ops::AippBatchParams& b = *record;
+    if (scfSwitch == 0) {
+      b.resize = false;
+      return KILN_SUCCESS;
+    }
+    if (scfInputSizeW <= 0 || scfInputSizeH <= 0 || scfOutputSizeW <= 0 || scfOutputSizeH <= 0)
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: batchIndex %llu: scfInputSize %dx%d and scfOutputSize %dx%d must be positive", api,
+                  static_cast<unsigned long long>(batchIndex), scfInputSizeW, scfInputSizeH, scfOutputSizeW,
+                  scfOutputSizeH);
+    b.resize = true;
+    b.resize_w = scfOutputSizeW;
+    b.resize_h = scfOutputSizeH;
+    aippParmsSet->scf_input[batchIndex] = {scfInputSizeW, scfInputSizeH};
     return KILN_SUCCESS;
-  }
-  if (scfInputSizeW <= 0 || scfInputSizeH <= 0 || scfOutputSizeW <= 0 || scfOutputSizeH <= 0)
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: batchIndex %llu: scfInputSize %dx%d and scfOutputSize %dx%d must be positive", api,
-                static_cast<unsigned long long>(batchIndex), scfInputSizeW, scfInputSizeH, scfOutputSizeW,
-                scfOutputSizeH);
-  b.resize = true;
-  b.resize_w = scfOutputSizeW;
-  b.resize_h = scfOutputSizeH;
-  aippParmsSet->scf_input[batchIndex] = {scfInputSizeW, scfInputSizeH};
-  return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPCropParams(kilnmdlAIPP* aippParmsSet, int8_t cropSwitch, int32_t cropStartPosW,
                                    int32_t cropStartPosH, int32_t cropSizeW, int32_t cropSizeH, uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPCropParams";
-  kilnError error = KILN_SUCCESS;
-  kiln::ops::AippBatchParams* record =
-      switched_record(api, aippParmsSet, "cropSwitch", cropSwitch, batchIndex, &error);
-  if (!record) return error;
-  kiln::ops::AippBatchParams& b = *record;
-  if (cropSwitch == 0) {
-    b.crop = false;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnError error = KILN_SUCCESS;
+    kiln::ops::AippBatchParams* record =
+        switched_record(api, aippParmsSet, "cropSwitch", cropSwitch, batchIndex, &error);
+    if (!record) return error;
+    kiln::ops::AippBatchParams& b = *record;
+    if (cropSwitch == 0) {
+      b.crop = false;
+      return KILN_SUCCESS;
+    }
+    if (cropStartPosW < 0 || cropStartPosH < 0)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropStartPosW/H %d,%d must not be negative", api,
+                  static_cast<unsigned long long>(batchIndex), cropStartPosW, cropStartPosH);
+    if (cropSizeW <= 0 || cropSizeH <= 0)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropSizeW/H %dx%d must be positive", api,
+                  static_cast<unsigned long long>(batchIndex), cropSizeW, cropSizeH);
+    b.crop = true;
+    b.crop_x = cropStartPosW;
+    b.crop_y = cropStartPosH;
+    b.crop_w = cropSizeW;
+    b.crop_h = cropSizeH;
     return KILN_SUCCESS;
-  }
-  if (cropStartPosW < 0 || cropStartPosH < 0)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropStartPosW/H %d,%d must not be negative", api,
-                static_cast<unsigned long long>(batchIndex), cropStartPosW, cropStartPosH);
-  if (cropSizeW <= 0 || cropSizeH <= 0)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropSizeW/H %dx%d must be positive", api,
-                static_cast<unsigned long long>(batchIndex), cropSizeW, cropSizeH);
-  b.crop = true;
-  b.crop_x = cropStartPosW;
-  b.crop_y = cropStartPosH;
-  b.crop_w = cropSizeW;
-  b.crop_h = cropSizeH;
-  return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPPaddingParams(kilnmdlAIPP* aippParmsSet, int8_t paddingSwitch, int32_t paddingSizeTop,
                                       int32_t paddingSizeBottom, int32_t paddingSizeLeft, int32_t paddingSizeRight,
                                       uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPPaddingParams";
-  kilnError error = KILN_SUCCESS;
-  kiln::ops::AippBatchParams* record =
-      switched_record(api, aippParmsSet, "paddingSwitch", paddingSwitch, batchIndex, &error);
-  if (!record) return error;
-  kiln::ops::AippBatchParams& b = *record;
-  if (paddingSwitch == 0) {
-    b.padding = false;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnError error = KILN_SUCCESS;
+    kiln::ops::AippBatchParams* record =
+        switched_record(api, aippParmsSet, "paddingSwitch", paddingSwitch, batchIndex, &error);
+    if (!record) return error;
+    kiln::ops::AippBatchParams& b = *record;
+    if (paddingSwitch == 0) {
+      b.padding = false;
+      return KILN_SUCCESS;
+    }
+    if (paddingSizeTop < 0 || paddingSizeBottom < 0 || paddingSizeLeft < 0 || paddingSizeRight < 0)
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: batchIndex %llu: padding sizes (top %d, bottom %d, left %d, right %d) must not be negative", api,
+                  static_cast<unsigned long long>(batchIndex), paddingSizeTop, paddingSizeBottom, paddingSizeLeft,
+                  paddingSizeRight);
+    b.padding = true;
+    b.pad_top = paddingSizeTop;
+    b.pad_bottom = paddingSizeBottom;
+    b.pad_left = paddingSizeLeft;
+    b.pad_right = paddingSizeRight;
     return KILN_SUCCESS;
-  }
-  if (paddingSizeTop < 0 || paddingSizeBottom < 0 || paddingSizeLeft < 0 || paddingSizeRight < 0)
-    return fail(KILN_ERROR_INVALID_PARAM,
-                "%s: batchIndex %llu: padding sizes (top %d, bottom %d, left %d, right %d) must not be negative", api,
-                static_cast<unsigned long long>(batchIndex), paddingSizeTop, paddingSizeBottom, paddingSizeLeft,
-                paddingSizeRight);
-  b.padding = true;
-  b.pad_top = paddingSizeTop;
-  b.pad_bottom = paddingSizeBottom;
-  b.pad_left = paddingSizeLeft;
-  b.pad_right = paddingSizeRight;
-  return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPDtcPixelMean(kilnmdlAIPP* aippParmsSet, int16_t dtcPixelMeanChn0, int16_t dtcPixelMeanChn1,
                                      int16_t dtcPixelMeanChn2, int16_t dtcPixelMeanChn3, uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPDtcPixelMean";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
-  float* mean = set->params.batch[batchIndex].mean;
-  mean[0] = dtcPixelMeanChn0;
-  mean[1] = dtcPixelMeanChn1;
-  mean[2] = dtcPixelMeanChn2;
-  mean[3] = dtcPixelMeanChn3;
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
+    float* mean = set->params.batch[batchIndex].mean;
+    mean[0] = dtcPixelMeanChn0;
+    mean[1] = dtcPixelMeanChn1;
+    mean[2] = dtcPixelMeanChn2;
+    mean[3] = dtcPixelMeanChn3;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPDtcPixelMin(kilnmdlAIPP* aippParmsSet, float dtcPixelMinChn0, float dtcPixelMinChn1,
                                     float dtcPixelMinChn2, float dtcPixelMinChn3, uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPDtcPixelMin";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
-  const float v[4] = {dtcPixelMinChn0, dtcPixelMinChn1, dtcPixelMinChn2, dtcPixelMinChn3};
-  if (kilnError e = check_finite(api, "dtcPixelMin", v)) return e;
-  std::memcpy(set->params.batch[batchIndex].min, v, sizeof v);
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
+    const float v[4] = {dtcPixelMinChn0, dtcPixelMinChn1, dtcPixelMinChn2, dtcPixelMinChn3};
+    if (kilnError e = check_finite(api, "dtcPixelMin", v)) return e;
+    std::memcpy(set->params.batch[batchIndex].min, v, sizeof v);
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnmdlSetAIPPPixelVarReci(kilnmdlAIPP* aippParmsSet, float dtcPixelVarReciChn0, float dtcPixelVarReciChn1,
                                      float dtcPixelVarReciChn2, float dtcPixelVarReciChn3, uint64_t batchIndex) {
   const char* api = "kilnmdlSetAIPPPixelVarReci";
-  kilnmdlAIPP* set = live_set(api, aippParmsSet);
-  if (!set) return KILN_ERROR_INVALID_PARAM;
-  if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
-  const float v[4] = {dtcPixelVarReciChn0, dtcPixelVarReciChn1, dtcPixelVarReciChn2, dtcPixelVarReciChn3};
-  if (kilnError e = check_finite(api, "dtcPixelVarReci", v)) return e;
-  std::memcpy(set->params.batch[batchIndex].var_reci, v, sizeof v);
-  return KILN_SUCCESS;
+  return api_entry(api, ApiNeeds::kNothing, [&] {
+    kilnmdlAIPP* set = live_set(api, aippParmsSet);
+    if (!set) return KILN_ERROR_INVALID_PARAM;
+    if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
+    const float v[4] = {dtcPixelVarReciChn0, dtcPixelVarReciChn1, dtcPixelVarReciChn2, dtcPixelVarReciChn3};
+    if (kilnError e = check_finite(api, "dtcPixelVarReci", v)) return e;
+    std::memcpy(set->params.batch[batchIndex].var_reci, v, sizeof v);
+    return KILN_SUCCESS;
+  });
 }
 
 // ---- Models ----------------------------------------------------------------------------------
 
 kilnError kilnmdlSetInputAIPP(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
                               const kilnmdlAIPP* aippParmsSet) {
-  KILN_PROFILE_API("kilnmdlSetInputAIPP");
-  return set_input_aipp("kilnmdlSetInputAIPP", modelId, dataset, index, aippParmsSet, /*by_image=*/false);
+  return api_entry("kilnmdlSetInputAIPP", ApiNeeds::kRuntime, [&] {
+    return set_input_aipp("kilnmdlSetInputAIPP", modelId, dataset, index, aippParmsSet, /*by_image=*/false);
+  });
 }
 
 kilnError kilnmdlSetAIPPByInputIndex(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
                                      const kilnmdlAIPP* aippParmsSet) {
-  KILN_PROFILE_API("kilnmdlSetAIPPByInputIndex");
-  return set_input_aipp("kilnmdlSetAIPPByInputIndex", modelId, dataset, index, aippParmsSet, /*by_image=*/true);
+  return api_entry("kilnmdlSetAIPPByInputIndex", ApiNeeds::kRuntime, [&] {
+    return set_input_aipp("kilnmdlSetAIPPByInputIndex", modelId, dataset, index, aippParmsSet, /*by_image=*/true);
+  });
 }
 
 kilnError kilnmdlGetAippType(uint32_t modelId, size_t index, kilnmdlInputAippType* type,
                              size_t* dynamicAttachedDataIndex) {
   const char* api = "kilnmdlGetAippType";
-  KILN_REQUIRE_INIT(api);
-  if (!type || !dynamicAttachedDataIndex)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: type and dynamicAttachedDataIndex must not be NULL", api);
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!type || !dynamicAttachedDataIndex)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: type and dynamicAttachedDataIndex must not be NULL", api);
     ModelAipp found;
     if (kilnError e = find_model_aipp(api, modelId, &found)) return e;
     if (kilnError e = check_input_index(api, *found.model, index)) return e;
@@ -569,21 +585,16 @@ kilnError kilnmdlGetAippType(uint32_t modelId, size_t index, kilnmdlInputAippTyp
       }
     }
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }
 
 kilnError kilnmdlGetFirstAippInfo(uint32_t modelId, size_t index, kilnAippInfo* aippInfo) {
   const char* api = "kilnmdlGetFirstAippInfo";
-  KILN_REQUIRE_INIT(api);
-  if (!aippInfo) return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo is NULL", api);
-  if (aippInfo->size < sizeof(kilnAippInfo))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo->size is %zu; set it to sizeof(kilnAippInfo) (%zu)", api,
-                aippInfo->size, sizeof(kilnAippInfo));
-  try {
+  return api_entry(api, ApiNeeds::kRuntime, [&] {
+    if (!aippInfo) return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo is NULL", api);
+    if (aippInfo->size < sizeof(kilnAippInfo))
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo->size is %zu; set it to sizeof(kilnAippInfo) (%zu)", api,
+                  aippInfo->size, sizeof(kilnAippInfo));
     ModelAipp found;
     if (kilnError e = find_model_aipp(api, modelId, &found)) return e;
     const Model& m = *found.model;
@@ -650,9 +661,5 @@ kilnError kilnmdlGetFirstAippInfo(uint32_t modelId, size_t index, kilnAippInfo* 
     fill_dims(&i.outDims[0].aippOutdims, name, input->info.output_dims);
     i.outDims[0].aippOutSize = i.outDims[0].srcSize;
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of memory", api);
-  } catch (const std::exception& e) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: unexpected exception: %s", api, e.what());
-  }
+  });
 }

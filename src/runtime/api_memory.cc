@@ -15,15 +15,12 @@
 #include "core/logging.h"
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
+#include "runtime/api_guard.h"
 #include "runtime/api_internal.h"
 #include "runtime/memory.h"
 
 namespace kiln::rt {
 namespace {
-
-kilnError not_initialized(const char* api) {
-  return fail(KILN_ERROR_UNINITIALIZE, "%s: the runtime is not initialized (call kilnInit first)", api);
-}
 
 const char* kind_name(kilnrtMemcpyKind kind) {
   switch (kind) {
@@ -236,6 +233,8 @@ kilnError check_stream_device(const char* api, const Stream& stream, int device,
 }  // namespace
 }  // namespace kiln::rt
 
+using kiln::rt::api_entry;
+using kiln::rt::ApiNeeds;
 using kiln::rt::Device;
 using kiln::rt::MemoryRegistry;
 using kiln::rt::RuntimeState;
@@ -264,20 +263,16 @@ kilnError enqueue_copy(const char* api, kilnrtStream stream, int dst_device, int
   if (kilnError e = check_stream_device(api, target, dst_device, "dst")) return e;
   if (kilnError e = check_stream_device(api, target, src_device, "src")) return e;
   if (bytes == 0) return KILN_SUCCESS;
-  try {
-    const char* direction = copy_direction(dst_device, src_device);
-    target.submit(
-        Engine::kCopy,
-        [copy, bytes, direction]() {
-          int64_t start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
-          copy();
-          if (KILN_UNLIKELY(start >= 0)) profiler::record_copy(direction, bytes, start);
-          return ok_status();
-        },
-        task);
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a copy", api);
-  }
+  const char* direction = copy_direction(dst_device, src_device);
+  target.submit(
+      Engine::kCopy,
+      [copy, bytes, direction]() {
+        int64_t start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
+        copy();
+        if (KILN_UNLIKELY(start >= 0)) profiler::record_copy(direction, bytes, start);
+        return ok_status();
+      },
+      task);
   return KILN_SUCCESS;
 }
 
@@ -288,26 +283,23 @@ extern "C" {
 
 kilnError kilnrtMalloc(void** devPtr, size_t size, kilnrtMemMallocPolicy policy) {
   static const char* const kApi = "kilnrtMalloc";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: devPtr is NULL", kApi);
-  *devPtr = nullptr;
-  if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
-  kiln::rt::PagePolicy page_policy;
-  switch (policy) {
-    case KILN_MEM_MALLOC_HUGE_FIRST: page_policy = kiln::rt::PagePolicy::kHugeFirst; break;
-    case KILN_MEM_MALLOC_HUGE_ONLY: page_policy = kiln::rt::PagePolicy::kHugeOnly; break;
-    case KILN_MEM_MALLOC_NORMAL_ONLY: page_policy = kiln::rt::PagePolicy::kNormalOnly; break;
-    default:
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: policy %d is not a kilnrtMemMallocPolicy", kApi,
-                  static_cast<int>(policy));
-  }
-  kiln::rt::Context* context = kiln::rt::current_context();
-  if (context == nullptr) {
-    return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
-  }
-  try {
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: devPtr is NULL", kApi);
+    *devPtr = nullptr;
+    if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
+    kiln::rt::PagePolicy page_policy;
+    switch (policy) {
+      case KILN_MEM_MALLOC_HUGE_FIRST: page_policy = kiln::rt::PagePolicy::kHugeFirst; break;
+      case KILN_MEM_MALLOC_HUGE_ONLY: page_policy = kiln::rt::PagePolicy::kHugeOnly; break;
+      case KILN_MEM_MALLOC_NORMAL_ONLY: page_policy = kiln::rt::PagePolicy::kNormalOnly; break;
+      default:
+        return fail(KILN_ERROR_INVALID_PARAM, "%s: policy %d is not a kilnrtMemMallocPolicy", kApi,
+                    static_cast<int>(policy));
+    }
+    kiln::rt::Context* context = kiln::rt::current_context();
+    if (context == nullptr) {
+      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+    }
     kiln::Expected<void*> p = context->device().memory().allocate(size, page_policy);
     if (!p.ok()) {
       kiln::Status s = p.status();
@@ -316,74 +308,65 @@ kilnError kilnrtMalloc(void** devPtr, size_t size, kilnrtMemMallocPolicy policy)
     }
     *devPtr = *p;
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for the bookkeeping of %zu bytes", kApi, size);
-  }
+  });
 }
 
 kilnError kilnrtFree(void* devPtr) {
   static const char* const kApi = "kilnrtFree";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  if (devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: devPtr is NULL", kApi);
-  std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(devPtr);
-  if (!a) {
-    if (kiln::rt::freed_on_device(*state, devPtr) >= 0) {
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free)", kApi, devPtr);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    if (devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: devPtr is NULL", kApi);
+    std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(devPtr);
+    if (!a) {
+      if (kiln::rt::freed_on_device(*state, devPtr) >= 0) {
+        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free)", kApi, devPtr);
+      }
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is not device memory (a host pointer, or device memory freed earlier and since "
+                  "returned to the system)",
+                  kApi, devPtr);
     }
-    return fail(KILN_ERROR_INVALID_MEMORY,
-                "%s: %p is not device memory (a host pointer, or device memory freed earlier and since "
-                "returned to the system)",
-                kApi, devPtr);
-  }
-  if (a->kind == kiln::rt::MemoryKind::kPinnedHost) {
-    return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is pinned host memory; free it with kilnrtFreeHost", kApi,
-                devPtr);
-  }
-  if (a->registered) {
-    return fail(KILN_ERROR_INVALID_MEMORY,
-                "%s: %p is host memory registered with kilnrtHostRegister, which its owner frees; end the "
-                "registration with kilnrtHostUnregister",
-                kApi, devPtr);
-  }
-  if (a->base != devPtr) {
-    return fail(KILN_ERROR_INVALID_MEMORY,
-                "%s: %p points %zu bytes into the device allocation at %p; kilnrtFree takes the pointer "
-                "kilnrtMalloc returned",
-                kApi, devPtr,
-                static_cast<size_t>(static_cast<const char*>(devPtr) - static_cast<const char*>(a->base)), a->base);
-  }
-  Device* device = state->devices->device(a->device);
-  if (device == nullptr) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
-                a->device);
-  }
-  try {
-    // Work already submitted to the device's streams may still use the block: it is
-    // reused only once every stream has passed this point.
-    kiln::Status s = device->memory().free(devPtr, device->fence_all_streams());
-    if (!s.ok()) {
-      // Lost a race with another kilnrtFree of the same pointer.
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free): %s", kApi, devPtr,
-                  s.to_string().c_str());
+    if (a->kind == kiln::rt::MemoryKind::kPinnedHost) {
+      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is pinned host memory; free it with kilnrtFreeHost", kApi,
+                  devPtr);
     }
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while freeing %p", kApi, devPtr);
-  }
-  return KILN_SUCCESS;
+    if (a->registered) {
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is host memory registered with kilnrtHostRegister, which its owner frees; end the "
+                  "registration with kilnrtHostUnregister",
+                  kApi, devPtr);
+    }
+    if (a->base != devPtr) {
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p points %zu bytes into the device allocation at %p; kilnrtFree takes the pointer "
+                  "kilnrtMalloc returned",
+                  kApi, devPtr,
+                  static_cast<size_t>(static_cast<const char*>(devPtr) - static_cast<const char*>(a->base)), a->base);
+    }
+    Device* device = state->devices->device(a->device);
+    if (device == nullptr) {
+      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
+                  a->device);
+    }
+    {
+      // Work already submitted to the device's streams may still use the block: it is
+      // reused only once every stream has passed this point.
+      kiln::Status s = device->memory().free(devPtr, device->fence_all_streams());
+      if (!s.ok()) {
+        // Lost a race with another kilnrtFree of the same pointer.
+        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free): %s", kApi, devPtr,
+                    s.to_string().c_str());
+      }
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtMallocHost(void** hostPtr, size_t size) {
   static const char* const kApi = "kilnrtMallocHost";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
-  *hostPtr = nullptr;
-  if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
-  try {
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
+    *hostPtr = nullptr;
+    if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
     // Pinned blocks the program did not free go at kilnFinalize, like device memory.
     static std::once_flag hook_once;
     std::call_once(hook_once, [] { kiln::rt::add_finalize_hook(&kiln::rt::free_all_pinned_host); });
@@ -391,275 +374,249 @@ kilnError kilnrtMallocHost(void** hostPtr, size_t size) {
     if (!p.ok()) return fail(KILN_ERROR_BAD_ALLOC, "%s: %s", kApi, p.status().to_string().c_str());
     *hostPtr = *p;
     return KILN_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for %zu bytes", kApi, size);
-  }
+  });
 }
 
 kilnError kilnrtFreeHost(void* hostPtr) {
   static const char* const kApi = "kilnrtFreeHost";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
-  std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(hostPtr);
-  if (a && a->kind == kiln::rt::MemoryKind::kDevice) {
-    return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is device memory of cpu:%d; free it with kilnrtFree", kApi,
-                hostPtr, a->device);
-  }
-  if (a && a->base != hostPtr) {
-    return fail(KILN_ERROR_INVALID_MEMORY,
-                "%s: %p points into the pinned host allocation at %p; kilnrtFreeHost takes the pointer "
-                "kilnrtMallocHost returned",
-                kApi, hostPtr, a->base);
-  }
-  kiln::Status s = kiln::rt::free_pinned_host(hostPtr);
-  if (!s.ok()) {
-    return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not memory from kilnrtMallocHost (or was freed already)",
-                kApi, hostPtr);
-  }
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
+    std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(hostPtr);
+    if (a && a->kind == kiln::rt::MemoryKind::kDevice) {
+      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is device memory of cpu:%d; free it with kilnrtFree", kApi,
+                  hostPtr, a->device);
+    }
+    if (a && a->base != hostPtr) {
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p points into the pinned host allocation at %p; kilnrtFreeHost takes the pointer "
+                  "kilnrtMallocHost returned",
+                  kApi, hostPtr, a->base);
+    }
+    kiln::Status s = kiln::rt::free_pinned_host(hostPtr);
+    if (!s.ok()) {
+      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not memory from kilnrtMallocHost (or was freed already)",
+                  kApi, hostPtr);
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtHostRegister(void* ptr, uint64_t size, kilnrtHostRegisterType type, void** devPtr) {
   static const char* const kApi = "kilnrtHostRegister";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (ptr == nullptr || devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr and devPtr must not be NULL", kApi);
-  *devPtr = nullptr;
-  if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
-  if (type != KILN_HOST_REGISTER_MAPPED)
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: type %d is not a kilnrtHostRegisterType", kApi, static_cast<int>(type));
-  kiln::rt::Context* context = kiln::rt::current_context();
-  if (context == nullptr) {
-    return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
-  }
-  // The CPU device addresses host memory as it is: the device address is the host address.
-  kiln::rt::Allocation a;
-  a.base = ptr;
-  a.size = static_cast<size_t>(size);
-  a.kind = kiln::rt::MemoryKind::kDevice;
-  a.device = context->device().id();
-  a.registered = true;
-  try {
-    if (!MemoryRegistry::get().add_if_free(a)) {
-      std::optional<kiln::rt::Allocation> other = MemoryRegistry::get().find_overlapping(ptr, a.size);
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: [%p, +%llu bytes) overlaps %s at %p, which the runtime manages already",
-                  kApi, ptr, static_cast<unsigned long long>(size),
-                  !other                 ? "an allocation"
-                  : other->registered    ? "a registered host range"
-                  : other->kind == kiln::rt::MemoryKind::kPinnedHost ? "pinned host memory"
-                                                                     : "device memory",
-                  other ? other->base : ptr);
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (ptr == nullptr || devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr and devPtr must not be NULL", kApi);
+    *devPtr = nullptr;
+    if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
+    if (type != KILN_HOST_REGISTER_MAPPED)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: type %d is not a kilnrtHostRegisterType", kApi, static_cast<int>(type));
+    kiln::rt::Context* context = kiln::rt::current_context();
+    if (context == nullptr) {
+      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
     }
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory for the bookkeeping", kApi);
-  }
-  *devPtr = ptr;
-  return KILN_SUCCESS;
+    // The CPU device addresses host memory as it is: the device address is the host address.
+    kiln::rt::Allocation a;
+    a.base = ptr;
+    a.size = static_cast<size_t>(size);
+    a.kind = kiln::rt::MemoryKind::kDevice;
+    a.device = context->device().id();
+    a.registered = true;
+    {
+      if (!MemoryRegistry::get().add_if_free(a)) {
+        std::optional<kiln::rt::Allocation> other = MemoryRegistry::get().find_overlapping(ptr, a.size);
+        return fail(KILN_ERROR_INVALID_MEMORY, "%s: [%p, +%llu bytes) overlaps %s at %p, which the runtime manages already",
+                    kApi, ptr, static_cast<unsigned long long>(size),
+                    !other                 ? "an allocation"
+                    : other->registered    ? "a registered host range"
+                    : other->kind == kiln::rt::MemoryKind::kPinnedHost ? "pinned host memory"
+                                                                       : "device memory",
+                    other ? other->base : ptr);
+      }
+    }
+    *devPtr = ptr;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtHostUnregister(void* ptr) {
   static const char* const kApi = "kilnrtHostUnregister";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (ptr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr is NULL", kApi);
-  std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(ptr);
-  if (!a || !a->registered || a->base != ptr)
-    return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not the start of a range registered with kilnrtHostRegister",
-                kApi, ptr);
-  MemoryRegistry::get().remove(ptr);
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (ptr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr is NULL", kApi);
+    std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(ptr);
+    if (!a || !a->registered || a->base != ptr)
+      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not the start of a range registered with kilnrtHostRegister",
+                  kApi, ptr);
+    MemoryRegistry::get().remove(ptr);
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind) {
   static const char* const kApi = "kilnrtMemcpy";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int dst_device = -1, src_device = -1;
-  if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
-    return e;
-  }
-  if (count == 0) return KILN_SUCCESS;
-  // A synchronous copy runs on the calling thread and, as in AscendCL, is not ordered
-  // with stream work, so it takes no engine lock: small copies cost the checks and the
-  // copy, nothing more (bench/memcpy_bench).
-  int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
-  kiln::rt::copy_memory(dst, src, count);
-  if (KILN_UNLIKELY(profile_start >= 0)) {
-    kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), count, profile_start);
-  }
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int dst_device = -1, src_device = -1;
+    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
+      return e;
+    }
+    if (count == 0) return KILN_SUCCESS;
+    // A synchronous copy runs on the calling thread and, as in AscendCL, is not ordered
+    // with stream work, so it takes no engine lock: small copies cost the checks and the
+    // copy, nothing more (bench/memcpy_bench).
+    int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+    kiln::rt::copy_memory(dst, src, count);
+    if (KILN_UNLIKELY(profile_start >= 0)) {
+      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), count, profile_start);
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count, kilnrtMemcpyKind kind,
                             kilnrtStream stream) {
   static const char* const kApi = "kilnrtMemcpyAsync";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int dst_device = -1, src_device = -1;
-  if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
-    return e;
-  }
-  return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, count, "MemcpyAsync",
-                                [dst, src, count] { kiln::rt::copy_memory(dst, src, count); });
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int dst_device = -1, src_device = -1;
+    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
+      return e;
+    }
+    return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, count, "MemcpyAsync",
+                                  [dst, src, count] { kiln::rt::copy_memory(dst, src, count); });
+  });
 }
 
 kilnError kilnrtMemcpy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                          kilnrtMemcpyKind kind) {
   static const char* const kApi = "kilnrtMemcpy2d";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int dst_device = -1, src_device = -1;
-  size_t bytes = 0;
-  if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
-                                            &dst_device, &src_device, &bytes)) {
-    return e;
-  }
-  if (bytes == 0) return KILN_SUCCESS;
-  int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
-  kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
-  if (KILN_UNLIKELY(profile_start >= 0)) {
-    kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), bytes, profile_start);
-  }
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int dst_device = -1, src_device = -1;
+    size_t bytes = 0;
+    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
+                                              &dst_device, &src_device, &bytes)) {
+      return e;
+    }
+    if (bytes == 0) return KILN_SUCCESS;
+    int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+    kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
+    if (KILN_UNLIKELY(profile_start >= 0)) {
+      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), bytes, profile_start);
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtMemcpy2dAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                               size_t height, kilnrtMemcpyKind kind, kilnrtStream stream) {
   static const char* const kApi = "kilnrtMemcpy2dAsync";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int dst_device = -1, src_device = -1;
-  size_t bytes = 0;
-  if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
-                                            &dst_device, &src_device, &bytes)) {
-    return e;
-  }
-  return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, bytes, "Memcpy2dAsync",
-                                [dst, dpitch, src, spitch, width, height] {
-                                  kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
-                                });
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int dst_device = -1, src_device = -1;
+    size_t bytes = 0;
+    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
+                                              &dst_device, &src_device, &bytes)) {
+      return e;
+    }
+    return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, bytes, "Memcpy2dAsync",
+                                  [dst, dpitch, src, spitch, width, height] {
+                                    kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
+                                  });
+  });
 }
 
 kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
   static const char* const kApi = "kilnrtMemset";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int device_id = -1;
-  if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
-  if (count == 0) return KILN_SUCCESS;
-  Device* device = state->devices->device(device_id);
-  if (device == nullptr) {
-    return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
-                device_id);
-  }
-  std::lock_guard engine(device->copy_engine());
-  std::memset(devPtr, static_cast<unsigned char>(value), count);
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int device_id = -1;
+    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
+    if (count == 0) return KILN_SUCCESS;
+    Device* device = state->devices->device(device_id);
+    if (device == nullptr) {
+      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
+                  device_id);
+    }
+    std::lock_guard engine(device->copy_engine());
+    std::memset(devPtr, static_cast<unsigned char>(value), count);
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count, kilnrtStream stream) {
   static const char* const kApi = "kilnrtMemsetAsync";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  int device_id = -1;
-  if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
-  kiln::Expected<kiln::rt::Stream*> s = kiln::rt::resolve_stream(stream, kApi);
-  if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-  kiln::rt::Stream& target = **s;
-  if (kilnError e = kiln::rt::check_stream_device(kApi, target, device_id, "devPtr")) return e;
-  if (count == 0) return KILN_SUCCESS;
-  const unsigned char byte = static_cast<unsigned char>(value);
-  try {
-    target.submit(
-        kiln::rt::Engine::kCopy,
-        [devPtr, byte, count]() {
-          int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
-          std::memset(devPtr, byte, count);
-          if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy("memset", count, start);
-          return kiln::ok_status();
-        },
-        "MemsetAsync");
-  } catch (const std::bad_alloc&) {
-    return fail(KILN_ERROR_BAD_ALLOC, "%s: out of host memory while enqueueing a memset", kApi);
-  }
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    int device_id = -1;
+    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
+    kiln::Expected<kiln::rt::Stream*> s = kiln::rt::resolve_stream(stream, kApi);
+    if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
+    kiln::rt::Stream& target = **s;
+    if (kilnError e = kiln::rt::check_stream_device(kApi, target, device_id, "devPtr")) return e;
+    if (count == 0) return KILN_SUCCESS;
+    const unsigned char byte = static_cast<unsigned char>(value);
+    {
+      target.submit(
+          kiln::rt::Engine::kCopy,
+          [devPtr, byte, count]() {
+            int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+            std::memset(devPtr, byte, count);
+            if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy("memset", count, start);
+            return kiln::ok_status();
+          },
+          "MemsetAsync");
+    }
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtGetMemInfo(kilnrtMemAttr attr, size_t* free, size_t* total) {
   static const char* const kApi = "kilnrtGetMemInfo";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  if (runtime_state() == nullptr) return kiln::rt::not_initialized(kApi);
-  if (free == nullptr || total == nullptr) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi, free == nullptr ? "free" : "total");
-  }
-  if (static_cast<int>(attr) < KILN_DDR_MEM || static_cast<int>(attr) > KILN_HBM_MEM_NORMAL) {
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: attr %d is not a kilnrtMemAttr", kApi, static_cast<int>(attr));
-  }
-  kiln::rt::Context* context = kiln::rt::current_context();
-  if (context == nullptr) {
-    return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
-  }
-  // The CPU device has one memory domain: every attribute describes it.
-  kiln::rt::MemoryPool& pool = context->device().memory();
-  size_t reserved = pool.reserved();
-  *total = pool.limit();
-  *free = reserved < pool.limit() ? pool.limit() - reserved : 0;
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&] {
+    if (free == nullptr || total == nullptr) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi, free == nullptr ? "free" : "total");
+    }
+    if (static_cast<int>(attr) < KILN_DDR_MEM || static_cast<int>(attr) > KILN_HBM_MEM_NORMAL) {
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: attr %d is not a kilnrtMemAttr", kApi, static_cast<int>(attr));
+    }
+    kiln::rt::Context* context = kiln::rt::current_context();
+    if (context == nullptr) {
+      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+    }
+    // The CPU device has one memory domain: every attribute describes it.
+    kiln::rt::MemoryPool& pool = context->device().memory();
+    size_t reserved = pool.reserved();
+    *total = pool.limit();
+    *free = reserved < pool.limit() ? pool.limit() - reserved : 0;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtGetMemStats(int32_t deviceId, kilnrtMemStats* stats) {
   static const char* const kApi = "kilnrtGetMemStats";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  if (stats == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: stats is NULL", kApi);
-  Device* device = state->devices->device(deviceId);
-  if (device == nullptr) {
-    return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
-                state->devices->count());
-  }
-  kiln::rt::MemoryStats s = device->memory().stats();
-  stats->inUse = s.in_use;
-  stats->cached = s.cached;
-  stats->peakInUse = s.peak_in_use;
-  stats->reserved = s.reserved;
-  stats->allocCount = s.alloc_count;
-  stats->cacheHits = s.cache_hits;
-  stats->fragmentation = s.fragmentation;
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    if (stats == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: stats is NULL", kApi);
+    Device* device = state->devices->device(deviceId);
+    if (device == nullptr) {
+      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
+                  state->devices->count());
+    }
+    kiln::rt::MemoryStats s = device->memory().stats();
+    stats->inUse = s.in_use;
+    stats->cached = s.cached;
+    stats->peakInUse = s.peak_in_use;
+    stats->reserved = s.reserved;
+    stats->allocCount = s.alloc_count;
+    stats->cacheHits = s.cache_hits;
+    stats->fragmentation = s.fragmentation;
+    return KILN_SUCCESS;
+  });
 }
 
 kilnError kilnrtEmptyCache(int32_t deviceId) {
   static const char* const kApi = "kilnrtEmptyCache";
-  KILN_PROFILE_API(kApi);
-  std::shared_lock guard(runtime_lock());
-  RuntimeState* state = runtime_state();
-  if (state == nullptr) return kiln::rt::not_initialized(kApi);
-  Device* device = state->devices->device(deviceId);
-  if (device == nullptr) {
-    return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
-                state->devices->count());
-  }
-  device->memory().empty_cache();
-  return KILN_SUCCESS;
+  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
+    Device* device = state->devices->device(deviceId);
+    if (device == nullptr) {
+      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
+                  state->devices->count());
+    }
+    device->memory().empty_cache();
+    return KILN_SUCCESS;
+  });
 }
 
 }  // extern "C"
