@@ -113,7 +113,7 @@ struct OneNode {
     for (auto& v : values) ptrs.push_back(&v);
     for (const kernels::KernelFactory* f :
          kernels::KernelRegistry::instance().candidates(domain, op, kernels::DeviceKind::kCpu))
-      if (f->name == "simd" && f->applicable(*node)) {
+      if (f->name == "simd" && f->applicable(*node).ok()) {
         auto k = f->prepare(*node);
         if (!k.ok()) fail(k.status());
         kernel = std::move(*k);

@@ -177,23 +177,36 @@ void print_compile_summary(std::FILE* out, const compiler::CompiledModel& compil
 
   if (int per_shape = report["per_shape_kernels"].get<int>(); per_shape > 0)
     std::fprintf(out, "open dims: %d nodes on fast kernels prepared per input shape at run time\n", per_shape);
+  // The reference fallbacks whose shape_related is `shape_related`, and a printer of the
+  // first `listed` of them, one "'node' (op): reason" line each.
+  auto fallbacks_where = [&report](bool shape_related) {
+    std::vector<const nlohmann::json*> found;
+    for (const auto& r : report["reference_fallback_reasons"])
+      if (r["shape_related"].get<bool>() == shape_related) found.push_back(&r);
+    return found;
+  };
+  auto list_fallbacks = [out](const std::vector<const nlohmann::json*>& fallbacks, size_t listed) {
+    for (size_t i = 0; i < fallbacks.size() && i < listed; ++i)
+      std::fprintf(out, "  '%s' (%s): %s\n", (*fallbacks[i])["node"].get<std::string>().c_str(),
+                   (*fallbacks[i])["op"].get<std::string>().c_str(),
+                   (*fallbacks[i])["reason"].get<std::string>().c_str());
+    if (fallbacks.size() > listed)
+      std::fprintf(out, "  ... %zu more in the report's reference_fallback_reasons (--report)\n",
+                   fallbacks.size() - listed);
+  };
   // The trap of graph compilers: a node that silently runs an order of magnitude slower
   // because a dim is open. Say which and what would fix it.
-  std::vector<const nlohmann::json*> shape_fallbacks;
-  for (const auto& r : report["reference_fallback_reasons"])
-    if (r["shape_related"].get<bool>()) shape_fallbacks.push_back(&r);
-  if (!shape_fallbacks.empty()) {
+  if (const auto shape_fallbacks = fallbacks_where(true); !shape_fallbacks.empty()) {
     std::fprintf(out, "warning: %zu nodes run on reference kernels because of open dims; fix the shapes with "
                       "--input-shape or compile shape buckets with --dynamic-dims:\n",
                  shape_fallbacks.size());
-    constexpr size_t kListed = 10;
-    for (size_t i = 0; i < shape_fallbacks.size() && i < kListed; ++i)
-      std::fprintf(out, "  '%s' (%s): %s\n", (*shape_fallbacks[i])["node"].get<std::string>().c_str(),
-                   (*shape_fallbacks[i])["op"].get<std::string>().c_str(),
-                   (*shape_fallbacks[i])["reason"].get<std::string>().c_str());
-    if (shape_fallbacks.size() > kListed)
-      std::fprintf(out, "  ... %zu more in the report's reference_fallback_reasons (--report)\n",
-                   shape_fallbacks.size() - kListed);
+    list_fallbacks(shape_fallbacks, 10);
+  }
+  // The other fallbacks, each with every fast kernel's refusal, so that a user sees what to
+  // change (a constant weight, a dtype) without a debug log.
+  if (const auto other_fallbacks = fallbacks_where(false); !other_fallbacks.empty()) {
+    std::fprintf(out, "reference kernels: %zu nodes:\n", other_fallbacks.size());
+    list_fallbacks(other_fallbacks, 5);
   }
 
   if (report.contains("memory")) {

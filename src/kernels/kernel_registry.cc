@@ -11,6 +11,34 @@
 
 namespace kiln::kernels {
 
+std::string dtype_list(std::initializer_list<DataType> dtypes) {
+  std::string out;
+  size_t i = 0;
+  for (DataType t : dtypes) {
+    if (i) out += i + 1 == dtypes.size() ? " and " : ", ";
+    out += dtype_name(t);
+    ++i;
+  }
+  return out;
+}
+
+Status require_static_tensor(const char* what, const ir::Value* v, std::initializer_list<DataType> dtypes) {
+  if (!v) return unsupported("%s is missing", what);
+  if (std::find(dtypes.begin(), dtypes.end(), v->dtype()) == dtypes.end())
+    return unsupported("%s dtype %s: only %s", what, dtype_name(v->dtype()), dtype_list(dtypes).c_str());
+  if (!v->shape().has_rank() || !v->shape().is_static())
+    return unsupported("%s %s: open dims (static shapes only)", what, v->type().to_string().c_str());
+  return ok_status();
+}
+
+Status require_initializer(const char* what, const ir::Value* v, DataType dtype) {
+  if (!v) return unsupported("%s is missing", what);
+  if (!v->has_initializer()) return unsupported("%s is not constant (not an initializer)", what);
+  if (v->initializer()->dtype() != dtype)
+    return unsupported("%s dtype %s: only %s", what, dtype_name(v->initializer()->dtype()), dtype_name(dtype));
+  return ok_status();
+}
+
 KernelRegistry& KernelRegistry::instance() {
   static KernelRegistry* registry = new KernelRegistry;  // never destroyed: used by static registrars
   return *registry;
@@ -51,10 +79,33 @@ void reset_fast_kernels_enabled() { fast_kernels_override.store(-1); }
 
 namespace {
 
-// The first factory whose `applicable` accepts `node` as it is, or null.
-const KernelFactory* first_applicable(const ir::Node& node, DeviceKind device) {
-  for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device))
-    if (!f->applicable || f->applicable(node)) return f;
+// A factory's refusal as the report shows it, without the "node 'x' (Op): " the kernels'
+// plan functions start their messages with: the report names the node already.
+std::string refusal_text(const ir::Node& node, const Status& refusal) {
+  std::string text = refusal.to_string();
+  const std::string prefix = "node " + node.label() + ": ";
+  for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.erase(at, prefix.size());
+  return text;
+}
+
+// Appends "name: why" to a "; "-separated list of refusals.
+void add_refusal(std::string& refusals, const std::string& name, const std::string& why) {
+  if (!refusals.empty()) refusals += "; ";
+  refusals += name + ": " + why;
+}
+
+Status check_applicable(const KernelFactory& f, const ir::Node& node) {
+  return f.applicable ? f.applicable(node) : ok_status();
+}
+
+// The first factory whose `applicable` accepts `node` as it is, or null; `refusals` (when
+// given) collects why each factory tried before it said no.
+const KernelFactory* first_applicable(const ir::Node& node, DeviceKind device, std::string* refusals = nullptr) {
+  for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device)) {
+    Status s = check_applicable(*f, node);
+    if (s.ok()) return f;
+    if (refusals) add_refusal(*refusals, f->name, refusal_text(node, s));
+  }
   return nullptr;
 }
 
@@ -63,14 +114,25 @@ const KernelFactory* first_applicable(const ir::Node& node, DeviceKind device) {
 std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device) {
   if (!fast_kernels_enabled()) return nullptr;
   if (has_open_dims(node)) return make_shape_specialized_kernel(node, device);
+  std::string refusals;  // of the factories tried, for the debug log
   for (const KernelFactory* f : KernelRegistry::instance().candidates(node.domain(), node.op_type(), device)) {
-    if (f->applicable && !f->applicable(node)) continue;
+    if (Status s = check_applicable(*f, node); !s.ok()) {
+      add_refusal(refusals, f->name, refusal_text(node, s));
+      continue;
+    }
     auto k = f->prepare(node);
-    if (k.ok() && *k) return std::move(*k);
-    if (!k.ok())
-      KILN_LOG(kDebug, "node %s: kernel '%s' not used: %s", node.label().c_str(), f->name.c_str(),
-               k.status().to_string().c_str());
+    if (k.ok() && *k) {
+      if (!refusals.empty())
+        KILN_LOG(kDebug, "node %s: kernel '%s' chosen after %s", node.label().c_str(), f->name.c_str(),
+                 refusals.c_str());
+      return std::move(*k);
+    }
+    // What applicable() cannot see: oneDNN has no primitive for it, an unpackable weight.
+    add_refusal(refusals, f->name,
+                k.ok() ? std::string("prepare gave no kernel") : "prepare: " + refusal_text(node, k.status()));
   }
+  if (!refusals.empty())
+    KILN_LOG(kDebug, "node %s runs on its reference kernel: %s", node.label().c_str(), refusals.c_str());
   return nullptr;
 }
 
@@ -86,8 +148,10 @@ KernelPlan plan_kernel(const ir::Node& node, DeviceKind device) {
     return plan;
   }
   if (!has_open_dims(node)) {
-    if (const KernelFactory* f = first_applicable(node, device)) plan.implementation = f->name;
-    else plan.reason = "no fast kernel accepts its dtypes, shapes or attributes";
+    if (const KernelFactory* f = first_applicable(node, device, &plan.reason)) {
+      plan.implementation = f->name;
+      plan.reason.clear();  // the refusals of higher-priority factories are no fallback's reason
+    }
     return plan;
   }
   auto probe = probe_twin(node);
@@ -107,7 +171,8 @@ KernelPlan plan_kernel(const ir::Node& node, DeviceKind device) {
     plan.reason = "open dims: its output shape depends on values computed at run time";
     return plan;
   }
-  if (const KernelFactory* f = first_applicable(*probe->node, device)) {
+  std::string refusals;
+  if (const KernelFactory* f = first_applicable(*probe->node, device, &refusals)) {
     plan.implementation = f->name;
     plan.per_shape = true;
     return plan;
@@ -115,7 +180,7 @@ KernelPlan plan_kernel(const ir::Node& node, DeviceKind device) {
   // No fast kernel takes the node at representative extents; with the shapes fixed at
   // compile time, constant folding may still make it take it (a Reshape's computed target).
   plan.shape_related = true;
-  plan.reason = "open dims: no fast kernel accepts the node at representative extents";
+  plan.reason = "open dims: at representative extents " + refusals;
   return plan;
 }
 

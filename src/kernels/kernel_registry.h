@@ -4,20 +4,22 @@
 //   KILN_REGISTER_KERNEL(KernelFactory{
 //       .domain = "", .op_type = "Conv", .device = DeviceKind::kCpu, .priority = 100,
 //       .name = "onednn",
-//       .applicable = [](const ir::Node& n) { return conv_supported(n); },
+//       .applicable = [](const ir::Node& n) { return plan_conv(n).status(); },
 //       .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> { ... }});
 //
 // Selection (select_kernel) tries the factories of a node's op in priority order: the first
 // whose `applicable` accepts the node and whose `prepare` succeeds wins. When none does, the
 // node runs on its op's reference kernel (src/ops), which the compile report names as a
-// reference fallback. A prepared kernel holds everything it needs (pre-packed weights,
-// oneDNN primitives); run() takes the same KernelContext as a reference kernel, never
+// reference fallback, with each factory's refusal ("onednn: W is not constant (not an
+// initializer)"). A prepared kernel holds everything it needs (pre-packed weights, oneDNN
+// primitives); run() takes the same KernelContext as a reference kernel, never
 // modifies the kernel (GraphExecutor runs one model from several threads at once), and
 // allocates nothing but its outputs (through ctx.allocate_output, which the runtime serves
 // from the execution arena).
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,13 +48,27 @@ struct KernelFactory {
   int priority = 0;  // higher is tried first
   std::string name;  // short family name, e.g. "onednn", "avx512"
   // Cheap check on the typed node (dtypes, static shapes where required, attributes): no
-  // allocation of weights, no primitive creation. Used by the compile report too.
-  std::function<bool(const ir::Node&)> applicable;
+  // allocation of weights, no primitive creation. OK accepts the node; an error's message
+  // says precisely why not ("W is not an initializer (constant weights)", "dtype int64: only
+  // float32"), since the compile report and `kiln inspect --nodes` show it to users. Null
+  // accepts every node.
+  std::function<Status(const ir::Node&)> applicable;
   // Builds the prepared kernel: validates attributes, pre-packs constant weights (read from
   // the node's initializer inputs), creates primitives. An error means "not this kernel":
   // selection then tries the next factory and logs the reason at debug level.
   std::function<Expected<std::unique_ptr<Kernel>>(const ir::Node&)> prepare;
 };
+
+// For `applicable` checks, the common refusal: OK when `v` is a tensor of one of `dtypes`
+// with a static shape, else why not, naming the value by `what`: "X is missing", "X dtype
+// int64: only float32 and bfloat16", "X float32[?,3,32,32]: open dims".
+Status require_static_tensor(const char* what, const ir::Value* v, std::initializer_list<DataType> dtypes);
+// OK when `v` is an initializer of `dtype` (weights a kernel packs once, at prepare), else
+// why not: "W is missing", "W is not constant (not an initializer)", "W dtype float16: only
+// float32".
+Status require_initializer(const char* what, const ir::Value* v, DataType dtype);
+// "float32", "float32 and bfloat16", "float32, float16 and bfloat16".
+std::string dtype_list(std::initializer_list<DataType> dtypes);
 
 class KernelRegistry {
  public:
@@ -104,7 +120,9 @@ struct KernelPlan {
   std::string implementation = "reference";  // the fast kernel family ("onednn"), or "reference"
   bool per_shape = false;      // open dims: prepared per concrete shape at run time
   bool shape_related = false;  // reference because of open dims that fixed shapes would remove
-  std::string reason;          // why the reference kernel, when it is
+  // Why the reference kernel, when it is: each candidate's refusal, "name: why", joined
+  // by "; " (e.g. "onednn: W is not an initializer (constant weights); simd: dtype int64").
+  std::string reason;
 };
 KernelPlan plan_kernel(const ir::Node& node, DeviceKind device = DeviceKind::kCpu);
 

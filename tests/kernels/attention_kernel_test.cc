@@ -115,7 +115,7 @@ void expect_matches_reference(const Built& b, float tol) {
   const std::string what = ir::to_text(*b.graph);
   const KernelFactory* f = simd_factory();
   ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(node)) << what;
+  ASSERT_TRUE(f->applicable(node).ok()) << what;
   auto kernel = f->prepare(node);
   ASSERT_TRUE(kernel.ok()) << what << ": " << kernel.status().to_string();
   EXPECT_EQ((*kernel)->implementation().rfind("simd:", 0), 0u);
@@ -238,30 +238,30 @@ TEST(SimdAttentionKernel, NotApplicable) {
   {  // float64
     Built b = build(q, k, v, nullptr, 0, 1.0f);
     for (ir::Value* x : b.node->inputs()) x->type().dtype = DataType::kFloat64;
-    EXPECT_FALSE(f->applicable(*b.node));
+    EXPECT_FALSE(f->applicable(*b.node).ok());
   }
   {  // a dynamic dim
     Built b = build(q, k, v, nullptr, 0, 1.0f);
     b.node->input(0)->type().shape = Shape({Dim(2), Dim(), Dim(8)});
-    EXPECT_FALSE(f->applicable(*b.node));
+    EXPECT_FALSE(f->applicable(*b.node).ok());
   }
   {  // head sizes that differ
     Built b = build(q, k, v, nullptr, 0, 1.0f);
     b.node->input(1)->type().shape = Shape::from_static({2, 9, 5});
-    EXPECT_FALSE(f->applicable(*b.node));
+    EXPECT_FALSE(f->applicable(*b.node).ok());
   }
   {  // an empty key sequence (the reference writes zeros)
     Built b = build(q, k, v, nullptr, 0, 1.0f);
     b.node->input(1)->type().shape = Shape::from_static({2, 0, 8});
     b.node->input(2)->type().shape = Shape::from_static({2, 0, 4});
-    EXPECT_FALSE(f->applicable(*b.node));
+    EXPECT_FALSE(f->applicable(*b.node).ok());
   }
   {  // a mask that does not broadcast
     const Dims m = {2, 7, 9};
     Built b = build(q, k, v, &m, 0, 1.0f);
-    EXPECT_TRUE(f->applicable(*b.node));
+    EXPECT_TRUE(f->applicable(*b.node).ok());
     b.node->input(3)->type().shape = Shape::from_static({2, 7, 3});
-    EXPECT_FALSE(f->applicable(*b.node));
+    EXPECT_FALSE(f->applicable(*b.node).ok());
   }
 }
 

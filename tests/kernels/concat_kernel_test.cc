@@ -81,8 +81,8 @@ TEST(ConcatKernel, OneInputManyRowsAndEveryElementSize) {
 TEST(ConcatKernel, NotApplicable) {
   const KernelFactory* f = concat_factory();
   ASSERT_NE(f, nullptr);
-  EXPECT_FALSE(f->applicable(*build_concat(DataType::kString, {{2}, {3}}, 0, true).node));
-  EXPECT_FALSE(f->applicable(*build_concat(DataType::kInt4, {{2, 2}, {2, 2}}, 0, true).node));
+  EXPECT_FALSE(f->applicable(*build_concat(DataType::kString, {{2}, {3}}, 0, true).node).ok());
+  EXPECT_FALSE(f->applicable(*build_concat(DataType::kInt4, {{2, 2}, {2, 2}}, 0, true).node).ok());
 }
 
 }  // namespace

@@ -1,15 +1,20 @@
 // The kernel registry: candidates in priority order, selection falling back past factories
 // that do not apply or fail to prepare, the process-wide override of KILN_KERNELS, and the
 // GraphExecutor running the kernel selection prepared (once, at prepare; in subgraphs too;
-// from several threads at once). The executor tests use an op of a test domain registered
-// here, with a reference kernel and test kernels that count their preparations and runs.
+// from several threads at once), and the reasons the plan gives for a reference fallback
+// (each factory's refusal, on real ops compiled from ONNX text). The executor tests use an op
+// of a test domain registered here, with a reference kernel and test kernels that count
+// their preparations and runs.
 #include <gtest/gtest.h>
+#include <onnx/defs/parser.h>
+#include <onnx/onnx_pb.h>
 
 #include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "compiler/compiler.h"
 #include "ir/graph.h"
 #include "kernels/kernel_registry.h"
 #include "ops/registry.h"
@@ -66,14 +71,17 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 KILN_REGISTER_KERNEL((KernelFactory{
     .domain = kTestDomain, .op_type = "AddOne", .device = DeviceKind::kCpu, .priority = 10, .name = "fallback",
-    .applicable = [](const ir::Node&) { return true; },
+    .applicable = [](const ir::Node&) { return ok_status(); },
     .prepare = [](const ir::Node&) -> Expected<std::unique_ptr<Kernel>> {
       fallback_prepares.fetch_add(1);
       return std::unique_ptr<Kernel>(new CountingKernel("fallback:test", &fallback_runs));
     }}));
 KILN_REGISTER_KERNEL((KernelFactory{
     .domain = kTestDomain, .op_type = "AddOne", .device = DeviceKind::kCpu, .priority = 100, .name = "fast",
-    .applicable = [](const ir::Node& n) { return !starts_with(n.name(), "slow"); },
+    .applicable = [](const ir::Node& n) -> Status {
+      if (starts_with(n.name(), "slow")) return unsupported("node %s: its name starts with 'slow'", n.label().c_str());
+      return ok_status();
+    },
     .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> {
       fast_prepares.fetch_add(1);
       // A node named "unpreparable*" makes prepare fail: selection moves on.
@@ -174,7 +182,9 @@ TEST_F(KernelRegistryTest, FallsBackWhenNotApplicable) {
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->implementation(), "fallback:test");
   EXPECT_EQ(fast_prepares.load(), 0);  // `applicable` said no: prepare is not tried
-  EXPECT_EQ(planned_implementation(n), "fallback");
+  const KernelPlan plan = plan_kernel(n);
+  EXPECT_EQ(plan.implementation, "fallback");
+  EXPECT_EQ(plan.reason, "");  // a higher-priority refusal is no reason when a fast kernel runs
 }
 
 TEST_F(KernelRegistryTest, FallsBackWhenPrepareFails) {
@@ -193,19 +203,84 @@ TEST_F(KernelRegistryTest, NoKernelMeansReference) {
   auto g = chain({"a"}, "AddOneReferenceOnly");
   EXPECT_EQ(select_kernel(*g->nodes()[0]), nullptr);
   EXPECT_EQ(planned_implementation(*g->nodes()[0]), "reference");
+  EXPECT_EQ(plan_kernel(*g->nodes()[0]).reason, "no fast kernel for this op");
 
   // Every factory refusing: the reference kernel too.
   static const bool registered = [] {  // once, also under --gtest_repeat
     KernelRegistry::instance().add(KernelFactory{
         .domain = kTestDomain, .op_type = "AddOneRefused", .priority = 1, .name = "never",
-        .applicable = [](const ir::Node&) { return false; },
+        .applicable = [](const ir::Node&) { return unsupported("refuses every node"); },
         .prepare = [](const ir::Node&) -> Expected<std::unique_ptr<Kernel>> { return unsupported("unreachable"); }});
     return true;
   }();
   ASSERT_TRUE(registered);
   auto g2 = chain({"a"}, "AddOneRefused");
   EXPECT_EQ(select_kernel(*g2->nodes()[0]), nullptr);
-  EXPECT_EQ(planned_implementation(*g2->nodes()[0]), "reference");
+  const KernelPlan plan = plan_kernel(*g2->nodes()[0]);
+  EXPECT_EQ(plan.implementation, "reference");
+  EXPECT_EQ(plan.reason, "never: refuses every node");  // the factory's name and its refusal
+}
+
+// The graph of a model in ONNX text syntax compiled at -O0 (no fusion: the nodes stay as written).
+std::shared_ptr<ir::Graph> compile_onnx_text(const char* text) {
+  onnx::ModelProto m;
+  auto st = onnx::OnnxParser::Parse(m, text);
+  EXPECT_TRUE(st.IsOK()) << st.ErrorMessage();
+  const std::string bytes = m.SerializeAsString();
+  compiler::CompileOptions options;
+  options.passes.opt_level = 0;
+  auto compiled = compiler::compile_onnx_bytes(bytes.data(), bytes.size(), "refusals.onnx", options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status().to_string();
+  return compiled.ok() ? compiled->graph : nullptr;
+}
+
+// The plan of the graph's only node of `op_type`.
+KernelPlan plan_of(const ir::Graph& g, const std::string& op_type) {
+  for (const auto& n : g.nodes())
+    if (n->op_type() == op_type) return plan_kernel(*n);
+  ADD_FAILURE() << "no " << op_type << " node";
+  return {};
+}
+
+// Each reference fallback names the refusing kernel and the real cause, not a generic "no
+// fast kernel accepts its dtypes, shapes or attributes".
+TEST_F(KernelRegistryTest, PlanSaysWhyEachFastKernelRefuses) {
+  // A Conv whose weights are a graph input, not an initializer: oneDNN packs them at prepare.
+  auto conv = compile_onnx_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    fed_weights (float[1, 3, 8, 8] x, float[4, 3, 3, 3] w) => (float[1, 4, 6, 6] y) {
+      y = Conv(x, w)
+    }
+  )");
+  ASSERT_TRUE(conv);
+  KernelPlan plan = plan_of(*conv, "Conv");
+  EXPECT_EQ(plan.implementation, "reference");
+  EXPECT_EQ(plan.reason, "onednn: W is not constant (not an initializer)");
+  EXPECT_FALSE(plan.shape_related);
+
+  // A MatMul in int64: the GEMM is float32 only.
+  auto matmul = compile_onnx_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    int_matmul (int64[2, 3] a, int64[3, 4] b) => (int64[2, 4] y) {
+      y = MatMul(a, b)
+    }
+  )");
+  ASSERT_TRUE(matmul);
+  plan = plan_of(*matmul, "MatMul");
+  EXPECT_EQ(plan.implementation, "reference");
+  EXPECT_EQ(plan.reason, "gemm: A dtype int64: only float32");
+
+  // A LayerNormalization whose stash_type asks for a float64 accumulation.
+  auto layernorm = compile_onnx_text(R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    stash_double (float[2, 8] x, float[8] scale, float[8] bias) => (float[2, 8] y) {
+      y = LayerNormalization <axis = -1, stash_type = 11> (x, scale, bias)
+    }
+  )");
+  ASSERT_TRUE(layernorm);
+  plan = plan_of(*layernorm, "LayerNormalization");
+  EXPECT_EQ(plan.implementation, "reference");
+  EXPECT_EQ(plan.reason, "simd: stash_type 11: only 1 (float32)");
 }
 
 TEST_F(KernelRegistryTest, OverrideTurnsFastKernelsOffAndOn) {

@@ -125,7 +125,7 @@ void expect_matches_reference(const Built& b, int64_t n, double epsilon = 1e-5) 
   const std::string what = ir::to_text(*b.graph);
   const KernelFactory* f = simd_factory(node);
   ASSERT_NE(f, nullptr) << what;
-  ASSERT_TRUE(f->applicable(node)) << what;
+  ASSERT_TRUE(f->applicable(node).ok()) << what;
   auto kernel = f->prepare(node);
   ASSERT_TRUE(kernel.ok()) << what << ": " << kernel.status().to_string();
   EXPECT_EQ((*kernel)->implementation().rfind("simd:", 0), 0u);
@@ -164,7 +164,7 @@ TEST(SimdLayerNormKernel, OtherAxes) {
   }
   {
     Built b = build(true, {2, 3, 5, 7}, {3, 1, 1}, nullptr, 1, 1e-5f, 7);
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));  // Scale broadcasts: reference
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());  // Scale broadcasts: reference
   }
   {
     const Dims bias = {3, 5, 7};
@@ -196,26 +196,26 @@ TEST(SimdLayerNormKernel, NotApplicable) {
   {  // float64
     Built b = build(false, {3, 8}, {8}, &bias, -1);
     for (ir::Value* v : b.node->inputs()) v->type().dtype = DataType::kFloat64;
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   }
   {  // a dynamic dim
     Built b = build(false, {3, 8}, {8}, &bias, -1);
     b.node->input(0)->type().shape = Shape({Dim(), Dim(8)});
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   }
   {  // Scale broadcast along the normalised dims
     Built b = build(false, {3, 5, 8}, {1, 8}, &bias, -2);
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   }
   {  // ONNX's Mean and InvStdDev outputs
     Built b = build(true, {3, 8}, {8}, &bias, -1);
     ir::Value* mean = b.graph->get_or_add_value("mean");
     b.node->outputs().push_back(mean);
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   }
   {  // an empty X
     Built b = build(false, {0, 8}, {8}, &bias, -1);
-    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+    EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   }
 }
 
@@ -315,7 +315,7 @@ Built build_gelu(const Dims& dims, const std::string& approximate, bool dynamic 
 void expect_gelu_matches(const Built& b, float k_eps, const std::string& what) {
   const KernelFactory* f = simd_factory(*b.node);
   ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*b.node)) << what;
+  ASSERT_TRUE(f->applicable(*b.node).ok()) << what;
   auto kernel = f->prepare(*b.node);
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
   auto ref = run_reference(*b.node, b.inputs);
@@ -363,10 +363,10 @@ TEST(SimdGeluKernel, NotApplicable) {
   Built b = build_gelu({4}, "none");
   b.node->input(0)->type().dtype = DataType::kFloat64;
   b.node->output(0)->type().dtype = DataType::kFloat64;
-  EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node));
+  EXPECT_FALSE(simd_factory(*b.node)->applicable(*b.node).ok());
   Built c = build_gelu({4}, "none");
   c.node->attrs()["approximate"] = ir::Attribute::from_string("sigmoid");
-  EXPECT_FALSE(simd_factory(*c.node)->applicable(*c.node));
+  EXPECT_FALSE(simd_factory(*c.node)->applicable(*c.node).ok());
 }
 
 TEST(SimdGeluKernel, ConcurrentRuns) {

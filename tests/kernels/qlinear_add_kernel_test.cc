@@ -56,7 +56,7 @@ void check_case(const QAddCase& c, Tensor a, Tensor b, bool saturates = false) {
   Built g = qadd_graph(c, a, b);
   const KernelFactory* f = simd_factory(*g.node);
   ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*g.node));
+  ASSERT_TRUE(f->applicable(*g.node).ok());
   auto k = f->prepare(*g.node);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   auto want = run_reference(*g.node, g.inputs);
@@ -197,7 +197,7 @@ TEST(QLinearAddKernelTest, SingleElementOperand) {
 
 TEST(QLinearAddKernelTest, RefusesWhatTheReferenceRuns) {
   std::mt19937 rng(6);
-  auto refused = [](const Built& g) { return !simd_factory(*g.node)->applicable(*g.node); };
+  auto refused = [](const Built& g) { return !simd_factory(*g.node)->applicable(*g.node).ok(); };
   QAddCase c{"base", DataType::kUInt8, {2, 8}, {2, 8}};
   Tensor a = random_bytes(c.type, c.a, rng);
   EXPECT_FALSE(refused(qadd_graph(c, a, random_bytes(c.type, c.b, rng))));
@@ -238,7 +238,7 @@ TEST(QLinearAddKernelTest, OnlyReluAndClipAreActivations) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("node 'sig'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("Relu or Clip"), std::string::npos) << st.message();
-  EXPECT_FALSE(simd_factory(*g.node)->applicable(*g.node));
+  EXPECT_FALSE(simd_factory(*g.node)->applicable(*g.node).ok());
 }
 
 TEST(QLinearAddKernelTest, FedConstantsRunTheReference) {

@@ -162,7 +162,7 @@ void check_case(const QConvCase& c) {
   QConvGraph g = make_graph(c, 3);
   const KernelFactory* f = onednn_factory(*g.node);
   ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*g.node));
+  ASSERT_TRUE(f->applicable(*g.node).ok());
   auto k = f->prepare(*g.node);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   EXPECT_EQ((*k)->implementation().rfind("onednn:", 0), 0u) << (*k)->implementation();
@@ -258,18 +258,18 @@ TEST(OnednnQLinearConvTest, RefusesWhatItCannotRun) {
   QConvGraph g = make_graph(c, 1);
   const KernelFactory* f = onednn_factory(*g.node);
   ASSERT_NE(f, nullptr);
-  ASSERT_TRUE(f->applicable(*g.node));
+  ASSERT_TRUE(f->applicable(*g.node).ok());
   // A non-zero weight zero point.
   Tensor w_zp = Tensor::make(DataType::kInt8, {8});
   w_zp.data<int8_t>()[3] = 1;
   g.node->input(5)->set_initializer(w_zp);
-  EXPECT_FALSE(f->applicable(*g.node));
+  EXPECT_FALSE(f->applicable(*g.node).ok());
   // A zero output scale is the reference kernel's to define.
   g.node->input(5)->set_initializer(Tensor::make(DataType::kInt8, {8}));
-  ASSERT_TRUE(f->applicable(*g.node));
+  ASSERT_TRUE(f->applicable(*g.node).ok());
   Tensor zero = Tensor::make(DataType::kFloat32, {});
   g.node->input(1)->set_initializer(zero);
-  EXPECT_FALSE(f->applicable(*g.node));
+  EXPECT_FALSE(f->applicable(*g.node).ok());
 }
 
 TEST(OnednnQLinearConvTest, OnlyMonotonicClampsAreActivations) {

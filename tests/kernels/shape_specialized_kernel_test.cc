@@ -66,9 +66,10 @@ class StaticShapeKernel : public Kernel {
 KILN_REGISTER_KERNEL((KernelFactory{
     .domain = kDomain, .op_type = "TwoXPlusOne", .device = DeviceKind::kCpu, .priority = 100, .name = "static",
     .applicable =
-        [](const ir::Node& n) {
+        [](const ir::Node& n) -> Status {
           const ir::Value* x = n.input(0);
-          return x->shape().is_static() && x->shape().rank() >= 1 && x->shape()[0].value <= 8;
+          if (x->shape().is_static() && x->shape().rank() >= 1 && x->shape()[0].value <= 8) return ok_status();
+          return unsupported("X %s: static shapes with a first dim of at most 8", x->shape().to_string().c_str());
         },
     .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> {
       prepares.fetch_add(1);
@@ -84,7 +85,7 @@ KILN_REGISTER_OP(ops::OpSchema("Explode", kDomain).since(1).inputs(1, 1).outputs
 }).kernel(two_x_plus_one));
 KILN_REGISTER_KERNEL((KernelFactory{
     .domain = kDomain, .op_type = "Explode", .device = DeviceKind::kCpu, .priority = 100, .name = "static",
-    .applicable = [](const ir::Node&) { return true; },
+    .applicable = [](const ir::Node&) { return ok_status(); },
     .prepare = [](const ir::Node& n) -> Expected<std::unique_ptr<Kernel>> {
       return std::unique_ptr<Kernel>(new StaticShapeKernel(n.input(0)->shape().static_dims()));
     }}));
@@ -138,6 +139,9 @@ TEST(ShapeSpecializedKernelTest, OpenDimsGetAPerShapeKernel) {
   KernelPlan plan = plan_kernel(node);
   EXPECT_EQ(plan.implementation, "reference");
   EXPECT_TRUE(plan.shape_related);
+  // The refusal at representative extents, by the factory's name.
+  EXPECT_EQ(plan.reason.rfind("open dims: at representative extents static: X [", 0), 0u) << plan.reason;
+  EXPECT_NE(plan.reason.find("a first dim of at most 8"), std::string::npos) << plan.reason;
   auto k = select_kernel(node);
   ASSERT_TRUE(k);
   EXPECT_EQ(k->implementation(), "per-shape:reference");

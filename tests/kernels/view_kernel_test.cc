@@ -111,11 +111,11 @@ TEST(ViewKernel, DeclinesWhatIsKnownOnlyAtRunTime) {
   ASSERT_NE(f, nullptr);
   // A shape input fed at run time (its value unknown when the kernel is prepared).
   Built fed = view_node(ops::kOnnxDomain, "Reshape", 14, DataType::kFloat32, {2, 3}, {{3, 2}}, {}, false);
-  EXPECT_FALSE(f->applicable(*fed.node));
+  EXPECT_FALSE(f->applicable(*fed.node).ok());
   // A dynamic input shape.
   Built b = view_node(ops::kOnnxDomain, "Reshape", 14, DataType::kFloat32, {2, 3}, {{-1}}, {});
   b.node->input(0)->type().shape = Shape({Dim(), Dim(3)});
-  EXPECT_FALSE(f->applicable(*b.node));
+  EXPECT_FALSE(f->applicable(*b.node).ok());
 }
 
 Built trans_data_node(DataType dtype, const Dims& dims, bool to_block, int64_t c0) {

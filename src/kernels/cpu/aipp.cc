@@ -637,7 +637,7 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kKilnDomain,
                                     .device = DeviceKind::kCpu,
                                     .priority = 100,
                                     .name = "kiln",
-                                    .applicable = [](const ir::Node& n) { return ops::aipp_node_info(n).ok(); },
+                                    .applicable = [](const ir::Node& n) { return ops::aipp_node_info(n).status(); },
                                     .prepare = prepare_aipp}));
 
 }  // namespace kiln::kernels

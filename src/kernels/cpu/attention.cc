@@ -260,8 +260,8 @@ namespace {
 using Dims = std::vector<int64_t>;
 using attention_simd::Job;
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+Status require_static_f32(const char* what, const ir::Value* v) {
+  return require_static_tensor(what, v, {DataType::kFloat32});
 }
 
 // Everything about a node the kernel needs.
@@ -286,15 +286,15 @@ Expected<AttentionPlan> plan_attention(const ir::Node& node) {
   if (node.domain() != ops::kKilnDomain || node.op_type() != "Attention")
     return unsupported("node %s: not a kiln Attention", label);
   if (node.inputs().size() < 3 || node.inputs().size() > 4 || node.outputs().size() != 1)
-    return unsupported("node %s: unexpected input/output count", label);
+    return unsupported("node %s: %zu inputs and %zu outputs, expected 3 or 4 and 1", label, node.inputs().size(),
+                       node.outputs().size());
   const ir::Value* mask = node.inputs().size() > 3 ? node.input(3) : nullptr;
   const ir::Value* operands[4] = {node.input(0), node.input(1), node.input(2), mask};
-  for (int i = 0; i < (mask ? 4 : 3); ++i)
-    if (!is_static_f32(operands[i]))
-      return unsupported("node %s: Q, K, V and Mask must be float32 with static shapes", label);
+  static const char* const kOperandNames[4] = {"Q", "K", "V", "Mask"};
+  for (int i = 0; i < (mask ? 4 : 3); ++i) KILN_RETURN_IF_ERROR(require_static_f32(kOperandNames[i], operands[i]));
   const ir::Value* y = node.output(0);
   if (!y || (y->dtype() != DataType::kFloat32 && y->dtype() != DataType::kUndefined))
-    return unsupported("node %s: Y must be float32", label);
+    return unsupported("node %s: Y dtype %s: only float32", label, y ? dtype_name(y->dtype()) : "missing");
   p.q_dims = node.input(0)->shape().static_dims();
   p.k_dims = node.input(1)->shape().static_dims();
   p.v_dims = node.input(2)->shape().static_dims();
@@ -460,7 +460,7 @@ Expected<std::unique_ptr<Kernel>> prepare_attention(const ir::Node& node) {
   return std::unique_ptr<Kernel>(new AttentionKernel(std::move(plan), &schema->kernel_fn()));
 }
 
-bool attention_applicable(const ir::Node& node) { return plan_attention(node).ok(); }
+Status attention_applicable(const ir::Node& node) { return plan_attention(node).status(); }
 
 }  // namespace
 

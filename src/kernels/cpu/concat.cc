@@ -38,10 +38,12 @@ Expected<ConcatPlan> plan_concat(const ir::Node& node) {
   ConcatPlan p;
   for (const ir::Value* v : node.inputs()) {
     if (!v || !v->shape().has_rank() || !v->shape().is_static())
-      return unsupported("node %s: inputs must have static shapes", label.c_str());
+      return unsupported("node %s: input %s: open dims (static shapes only)", label.c_str(),
+                         v ? v->type().to_string().c_str() : "missing");
     if (p.in_dims.empty()) p.dtype = v->dtype();
     if (v->dtype() != p.dtype || !whole_bytes(p.dtype))
-      return unsupported("node %s: dtype %s", label.c_str(), dtype_name(v->dtype()));
+      return unsupported("node %s: dtype %s%s", label.c_str(), dtype_name(v->dtype()),
+                         v->dtype() != p.dtype ? " beside other dtypes" : ": not whole bytes per element");
     p.in_dims.push_back(v->shape().static_dims());
   }
   const int rank = static_cast<int>(p.in_dims[0].size());
@@ -121,7 +123,7 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .device = DeviceKind::kCpu,
                                     .priority = 100,
                                     .name = "kiln",
-                                    .applicable = [](const ir::Node& n) { return plan_concat(n).ok(); },
+                                    .applicable = [](const ir::Node& n) { return plan_concat(n).status(); },
                                     .prepare = prepare_concat}));
 
 }  // namespace kiln::kernels

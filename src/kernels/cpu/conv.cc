@@ -70,13 +70,8 @@ struct ConvPlan {
   DataType x_dtype = DataType::kFloat32, y_dtype = DataType::kFloat32, z_dtype = DataType::kFloat32;
 };
 
-bool is_static_f32_or_bf16(const ir::Value* v) {
-  return v && (v->dtype() == DataType::kFloat32 || v->dtype() == DataType::kBFloat16) && v->shape().has_rank() &&
-         v->shape().is_static();
-}
-
-bool is_f32_initializer(const ir::Value* v) {
-  return v && v->has_initializer() && v->initializer()->dtype() == DataType::kFloat32;
+Status require_static_f32_or_bf16(const char* what, const ir::Value* v) {
+  return require_static_tensor(what, v, {DataType::kFloat32, DataType::kBFloat16});
 }
 
 // The plan for a Conv / FusedConv node, or why this kernel does not take it.
@@ -91,13 +86,12 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   const ir::Value* z = fused ? node.input(3) : nullptr;
   const ir::Value* y = node.output(0);
   if (node.inputs().size() > (fused ? 4u : 3u) || node.outputs().size() != 1)
-    return unsupported("node %s: unexpected input/output count", label.c_str());
-  if (!is_static_f32_or_bf16(x) || !is_static_f32_or_bf16(y))
-    return unsupported("node %s: X and Y must be float32 (or bfloat16) with static shapes", label.c_str());
-  if (!is_f32_initializer(w))
-    return unsupported("node %s: W must be a float32 initializer (constant weights)", label.c_str());
-  if (b && !is_f32_initializer(b))
-    return unsupported("node %s: B must be a float32 initializer", label.c_str());
+    return unsupported("node %s: %zu inputs and %zu outputs, expected at most %u and 1", label.c_str(),
+                       node.inputs().size(), node.outputs().size(), fused ? 4u : 3u);
+  KILN_RETURN_IF_ERROR(require_static_f32_or_bf16("X", x));
+  KILN_RETURN_IF_ERROR(require_static_f32_or_bf16("Y", y));
+  KILN_RETURN_IF_ERROR(require_initializer("W", w, DataType::kFloat32));  // packed once, at prepare
+  if (b) KILN_RETURN_IF_ERROR(require_initializer("B", b, DataType::kFloat32));
   ConvPlan p;
   p.x_tensor_dims = x->shape().static_dims();
   p.y_tensor_dims = y->shape().static_dims();
@@ -139,8 +133,9 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   p.group = node.attr_int("group", 1);
   const int64_t c_in = p.x_dims[1], c_out = p.w_dims[0];
   if (p.group < 1 || c_out % p.group != 0 || c_in != p.w_dims[1] * p.group)
-    return unsupported("node %s: group %lld does not fit X %s and W %s", label.c_str(), (long long)p.group,
-                       dims_to_string(p.x_dims).c_str(), dims_to_string(p.w_dims).c_str());
+    return unsupported("node %s: group %lld with %lld input channels per group does not fit X %s and W %s",
+                       label.c_str(), (long long)p.group, (long long)p.w_dims[1], dims_to_string(p.x_dims).c_str(),
+                       dims_to_string(p.w_dims).c_str());
   if (b) {
     p.bias = b->initializer();
     if (p.bias->dims() != std::vector<int64_t>{c_out})
@@ -158,9 +153,10 @@ Expected<ConvPlan> plan_conv(const ir::Node& node) {
   if (p.bf16_parts == 3 && rank != 4)
     return unsupported("node %s: bf16x3 for 2-D convolutions only", label.c_str());
   if (z) {
-    if (!is_static_f32_or_bf16(z) || z->shape().static_dims() != p.y_tensor_dims)
-      return unsupported("node %s: residual Z must be float32 (or bfloat16) with Y's static shape %s", label.c_str(),
-                         dims_to_string(p.y_tensor_dims).c_str());
+    KILN_RETURN_IF_ERROR(require_static_f32_or_bf16("residual Z", z));
+    if (z->shape().static_dims() != p.y_tensor_dims)
+      return unsupported("node %s: residual Z %s, expected Y's shape %s", label.c_str(),
+                         dims_to_string(z->shape().static_dims()).c_str(), dims_to_string(p.y_tensor_dims).c_str());
     p.has_z = true;
     p.z_dtype = z->dtype();
   }
@@ -509,7 +505,7 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-bool conv_applicable(const ir::Node& node) { return plan_conv(node).ok(); }
+Status conv_applicable(const ir::Node& node) { return plan_conv(node).status(); }
 
 }  // namespace
 

@@ -29,8 +29,8 @@ struct DeconvPlan {
   const Tensor* bias = nullptr;
 };
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+Status require_static_f32(const char* what, const ir::Value* v) {
+  return require_static_tensor(what, v, {DataType::kFloat32});
 }
 
 Expected<DeconvPlan> plan_deconv(const ir::Node& node) {
@@ -42,13 +42,12 @@ Expected<DeconvPlan> plan_deconv(const ir::Node& node) {
   const ir::Value* b = node.input(2);
   const ir::Value* y = node.output(0);
   if (node.inputs().size() > 3 || node.outputs().size() != 1)
-    return unsupported("node %s: unexpected input/output count", label.c_str());
-  if (!is_static_f32(x) || !is_static_f32(y))
-    return unsupported("node %s: X and Y must be float32 with static shapes", label.c_str());
-  if (!w || !w->has_initializer() || w->initializer()->dtype() != DataType::kFloat32)
-    return unsupported("node %s: W must be a float32 initializer", label.c_str());
-  if (b && (!b->has_initializer() || b->initializer()->dtype() != DataType::kFloat32))
-    return unsupported("node %s: B must be a float32 initializer", label.c_str());
+    return unsupported("node %s: %zu inputs and %zu outputs, expected at most 3 and 1", label.c_str(),
+                       node.inputs().size(), node.outputs().size());
+  KILN_RETURN_IF_ERROR(require_static_f32("X", x));
+  KILN_RETURN_IF_ERROR(require_static_f32("Y", y));
+  KILN_RETURN_IF_ERROR(require_initializer("W", w, DataType::kFloat32));  // packed once, at prepare
+  if (b) KILN_RETURN_IF_ERROR(require_initializer("B", b, DataType::kFloat32));
   const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" || node.attr("output_shape"))
     return unsupported("node %s: auto_pad / output_shape run on the reference kernel", label.c_str());
@@ -78,7 +77,9 @@ Expected<DeconvPlan> plan_deconv(const ir::Node& node) {
   const std::vector<int64_t> out_pad = node.attr_ints("output_padding", {0, 0});
   if (kernel != std::vector<int64_t>{p.w_dims[2], p.w_dims[3]} || strides.size() != 2 || dilations.size() != 2 ||
       pads.size() != 4 || out_pad.size() != 2)
-    return unsupported("node %s: attributes the kernel does not take", label.c_str());
+    return unsupported("node %s: kernel_shape %s (W gives %s), strides, dilations, pads or output_padding not 2-D",
+                       label.c_str(), dims_to_string(kernel).c_str(),
+                       dims_to_string({p.w_dims[2], p.w_dims[3]}).c_str());
   for (int d = 0; d < 2; ++d) {
     if (strides[d] < 1 || dilations[d] < 1 || pads[d] < 0 || pads[d + 2] < 0 || out_pad[d] < 0)
       return unsupported("node %s: invalid geometry", label.c_str());
@@ -198,7 +199,7 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .device = DeviceKind::kCpu,
                                     .priority = 100,
                                     .name = "onednn",
-                                    .applicable = [](const ir::Node& n) { return plan_deconv(n).ok(); },
+                                    .applicable = [](const ir::Node& n) { return plan_deconv(n).status(); },
                                     .prepare = prepare_deconv}));
 
 }  // namespace kiln::kernels

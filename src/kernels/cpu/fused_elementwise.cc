@@ -121,14 +121,13 @@ bool clip_bounds(const ir::Node& n, float* lo, float* hi) {
 Status classify_inputs(const ir::Node& node, Program& p) {
   const std::string label = node.label();
   const ir::Value* y = node.output(0);
-  if (!y || y->dtype() != DataType::kFloat32 || !y->shape().has_rank() || !y->shape().is_static())
-    return unsupported("node %s: output must be float32 with a static shape", label.c_str());
+  KILN_RETURN_IF_ERROR(require_static_tensor("the output", y, {DataType::kFloat32}));
   p.output_dims = y->shape().static_dims();
   p.elements = num_elements(p.output_dims);
   const std::vector<int64_t>& out = p.output_dims;
-  for (const ir::Value* in : node.inputs()) {
-    if (!in || in->dtype() != DataType::kFloat32 || !in->shape().has_rank() || !in->shape().is_static())
-      return unsupported("node %s: inputs must be float32 with static shapes", label.c_str());
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    const ir::Value* in = node.input(i);
+    KILN_RETURN_IF_ERROR(require_static_tensor(str_format("input %zu", i).c_str(), in, {DataType::kFloat32}));
     const std::vector<int64_t> d = in->shape().static_dims();
     const int64_t n = num_elements(d);
     if (d.size() > out.size()) return unsupported("node %s: an input of higher rank than the output", label.c_str());
@@ -459,7 +458,7 @@ Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node
                                       .device = DeviceKind::kCpu,                          \
                                       .priority = 100,                                     \
                                       .name = "kiln",                                      \
-                                      .applicable = [](const ir::Node& n) { return compile_node(n).ok(); }, \
+                                      .applicable = [](const ir::Node& n) { return compile_node(n).status(); }, \
                                       .prepare = prepare_fused_elementwise}))
 
 KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kKilnDomain, "FusedElementwise");

@@ -124,10 +124,10 @@ Expected<bool> plan_gelu(const ir::Node& node) {
     return unsupported("node %s: unexpected input/output count", label.c_str());
   const ir::Value* x = node.input(0);
   if (!x || x->dtype() != DataType::kFloat32)
-    return unsupported("node %s: X must be float32", label.c_str());
+    return unsupported("node %s: X dtype %s: only float32", label.c_str(), x ? dtype_name(x->dtype()) : "missing");
   const DataType yt = node.output(0)->dtype();
   if (yt != DataType::kFloat32 && yt != DataType::kUndefined)
-    return unsupported("node %s: Y must be float32", label.c_str());
+    return unsupported("node %s: Y dtype %s: only float32", label.c_str(), dtype_name(yt));
   const std::string a = node.attr_string("approximate", "none");
   if (a != "none" && a != "tanh")
     return unsupported("node %s: approximate \"%s\"", label.c_str(), a.c_str());
@@ -178,7 +178,7 @@ Expected<std::unique_ptr<Kernel>> prepare_gelu(const ir::Node& node) {
   return std::unique_ptr<Kernel>(new GeluKernel(tanh_form, &schema->kernel_fn()));
 }
 
-bool gelu_applicable(const ir::Node& node) { return plan_gelu(node).ok(); }
+Status gelu_applicable(const ir::Node& node) { return plan_gelu(node).status(); }
 
 }  // namespace
 

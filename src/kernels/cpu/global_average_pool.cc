@@ -78,8 +78,10 @@ Expected<GapPlan> plan_gap(const ir::Node& node) {
   if (node.num_inputs() != 1 || node.num_outputs() != 1 || !node.input(0) || !node.output(0))
     return unsupported("node %s: unexpected input/output count", label.c_str());
   const ir::Value* x = node.input(0);
-  if (x->dtype() != DataType::kFloat32 || !x->shape().has_rank() || x->shape().rank() < 3)
-    return unsupported("node %s: X must be float32 of rank 3 or more", label.c_str());
+  if (x->dtype() != DataType::kFloat32)
+    return unsupported("node %s: X dtype %s: only float32", label.c_str(), dtype_name(x->dtype()));
+  if (!x->shape().has_rank() || x->shape().rank() < 3)
+    return unsupported("node %s: X %s: rank 3 or more only", label.c_str(), x->type().to_string().c_str());
   GapPlan plan;
   if (kiln_pooling && ops::is_blocked_format(node.attr_string("format", ops::kFormatPlain))) {
     plan.block = node.attr_int("c0", 0);
@@ -145,7 +147,7 @@ Expected<std::unique_ptr<Kernel>> prepare_gap(const ir::Node& node) {
   return prepare_with_reference<GlobalAveragePoolKernel>(node, plan_gap);
 }
 
-bool gap_applicable(const ir::Node& node) { return plan_gap(node).ok(); }
+Status gap_applicable(const ir::Node& node) { return plan_gap(node).status(); }
 
 }  // namespace
 

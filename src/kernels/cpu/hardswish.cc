@@ -94,7 +94,8 @@ Expected<ops::FusedActivation> plan_hardswish(const ir::Node& node) {
   if (node.inputs().size() != 1 || node.outputs().size() != 1 || !node.output(0))
     return unsupported("node %s: unexpected input/output count", label.c_str());
   const ir::Value* x = node.input(0);
-  if (!x || x->dtype() != DataType::kFloat32) return unsupported("node %s: X must be float32", label.c_str());
+  if (!x || x->dtype() != DataType::kFloat32)
+    return unsupported("node %s: X dtype %s: only float32", label.c_str(), x ? dtype_name(x->dtype()) : "missing");
   ops::FusedActivation act;
   act.kind = ops::FusedActivationKind::kHardSwish;
   act.p0 = node.attr_float("alpha", 1.0f / 6.0f);
@@ -140,7 +141,7 @@ Expected<std::unique_ptr<Kernel>> prepare_hardswish(const ir::Node& node) {
   return std::unique_ptr<Kernel>(new HardSwishKernel(act, &schema->kernel_fn()));
 }
 
-bool hardswish_applicable(const ir::Node& node) { return plan_hardswish(node).ok(); }
+Status hardswish_applicable(const ir::Node& node) { return plan_hardswish(node).status(); }
 
 }  // namespace
 

@@ -142,8 +142,8 @@ namespace {
 using Dims = std::vector<int64_t>;
 using layernorm_simd::Job;
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+Status require_static_f32(const char* what, const ir::Value* v) {
+  return require_static_tensor(what, v, {DataType::kFloat32});
 }
 
 struct LayerNormPlan {
@@ -178,14 +178,14 @@ Expected<LayerNormPlan> plan_layernorm(const ir::Node& node) {
   for (size_t i = 1; i < node.outputs().size(); ++i)
     if (node.output(i)) return unsupported("node %s: outputs other than Y", label);
   if (onnx && node.attr_int("stash_type", 1) != 1)
-    return unsupported("node %s: stash_type other than float32", label);
+    return unsupported("node %s: stash_type %lld: only 1 (float32)", label, (long long)node.attr_int("stash_type", 1));
   const ir::Value* bias = node.inputs().size() > 2 ? node.input(2) : nullptr;
-  if (!is_static_f32(node.input(0)) || !is_static_f32(node.input(1)) ||
-      (bias && !is_static_f32(bias)))
-    return unsupported("node %s: X, Scale and Bias must be float32 with static shapes", label);
+  KILN_RETURN_IF_ERROR(require_static_f32("X", node.input(0)));
+  KILN_RETURN_IF_ERROR(require_static_f32("Scale", node.input(1)));
+  if (bias) KILN_RETURN_IF_ERROR(require_static_f32("Bias", bias));
   const ir::Value* y = node.output(0);
   if (y->dtype() != DataType::kFloat32 && y->dtype() != DataType::kUndefined)
-    return unsupported("node %s: Y must be float32", label);
+    return unsupported("node %s: Y dtype %s: only float32", label, dtype_name(y->dtype()));
   p.x_dims = node.input(0)->shape().static_dims();
   const int rank = static_cast<int>(p.x_dims.size());
   if (rank < 1) return unsupported("node %s: X is a scalar", label);
@@ -279,7 +279,7 @@ Expected<std::unique_ptr<Kernel>> prepare_layernorm(const ir::Node& node) {
   return std::unique_ptr<Kernel>(new LayerNormKernel(std::move(plan), &schema->kernel_fn()));
 }
 
-bool layernorm_applicable(const ir::Node& node) { return plan_layernorm(node).ok(); }
+Status layernorm_applicable(const ir::Node& node) { return plan_layernorm(node).status(); }
 
 KernelFactory layernorm_factory(const char* domain, const char* op_type) {
   return KernelFactory{.domain = domain,

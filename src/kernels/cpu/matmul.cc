@@ -82,8 +82,8 @@ struct MatMulPlan {
   bool bf16 = false;
 };
 
-bool is_static_f32(const ir::Value* v) {
-  return v && v->dtype() == DataType::kFloat32 && v->shape().has_rank() && v->shape().is_static();
+Status require_static_f32(const char* what, const ir::Value* v) {
+  return require_static_tensor(what, v, {DataType::kFloat32});
 }
 
 Dims row_major_strides(const Dims& dims) {
@@ -117,8 +117,7 @@ template <typename ToFull>
 Status add_addend(const ir::Node& node, MatMulPlan& p, int i, float scale, ToFull y_to_full) {
   const ir::Value* v = node.input(static_cast<size_t>(i));
   if (!v) return ok_status();
-  if (!is_static_f32(v))
-    return unsupported("node %s: input %d is not float32 with a static shape", p.label.c_str(), i);
+  KILN_RETURN_IF_ERROR(require_static_f32(str_format("input %d", i).c_str(), v));
   Addend a;
   a.input = i;
   a.dims = v->shape().static_dims();
@@ -217,7 +216,8 @@ Status plan_gemm(const ir::Node& node, MatMulPlan& p) {
   const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
   const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
   const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-  if (k != kb) return unsupported("node %s: inner dims differ", p.label.c_str());
+  if (k != kb)
+    return unsupported("node %s: inner dims differ: A's %lld, B's %lld", p.label.c_str(), (long long)k, (long long)kb);
   p.y_dims = {m, n};
   p.n = n;
   p.src_dims = {m, k};
@@ -244,20 +244,23 @@ Expected<MatMulPlan> plan_node(const ir::Node& node) {
   if (!gemm && !matmul) return unsupported("node %s: not a MatMul or Gemm", p.label.c_str());
   const size_t max_inputs = gemm ? 3 : (fused ? 4 : 2);
   if (node.inputs().size() < 2 || node.inputs().size() > max_inputs || node.outputs().size() != 1)
-    return unsupported("node %s: unexpected input/output count", p.label.c_str());
+    return unsupported("node %s: %zu inputs and %zu outputs, expected 2 to %zu and 1", p.label.c_str(),
+                       node.inputs().size(), node.outputs().size(), max_inputs);
   const ir::Value* a = node.input(0);
   const ir::Value* b = node.input(1);
-  if (!is_static_f32(a) || !is_static_f32(b) || !node.output(0) ||
-      (node.output(0)->dtype() != DataType::kFloat32 &&
-       node.output(0)->dtype() != DataType::kUndefined))
-    return unsupported("node %s: A, B and Y must be float32 with static shapes", p.label.c_str());
+  KILN_RETURN_IF_ERROR(require_static_f32("A", a));
+  KILN_RETURN_IF_ERROR(require_static_f32("B", b));
+  if (!node.output(0)) return unsupported("node %s: Y is missing", p.label.c_str());
+  // Y's type may not be inferred yet (kUndefined): the plan computes its shape.
+  if (node.output(0)->dtype() != DataType::kFloat32 && node.output(0)->dtype() != DataType::kUndefined)
+    return unsupported("node %s: Y dtype %s: only float32", p.label.c_str(), dtype_name(node.output(0)->dtype()));
   if (fused) {
     KILN_ASSIGN_OR_RETURN(p.act, ops::parse_fused_activation(node));
     Expected<int> parts = ops::bf16_parts(node);  // 0 or 1: bf16x3 is for FusedConv only
     if (!parts.ok()) return unsupported("%s", parts.status().message().c_str());
     p.bf16 = *parts == 1;
   } else if (node.has_attr("activation") || node.has_attr("activation_params")) {
-    return unsupported("node %s: an ONNX op with an activation attribute", p.label.c_str());
+    return unsupported("node %s: an activation attribute on an ONNX %s", p.label.c_str(), op.c_str());
   }
   p.a_dims = a->shape().static_dims();
   p.b_dims = b->shape().static_dims();
@@ -631,7 +634,7 @@ Expected<std::unique_ptr<Kernel>> prepare_matmul(const ir::Node& node) {
   return MatMulKernel::create(node);
 }
 
-bool matmul_applicable(const ir::Node& node) { return plan_node(node).ok(); }
+Status matmul_applicable(const ir::Node& node) { return plan_node(node).status(); }
 
 KernelFactory matmul_factory(const char* domain, const char* op_type) {
   return KernelFactory{.domain = domain,

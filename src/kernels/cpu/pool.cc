@@ -38,8 +38,8 @@ struct PoolPlan {
   DataType dtype = DataType::kFloat32;  // X's and Y's: float32, or uint8 / int8 for max pooling
 };
 
-bool is_static(const ir::Value* v, DataType dtype) {
-  return v && v->dtype() == dtype && v->shape().has_rank() && v->shape().is_static();
+Status require_static(const char* what, const ir::Value* v, DataType dtype) {
+  return require_static_tensor(what, v, {dtype});
 }
 
 bool is_x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
@@ -60,9 +60,11 @@ Expected<PoolPlan> plan_pool(const ir::Node& node) {
   PoolPlan p;
   p.dtype = x ? x->dtype() : DataType::kUndefined;
   const bool int8_max = op == "MaxPool" && is_x8(p.dtype);  // ONNX's only int8 pool
-  if (!(p.dtype == DataType::kFloat32 || int8_max) || !is_static(x, p.dtype) || !is_static(y, p.dtype))
-    return unsupported("node %s: X and Y must be float32 (uint8 / int8 for max pooling) with static shapes",
-                       label.c_str());
+  if (!(p.dtype == DataType::kFloat32 || int8_max))
+    return unsupported("node %s: X dtype %s: only float32 (and uint8 and int8 for MaxPool)", label.c_str(),
+                       dtype_name(p.dtype));
+  KILN_RETURN_IF_ERROR(require_static("X", x, p.dtype));
+  KILN_RETURN_IF_ERROR(require_static("Y", y, p.dtype));
   p.x_tensor_dims = p.x_dims = x->shape().static_dims();
   p.y_tensor_dims = p.y_dims = y->shape().static_dims();
   if (kiln_pooling && ops::is_blocked_format(node.attr_string("format", ops::kFormatPlain))) {
@@ -80,7 +82,8 @@ Expected<PoolPlan> plan_pool(const ir::Node& node) {
   }
   const size_t rank = p.x_dims.size();
   if (rank < 3 || rank > 5 || p.y_dims.size() != rank)
-    return unsupported("node %s: 1-D, 2-D and 3-D pooling only", label.c_str());
+    return unsupported("node %s: X %s: 1-D, 2-D and 3-D pooling only", label.c_str(),
+                       dims_to_string(p.x_dims).c_str());
   for (int64_t d : p.x_dims)
     if (d <= 0) return unsupported("node %s: empty input", label.c_str());
   const int n = static_cast<int>(rank) - 2;
@@ -231,7 +234,7 @@ Expected<std::unique_ptr<Kernel>> prepare_pool(const ir::Node& node) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-bool pool_applicable(const ir::Node& node) { return plan_pool(node).ok(); }
+Status pool_applicable(const ir::Node& node) { return plan_pool(node).status(); }
 
 }  // namespace
 

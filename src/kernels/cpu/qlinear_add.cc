@@ -133,10 +133,12 @@ Expected<QAddPlan> plan_qadd(const ir::Node& node) {
   QAddPlan p;
   p.dtype = a->dtype();
   if ((p.dtype != DataType::kUInt8 && p.dtype != DataType::kInt8) || b->dtype() != p.dtype || c->dtype() != p.dtype)
-    return unsupported("node %s: A, B and C must all be uint8 or all int8", label.c_str());
+    return unsupported("node %s: A %s, B %s, C %s: all uint8 or all int8 only", label.c_str(), dtype_name(p.dtype),
+                       dtype_name(b->dtype()), dtype_name(c->dtype()));
   for (const ir::Value* v : {a, b, c})
     if (!v->shape().has_rank() || !v->shape().is_static())
-      return unsupported("node %s: static shapes only", label.c_str());
+      return unsupported("node %s: %s %s: open dims (static shapes only)", label.c_str(),
+                         v == a ? "A" : v == b ? "B" : "C", v->type().to_string().c_str());
   const std::vector<int64_t> ad = a->shape().static_dims(), bd = b->shape().static_dims();
   p.dims = c->shape().static_dims();
   const int64_t an = kiln::num_elements(ad), bn = kiln::num_elements(bd);
@@ -264,7 +266,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qadd(const ir::Node& node) {
   return prepare_with_reference<QAddKernel>(node, plan_qadd);
 }
 
-bool qadd_applicable(const ir::Node& node) { return plan_qadd(node).ok(); }
+Status qadd_applicable(const ir::Node& node) { return plan_qadd(node).status(); }
 
 }  // namespace
 

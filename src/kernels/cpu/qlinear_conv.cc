@@ -41,8 +41,6 @@ namespace {
 
 using dnnl::memory;
 
-bool is_x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
-
 memory::data_type dnnl_x8(DataType t) { return t == DataType::kUInt8 ? memory::data_type::u8 : memory::data_type::s8; }
 
 // Inputs 1..8 that must be constants: scales, zero points, W and B.
@@ -78,9 +76,8 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
   const ir::Value* x = node.input(0);
   const ir::Value* y = node.output(0);
   if (node.outputs().size() != 1 || !x || !y) return unsupported("node %s: unexpected inputs/outputs", label.c_str());
-  for (const ir::Value* v : {x, y})
-    if (!is_x8(v->dtype()) || !v->shape().has_rank() || !v->shape().is_static())
-      return unsupported("node %s: X and Y must be int8 / uint8 with static shapes", label.c_str());
+  KILN_RETURN_IF_ERROR(require_static_tensor("X", x, {DataType::kInt8, DataType::kUInt8}));
+  KILN_RETURN_IF_ERROR(require_static_tensor("Y", y, {DataType::kInt8, DataType::kUInt8}));
   QConvPlan p;
   for (int i : kConstantInputs) {
     const ir::Value* v = node.input(i);
@@ -279,7 +276,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-bool qconv_applicable(const ir::Node& node) { return plan_qconv(node).ok(); }
+Status qconv_applicable(const ir::Node& node) { return plan_qconv(node).status(); }
 
 }  // namespace
 

@@ -69,11 +69,19 @@ Expected<QMatMulPlan> plan_qmatmul(const ir::Node& node) {
   QMatMulPlan p;
   p.a_dtype = a->dtype();
   p.y_dtype = y->dtype();
-  if (!is_x8(p.a_dtype) || !(is_x8(p.y_dtype) || (fused && p.y_dtype == DataType::kFloat32)))
-    return unsupported("node %s: A must be int8 / uint8, Y int8 / uint8 (or float32)", label.c_str());
-  for (const ir::Value* v : {a, y})
-    if (!v->shape().has_rank() || !v->shape().is_static() || v->shape().rank() < 2)
-      return unsupported("node %s: A and Y must have static shapes of rank >= 2", label.c_str());
+  if (!is_x8(p.a_dtype))
+    return unsupported("node %s: A dtype %s: only int8 and uint8", label.c_str(), dtype_name(p.a_dtype));
+  if (!(is_x8(p.y_dtype) || (fused && p.y_dtype == DataType::kFloat32)))
+    return unsupported("node %s: Y dtype %s: only int8 and uint8%s", label.c_str(), dtype_name(p.y_dtype),
+                       fused ? " (and float32)" : "");
+  for (const ir::Value* v : {a, y}) {
+    const char* what = v == a ? "A" : "Y";
+    if (!v->shape().has_rank() || !v->shape().is_static())
+      return unsupported("node %s: %s %s: open dims (static shapes only)", label.c_str(), what,
+                         v->type().to_string().c_str());
+    if (v->shape().rank() < 2)
+      return unsupported("node %s: %s %s: rank 2 or more only", label.c_str(), what, v->type().to_string().c_str());
+  }
   const Tensor* a_scale = constant_input(node, 1);
   const Tensor* a_zp = constant_input(node, 2);
   const Tensor* b = constant_input(node, 3);
@@ -222,7 +230,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qmatmul(const ir::Node& node) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-bool qmatmul_applicable(const ir::Node& node) { return plan_qmatmul(node).ok(); }
+Status qmatmul_applicable(const ir::Node& node) { return plan_qmatmul(node).status(); }
 
 }  // namespace
 

@@ -203,7 +203,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qdq(const ir::Node& node) {
   return prepare_with_reference<QdqKernel>(node, plan_qdq);
 }
 
-bool qdq_applicable(const ir::Node& node) { return plan_qdq(node).ok(); }
+Status qdq_applicable(const ir::Node& node) { return plan_qdq(node).status(); }
 
 }  // namespace
 

@@ -18,10 +18,15 @@ struct UpsamplePlan {
   int64_t sy = 1, sx = 1;
 };
 
-bool static_4d_f32(const ir::Value* v, std::vector<int64_t>* dims) {
-  if (!v || !v->type().is_tensor() || v->dtype() != DataType::kFloat32 || !v->shape().is_static()) return false;
+Status static_4d_f32(const char* what, const ir::Value* v, std::vector<int64_t>* dims) {
+  if (!v || !v->type().is_tensor()) return unsupported("%s is not a tensor", what);
+  if (v->dtype() != DataType::kFloat32)
+    return unsupported("%s dtype %s: only float32", what, dtype_name(v->dtype()));
+  if (!v->shape().is_static())
+    return unsupported("%s %s: open dims (static shapes only)", what, v->type().to_string().c_str());
   *dims = v->shape().static_dims();
-  return dims->size() == 4;
+  if (dims->size() != 4) return unsupported("%s %s: 4-D only", what, dims_to_string(*dims).c_str());
+  return ok_status();
 }
 
 // The float factors a constant `scales` input gives, or empty when absent (Resize-11+ with
@@ -41,18 +46,27 @@ Expected<std::vector<float>> constant_scales(const ir::Node& n) {
 
 Expected<UpsamplePlan> plan_upsample(const ir::Node& n) {
   UpsamplePlan p;
-  if (n.num_outputs() != 1 || !static_4d_f32(n.input(0), &p.in_dims) || !static_4d_f32(n.output(0), &p.out_dims))
-    return unsupported("not a static 4-D float32 resize");
-  if (n.attr_string("mode", "nearest") != "nearest") return unsupported("mode is not nearest");
+  if (n.num_outputs() != 1) return unsupported("%d outputs, expected 1", n.num_outputs());
+  KILN_RETURN_IF_ERROR(static_4d_f32("X", n.input(0), &p.in_dims));
+  KILN_RETURN_IF_ERROR(static_4d_f32("Y", n.output(0), &p.out_dims));
+  if (const std::string mode = n.attr_string("mode", "nearest"); mode != "nearest")
+    return unsupported("mode %s: only nearest", mode.c_str());
   if (n.op_type() == "Resize" && n.opset() >= 11) {
-    if (n.attr_string("coordinate_transformation_mode", "half_pixel") != "asymmetric" ||
-        n.attr_string("nearest_mode", "round_prefer_floor") != "floor")
-      return unsupported("coordinates are not asymmetric with floor");
-    if (n.has_attr("axes") || n.attr_int("antialias", 0) != 0) return unsupported("axes or antialias");
+    const std::string ctm = n.attr_string("coordinate_transformation_mode", "half_pixel");
+    const std::string nearest = n.attr_string("nearest_mode", "round_prefer_floor");
+    if (ctm != "asymmetric" || nearest != "floor")
+      return unsupported("coordinate_transformation_mode %s with nearest_mode %s: only asymmetric with floor",
+                         ctm.c_str(), nearest.c_str());
+    if (n.has_attr("axes")) return unsupported("the axes attribute");
+    if (n.attr_int("antialias", 0) != 0) return unsupported("antialias");
   }
-  if (p.in_dims[0] != p.out_dims[0] || p.in_dims[1] != p.out_dims[1]) return unsupported("N or C changes");
+  if (p.in_dims[0] != p.out_dims[0] || p.in_dims[1] != p.out_dims[1])
+    return unsupported("N or C changes: X %s, Y %s", dims_to_string(p.in_dims).c_str(),
+                       dims_to_string(p.out_dims).c_str());
   for (int a = 2; a < 4; ++a)
-    if (p.in_dims[a] <= 0 || p.out_dims[a] % p.in_dims[a] != 0) return unsupported("not a whole-number factor");
+    if (p.in_dims[a] <= 0 || p.out_dims[a] % p.in_dims[a] != 0)
+      return unsupported("X %s to Y %s: not a whole-number factor", dims_to_string(p.in_dims).c_str(),
+                         dims_to_string(p.out_dims).c_str());
   p.sy = p.out_dims[2] / p.in_dims[2];
   p.sx = p.out_dims[3] / p.in_dims[3];
   // Given scales must be the whole-number factors themselves (asymmetric coordinates divide
@@ -106,7 +120,7 @@ KernelFactory upsample_factory(const char* op) {
                        .device = DeviceKind::kCpu,
                        .priority = 100,
                        .name = "kiln",
-                       .applicable = [](const ir::Node& n) { return plan_upsample(n).ok(); },
+                       .applicable = [](const ir::Node& n) { return plan_upsample(n).status(); },
                        .prepare = prepare_upsample};
 }
 

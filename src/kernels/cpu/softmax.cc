@@ -142,13 +142,13 @@ Expected<SoftmaxPlan> plan_softmax(const ir::Node& node) {
   if (node.domain() != ops::kOnnxDomain || node.op_type() != "Softmax")
     return unsupported("node %s: not a Softmax", label);
   if (node.inputs().size() != 1 || node.outputs().size() != 1 || !node.output(0))
-    return unsupported("node %s: unexpected input/output count", label);
+    return unsupported("node %s: %zu inputs and %zu outputs, expected 1 and 1", label, node.inputs().size(),
+                       node.outputs().size());
   const ir::Value* x = node.input(0);
-  if (!x || x->dtype() != DataType::kFloat32 || !x->shape().has_rank() || !x->shape().is_static())
-    return unsupported("node %s: X must be float32 with a static shape", label);
+  KILN_RETURN_IF_ERROR(require_static_tensor("X", x, {DataType::kFloat32}));
   const ir::Value* y = node.output(0);
   if (y->dtype() != DataType::kFloat32 && y->dtype() != DataType::kUndefined)
-    return unsupported("node %s: Y must be float32", label);
+    return unsupported("node %s: Y dtype %s: only float32", label, dtype_name(y->dtype()));
   p.x_dims = x->shape().static_dims();
   const int rank = static_cast<int>(p.x_dims.size());
   if (rank < 1) return unsupported("node %s: X is a scalar", label);
@@ -223,7 +223,7 @@ Expected<std::unique_ptr<Kernel>> prepare_softmax(const ir::Node& node) {
   return std::unique_ptr<Kernel>(new SoftmaxKernel(std::move(plan), &schema->kernel_fn()));
 }
 
-bool softmax_applicable(const ir::Node& node) { return plan_softmax(node).ok(); }
+Status softmax_applicable(const ir::Node& node) { return plan_softmax(node).status(); }
 
 }  // namespace
 

@@ -23,9 +23,15 @@ Expected<TransDataPlan> plan_trans_data(const ir::Node& n) {
   KILN_ASSIGN_OR_RETURN(p.attrs, ops::trans_data_attrs(n));
   const ir::Value* x = n.input(0);
   const ir::Value* y = n.num_outputs() == 1 ? n.output(0) : nullptr;
-  if (!x || !y || !x->shape().is_static() || !y->shape().is_static() || x->dtype() != y->dtype() ||
-      x->dtype() == DataType::kString || x->dtype() == DataType::kUndefined)
-    return unsupported("node %s: shapes not static, or dtypes differ", n.label().c_str());
+  if (!x || !y) return unsupported("node %s: X or Y is missing", n.label().c_str());
+  if (!x->shape().is_static() || !y->shape().is_static())
+    return unsupported("node %s: X %s, Y %s: open dims (static shapes only)", n.label().c_str(),
+                       x->type().to_string().c_str(), y->type().to_string().c_str());
+  if (x->dtype() != y->dtype())
+    return unsupported("node %s: dtype changes from %s to %s", n.label().c_str(), dtype_name(x->dtype()),
+                       dtype_name(y->dtype()));
+  if (x->dtype() == DataType::kString || x->dtype() == DataType::kUndefined)
+    return unsupported("node %s: dtype %s", n.label().c_str(), dtype_name(x->dtype()));
   p.dtype = x->dtype();
   p.in_dims = x->shape().static_dims();
   p.out_dims = y->shape().static_dims();
@@ -65,7 +71,7 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kKilnDomain,
                                     .device = DeviceKind::kCpu,
                                     .priority = 100,
                                     .name = "kiln",
-                                    .applicable = [](const ir::Node& n) { return plan_trans_data(n).ok(); },
+                                    .applicable = [](const ir::Node& n) { return plan_trans_data(n).status(); },
                                     .prepare = prepare_trans_data}));
 
 }  // namespace kiln::kernels

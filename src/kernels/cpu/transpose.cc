@@ -38,9 +38,10 @@ Expected<TransposePlan> plan_transpose(const ir::Node& node) {
     return unsupported("node %s: not a Transpose", label.c_str());
   const ir::Value* x = node.input(0);
   if (!x->shape().has_rank() || !x->shape().is_static())
-    return unsupported("node %s: the input's shape is not static", label.c_str());
+    return unsupported("node %s: data %s: open dims (static shapes only)", label.c_str(),
+                       x->type().to_string().c_str());
   if (x->dtype() == DataType::kString || x->dtype() == DataType::kUndefined || sub_byte(x->dtype()))
-    return unsupported("node %s: dtype %s", label.c_str(), dtype_name(x->dtype()));
+    return unsupported("node %s: dtype %s: not whole bytes per element", label.c_str(), dtype_name(x->dtype()));
   TransposePlan p;
   p.elem_size = dtype_bytes(x->dtype(), 1);
   if (p.elem_size != 1 && p.elem_size != 2 && p.elem_size != 4 && p.elem_size != 8)
@@ -149,7 +150,7 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .device = DeviceKind::kCpu,
                                     .priority = 100,
                                     .name = "kiln",
-                                    .applicable = [](const ir::Node& n) { return plan_transpose(n).ok(); },
+                                    .applicable = [](const ir::Node& n) { return plan_transpose(n).status(); },
                                     .prepare = prepare_transpose}));
 
 }  // namespace kiln::kernels

@@ -28,16 +28,25 @@ struct ViewPlan {
 // compile-time output dims are the ones the reference kernel would compute.
 Expected<ViewPlan> plan_view(const ir::Node& n) {
   ViewPlan p;
-  if (n.num_inputs() < 1 || n.num_outputs() != 1 || !static_dims_of(n.input(0), &p.in_dims) ||
-      !static_dims_of(n.output(0), &p.out_dims))
-    return unsupported("node %s: shapes not static", n.label().c_str());
-  if (n.input(0)->dtype() != n.output(0)->dtype() || n.input(0)->dtype() == DataType::kString)
-    return unsupported("node %s: dtype changes or strings", n.label().c_str());
+  if (n.num_inputs() < 1 || n.num_outputs() != 1)
+    return unsupported("node %s: %d inputs and %d outputs, expected 1 or more and 1", n.label().c_str(),
+                       n.num_inputs(), n.num_outputs());
+  if (!static_dims_of(n.input(0), &p.in_dims))
+    return unsupported("node %s: data %s: open dims (static shapes only)", n.label().c_str(),
+                       n.input(0) ? n.input(0)->type().to_string().c_str() : "missing");
+  if (!static_dims_of(n.output(0), &p.out_dims))
+    return unsupported("node %s: output %s: open dims (static shapes only)", n.label().c_str(),
+                       n.output(0) ? n.output(0)->type().to_string().c_str() : "missing");
+  if (n.input(0)->dtype() != n.output(0)->dtype())
+    return unsupported("node %s: dtype changes from %s to %s", n.label().c_str(), dtype_name(n.input(0)->dtype()),
+                       dtype_name(n.output(0)->dtype()));
+  if (n.input(0)->dtype() == DataType::kString) return unsupported("node %s: dtype string", n.label().c_str());
   if (num_elements(p.in_dims) != num_elements(p.out_dims))
-    return unsupported("node %s: element counts differ", n.label().c_str());
+    return unsupported("node %s: element counts differ: %s to %s", n.label().c_str(), dims_to_string(p.in_dims).c_str(),
+                       dims_to_string(p.out_dims).c_str());
   for (int i = 1; i < n.num_inputs(); ++i)
     if (n.input(i) && !n.input(i)->has_initializer())
-      return unsupported("node %s: input %d is not a constant", n.label().c_str(), i);
+      return unsupported("node %s: input %d is computed at run time (not a constant)", n.label().c_str(), i);
   return p;
 }
 
@@ -68,7 +77,7 @@ KernelFactory view_factory(const char* op) {
                        .device = DeviceKind::kCpu,
                        .priority = 100,
                        .name = "kiln",
-                       .applicable = [](const ir::Node& n) { return plan_view(n).ok(); },
+                       .applicable = [](const ir::Node& n) { return plan_view(n).status(); },
                        .prepare = prepare_view};
 }
 
