@@ -345,13 +345,16 @@ kilnError kilnCommInitRootInfo(uint32_t nRanks, const kilnRootInfo* rootInfo, ui
                   rootInfo == nullptr ? "rootInfo" : "comm");
     }
     if (nRanks == 0 || nRanks > (1u << 20)) {
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: nRanks %u is not in 1..%u", kApi, nRanks, 1u << 20);
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: nRanks %u is not in 1..%u", kApi, nRanks,
+                  1u << 20);
     }
     if (rank >= nRanks) {
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: rank %u is not below nRanks %u", kApi, rank, nRanks);
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: rank %u is not below nRanks %u", kApi, rank,
+                  nRanks);
     }
     if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
-    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    kiln::Expected<kiln::comm::CommSettings> settings =
+        kiln::comm::comm_settings_from_environment();
     if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
     kiln::Expected<kiln::comm::RootInfo> root = kiln::comm::decode_root_info(
         std::span<const char>(rootInfo->internal, KILN_ROOT_INFO_BYTES));
@@ -373,7 +376,8 @@ kilnError kilnCommInitFromEnv(kilnComm* comm) {
   return api_entry(kApi, ApiNeeds::kNothing, [&] {
     if (comm == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: comm is NULL", kApi);
     if (kilnError e = kiln::comm::check_transport_env(kApi)) return e;
-    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    kiln::Expected<kiln::comm::CommSettings> settings =
+        kiln::comm::comm_settings_from_environment();
     if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
     kiln::Expected<kiln::comm::LaunchEnv> env = kiln::comm::launch_env_from_environment();
     if (!env.ok()) {
@@ -406,14 +410,14 @@ kilnError kilnCommInitAll(uint32_t nDevices, int32_t* devices, kilnComm* comms) 
                     kApi, i, devices[i], state->devices->count());
       }
     }
-    kiln::Expected<kiln::comm::CommSettings> settings = kiln::comm::comm_settings_from_environment();
+    kiln::Expected<kiln::comm::CommSettings> settings =
+        kiln::comm::comm_settings_from_environment();
     if (!settings.ok()) return fail(settings.status(), KILN_ERROR_INVALID_PARAM);
     std::vector<std::unique_ptr<kiln::comm::Transport>> world;
-    {
-      world = kiln::comm::make_in_process_world(static_cast<int>(nDevices));
-    }
+    { world = kiln::comm::make_in_process_world(static_cast<int>(nDevices)); }
     if (world.size() != nDevices) {
-      return fail(KILN_ERROR_BAD_ALLOC, "%s: could not create the links of %u ranks", kApi, nDevices);
+      return fail(KILN_ERROR_BAD_ALLOC, "%s: could not create the links of %u ranks", kApi,
+                  nDevices);
     }
     for (uint32_t i = 0; i < nDevices; ++i) {
       if (kilnError e =
@@ -451,8 +455,8 @@ kilnError kilnCommDestroy(kilnComm comm) {
       }
     }
     if (!kiln::comm::live_comms().remove(c)) {
-      return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: comm %p was destroyed concurrently", kApi,
-                  comm);
+      return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: comm %p was destroyed concurrently",
+                  kApi, comm);
     }
     delete c;  // waits for the queued operations
     return KILN_SUCCESS;
@@ -495,7 +499,8 @@ kilnError kilnCommGetAsyncError(kilnComm comm, kilnError* asyncError) {
   return api_entry(kApi, ApiNeeds::kNothing, [&] {
     Communicator* c = nullptr;
     if (kilnError e = kiln::comm::check_comm(comm, kApi, &c)) return e;
-    if (asyncError == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: asyncError is NULL", kApi);
+    if (asyncError == nullptr)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: asyncError is NULL", kApi);
     *asyncError = c->async_error();
     return KILN_SUCCESS;
   });
@@ -517,10 +522,9 @@ kilnError kilnAllReduce(void* sendBuf, void* recvBuf, uint64_t count, kilnCommDa
     if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
     if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
     if (count == 0) return KILN_SUCCESS;
-    return kiln::comm::submit(kApi, "AllReduce", s,
-                              [=](const AlgoContext& ctx) {
-                                return kiln::comm::all_reduce(ctx, sendBuf, recvBuf, count, *reducer);
-                              });
+    return kiln::comm::submit(kApi, "AllReduce", s, [=](const AlgoContext& ctx) {
+      return kiln::comm::all_reduce(ctx, sendBuf, recvBuf, count, *reducer);
+    });
   });
 }
 
@@ -559,7 +563,8 @@ kilnError kilnReduce(void* sendBuf, void* recvBuf, uint64_t count, kilnCommDataT
       return e;
     if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, sendBuf, bytes, "sendBuf")) return e;
     if (static_cast<uint32_t>(s.comm->rank()) == root) {
-      if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf")) return e;
+      if (kilnError e = kiln::comm::check_buffer(kApi, *s.comm, recvBuf, bytes, "recvBuf"))
+        return e;
     }
     if (count == 0) return KILN_SUCCESS;
     return kiln::comm::submit(kApi, "Reduce", s, [=](const AlgoContext& ctx) {
@@ -601,9 +606,9 @@ kilnError kilnReduceScatter(void* sendBuf, void* recvBuf, uint64_t recvCount,
     const Reducer* reducer = nullptr;
     if (kilnError e = kiln::comm::check_reducer(kApi, dataType, op, &reducer)) return e;
     size_t total = 0;
-    if (kilnError e = kiln::comm::byte_count(kApi, recvCount, reducer->elem_size,
-                                             static_cast<uint64_t>(s.comm->size()), "recvCount",
-                                             &total)) {
+    if (kilnError e =
+            kiln::comm::byte_count(kApi, recvCount, reducer->elem_size,
+                                   static_cast<uint64_t>(s.comm->size()), "recvCount", &total)) {
       return e;
     }
     const size_t bytes = total / static_cast<size_t>(s.comm->size());
@@ -716,17 +721,18 @@ kilnError kilnAlltoAllV(const void* sendBuf, const void* sendCounts, const void*
   return api_entry(kApi, ApiNeeds::kRuntime, [&] {
     OpSetup s;
     if (kilnError e = kiln::comm::setup(kApi, comm, stream, &s)) return e;
-    if (sendCounts == nullptr || sdispls == nullptr || recvCounts == nullptr || rdispls == nullptr) {
+    if (sendCounts == nullptr || sdispls == nullptr || recvCounts == nullptr ||
+        rdispls == nullptr) {
       return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
-                  sendCounts == nullptr ? "sendCounts"
-                  : sdispls == nullptr  ? "sdispls"
+                  sendCounts == nullptr   ? "sendCounts"
+                  : sdispls == nullptr    ? "sdispls"
                   : recvCounts == nullptr ? "recvCounts"
                                           : "rdispls");
     }
-    return kiln::comm::all_to_all_common(
-        kApi, s, sendBuf, static_cast<const uint64_t*>(sendCounts),
-        static_cast<const uint64_t*>(sdispls), sendType, recvBuf,
-        static_cast<const uint64_t*>(recvCounts), static_cast<const uint64_t*>(rdispls), recvType);
+    return kiln::comm::all_to_all_common(kApi, s, sendBuf, static_cast<const uint64_t*>(sendCounts),
+                                         static_cast<const uint64_t*>(sdispls), sendType, recvBuf,
+                                         static_cast<const uint64_t*>(recvCounts),
+                                         static_cast<const uint64_t*>(rdispls), recvType);
   });
 }
 
@@ -821,7 +827,8 @@ kilnError kilnGroupEnd(void) {
   return api_entry("kilnGroupEnd", ApiNeeds::kNothing, [&] {
     kiln::comm::GroupState& group = kiln::comm::t_group;
     if (group.depth == 0) {
-      return fail(KILN_ERROR_INVALID_PARAM, "kilnGroupEnd: no kilnGroupStart is open on this thread");
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "kilnGroupEnd: no kilnGroupStart is open on this thread");
     }
     if (--group.depth > 0) return KILN_SUCCESS;
     // The group closes with or without kilnInit; without it launch_group fails each operation.

@@ -296,7 +296,8 @@ kilnmdlAIPP* kilnmdlCreateAIPP(uint64_t batchSize) {
   return api_entry_or<kilnmdlAIPP*>(api, ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlAIPP* {
     if (batchSize == 0 || batchSize > kMaxAippBatch) {
       fail(KILN_ERROR_INVALID_PARAM, "%s: batchSize %llu must be within 1..%llu", api,
-           static_cast<unsigned long long>(batchSize), static_cast<unsigned long long>(kMaxAippBatch));
+           static_cast<unsigned long long>(batchSize),
+           static_cast<unsigned long long>(kMaxAippBatch));
       return nullptr;
     }
     auto set = std::make_unique<kilnmdlAIPP>();
@@ -338,13 +339,15 @@ kilnError kilnmdlSetAIPPInputFormat(kilnmdlAIPP* aippParmsSet, kilnAippInputForm
       case KILN_RAW12:
       case KILN_RAW16:
       case KILN_RAW24:
-        return fail(KILN_ERROR_FEATURE_UNSUPPORTED,
-                    "%s: input format %d (an NC1HWC0DI or RAW format) is not one Kiln's AIPP takes: use YUV420SP_U8, "
-                    "XRGB8888_U8, RGB888_U8, YUV400_U8, ARGB8888_U8, YUYV_U8, YUV422SP_U8 or AYUV444_U8",
-                    api, static_cast<int>(inputFormat));
+        return fail(
+            KILN_ERROR_FEATURE_UNSUPPORTED,
+            "%s: input format %d (an NC1HWC0DI or RAW format) is not one Kiln's AIPP takes: use "
+            "YUV420SP_U8, "
+            "XRGB8888_U8, RGB888_U8, YUV400_U8, ARGB8888_U8, YUYV_U8, YUV422SP_U8 or AYUV444_U8",
+            api, static_cast<int>(inputFormat));
       default:
-        return fail(KILN_ERROR_INVALID_PARAM, "%s: input format %d is not a kilnAippInputFormat", api,
-                    static_cast<int>(inputFormat));
+        return fail(KILN_ERROR_INVALID_PARAM, "%s: input format %d is not a kilnAippInputFormat",
+                    api, static_cast<int>(inputFormat));
     }
   });
 }
@@ -414,8 +417,8 @@ kilnError kilnmdlSetAIPPSrcImageSize(kilnmdlAIPP* aippParmsSet, int32_t srcImage
     kilnmdlAIPP* set = live_set(api, aippParmsSet);
     if (!set) return KILN_ERROR_INVALID_PARAM;
     if (srcImageSizeW <= 0 || srcImageSizeH <= 0)
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: srcImageSizeW/H %dx%d must be positive", api, srcImageSizeW,
-                  srcImageSizeH);
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: srcImageSizeW/H %dx%d must be positive", api,
+                  srcImageSizeW, srcImageSizeH);
     set->params.src_w = srcImageSizeW;
     set->params.src_h = srcImageSizeH;
     return KILN_SUCCESS;
@@ -437,10 +440,11 @@ kilnError kilnmdlSetAIPPScfParams(kilnmdlAIPP* aippParmsSet, int8_t scfSwitch, i
       return KILN_SUCCESS;
     }
     if (scfInputSizeW <= 0 || scfInputSizeH <= 0 || scfOutputSizeW <= 0 || scfOutputSizeH <= 0)
-      return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: batchIndex %llu: scfInputSize %dx%d and scfOutputSize %dx%d must be positive", api,
-                  static_cast<unsigned long long>(batchIndex), scfInputSizeW, scfInputSizeH, scfOutputSizeW,
-                  scfOutputSizeH);
+      return fail(
+          KILN_ERROR_INVALID_PARAM,
+          "%s: batchIndex %llu: scfInputSize %dx%d and scfOutputSize %dx%d must be positive", api,
+          static_cast<unsigned long long>(batchIndex), scfInputSizeW, scfInputSizeH, scfOutputSizeW,
+          scfOutputSizeH);
     b.resize = true;
     b.resize_w = scfOutputSizeW;
     b.resize_h = scfOutputSizeH;
@@ -463,10 +467,12 @@ kilnError kilnmdlSetAIPPCropParams(kilnmdlAIPP* aippParmsSet, int8_t cropSwitch,
       return KILN_SUCCESS;
     }
     if (cropStartPosW < 0 || cropStartPosH < 0)
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropStartPosW/H %d,%d must not be negative", api,
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: batchIndex %llu: cropStartPosW/H %d,%d must not be negative", api,
                   static_cast<unsigned long long>(batchIndex), cropStartPosW, cropStartPosH);
     if (cropSizeW <= 0 || cropSizeH <= 0)
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: batchIndex %llu: cropSizeW/H %dx%d must be positive", api,
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: batchIndex %llu: cropSizeW/H %dx%d must be positive", api,
                   static_cast<unsigned long long>(batchIndex), cropSizeW, cropSizeH);
     b.crop = true;
     b.crop_x = cropStartPosW;
@@ -493,9 +499,10 @@ kilnError kilnmdlSetAIPPPaddingParams(kilnmdlAIPP* aippParmsSet, int8_t paddingS
     }
     if (paddingSizeTop < 0 || paddingSizeBottom < 0 || paddingSizeLeft < 0 || paddingSizeRight < 0)
       return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: batchIndex %llu: padding sizes (top %d, bottom %d, left %d, right %d) must not be negative", api,
-                  static_cast<unsigned long long>(batchIndex), paddingSizeTop, paddingSizeBottom, paddingSizeLeft,
-                  paddingSizeRight);
+                  "%s: batchIndex %llu: padding sizes (top %d, bottom %d, left %d, right %d) must "
+                  "not be negative",
+                  api, static_cast<unsigned long long>(batchIndex), paddingSizeTop,
+                  paddingSizeBottom, paddingSizeLeft, paddingSizeRight);
     b.padding = true;
     b.pad_top = paddingSizeTop;
     b.pad_bottom = paddingSizeBottom;
@@ -542,7 +549,8 @@ kilnError kilnmdlSetAIPPPixelVarReci(kilnmdlAIPP* aippParmsSet, float dtcPixelVa
     kilnmdlAIPP* set = live_set(api, aippParmsSet);
     if (!set) return KILN_ERROR_INVALID_PARAM;
     if (kilnError e = check_batch_index(api, *set, batchIndex)) return e;
-    const float v[4] = {dtcPixelVarReciChn0, dtcPixelVarReciChn1, dtcPixelVarReciChn2, dtcPixelVarReciChn3};
+    const float v[4] = {dtcPixelVarReciChn0, dtcPixelVarReciChn1, dtcPixelVarReciChn2,
+                        dtcPixelVarReciChn3};
     if (kilnError e = check_finite(api, "dtcPixelVarReci", v)) return e;
     std::memcpy(set->params.batch[batchIndex].var_reci, v, sizeof v);
     return KILN_SUCCESS;
@@ -554,14 +562,16 @@ kilnError kilnmdlSetAIPPPixelVarReci(kilnmdlAIPP* aippParmsSet, float dtcPixelVa
 kilnError kilnmdlSetInputAIPP(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
                               const kilnmdlAIPP* aippParmsSet) {
   return api_entry("kilnmdlSetInputAIPP", ApiNeeds::kRuntime, [&] {
-    return set_input_aipp("kilnmdlSetInputAIPP", modelId, dataset, index, aippParmsSet, /*by_image=*/false);
+    return set_input_aipp("kilnmdlSetInputAIPP", modelId, dataset, index, aippParmsSet,
+                          /*by_image=*/false);
   });
 }
 
 kilnError kilnmdlSetAIPPByInputIndex(uint32_t modelId, kilnmdlDataset* dataset, size_t index,
                                      const kilnmdlAIPP* aippParmsSet) {
   return api_entry("kilnmdlSetAIPPByInputIndex", ApiNeeds::kRuntime, [&] {
-    return set_input_aipp("kilnmdlSetAIPPByInputIndex", modelId, dataset, index, aippParmsSet, /*by_image=*/true);
+    return set_input_aipp("kilnmdlSetAIPPByInputIndex", modelId, dataset, index, aippParmsSet,
+                          /*by_image=*/true);
   });
 }
 
@@ -570,7 +580,8 @@ kilnError kilnmdlGetAippType(uint32_t modelId, size_t index, kilnmdlInputAippTyp
   const char* api = "kilnmdlGetAippType";
   return api_entry(api, ApiNeeds::kRuntime, [&] {
     if (!type || !dynamicAttachedDataIndex)
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: type and dynamicAttachedDataIndex must not be NULL", api);
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: type and dynamicAttachedDataIndex must not be NULL", api);
     ModelAipp found;
     if (kilnError e = find_model_aipp(api, modelId, &found)) return e;
     if (kilnError e = check_input_index(api, *found.model, index)) return e;
@@ -593,7 +604,8 @@ kilnError kilnmdlGetFirstAippInfo(uint32_t modelId, size_t index, kilnAippInfo* 
   return api_entry(api, ApiNeeds::kRuntime, [&] {
     if (!aippInfo) return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo is NULL", api);
     if (aippInfo->size < sizeof(kilnAippInfo))
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: aippInfo->size is %zu; set it to sizeof(kilnAippInfo) (%zu)", api,
+      return fail(KILN_ERROR_INVALID_PARAM,
+                  "%s: aippInfo->size is %zu; set it to sizeof(kilnAippInfo) (%zu)", api,
                   aippInfo->size, sizeof(kilnAippInfo));
     ModelAipp found;
     if (kilnError e = find_model_aipp(api, modelId, &found)) return e;

@@ -236,11 +236,11 @@ kilnError check_stream_device(const char* api, const Stream& stream, int device,
 using kiln::rt::api_entry;
 using kiln::rt::ApiNeeds;
 using kiln::rt::Device;
-using kiln::rt::MemoryRegistry;
-using kiln::rt::RuntimeState;
 using kiln::rt::fail;
+using kiln::rt::MemoryRegistry;
 using kiln::rt::runtime_lock;
 using kiln::rt::runtime_state;
+using kiln::rt::RuntimeState;
 
 namespace kiln::rt {
 namespace {
@@ -289,16 +289,23 @@ kilnError kilnrtMalloc(void** devPtr, size_t size, kilnrtMemMallocPolicy policy)
     if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
     kiln::rt::PagePolicy page_policy;
     switch (policy) {
-      case KILN_MEM_MALLOC_HUGE_FIRST: page_policy = kiln::rt::PagePolicy::kHugeFirst; break;
-      case KILN_MEM_MALLOC_HUGE_ONLY: page_policy = kiln::rt::PagePolicy::kHugeOnly; break;
-      case KILN_MEM_MALLOC_NORMAL_ONLY: page_policy = kiln::rt::PagePolicy::kNormalOnly; break;
+      case KILN_MEM_MALLOC_HUGE_FIRST:
+        page_policy = kiln::rt::PagePolicy::kHugeFirst;
+        break;
+      case KILN_MEM_MALLOC_HUGE_ONLY:
+        page_policy = kiln::rt::PagePolicy::kHugeOnly;
+        break;
+      case KILN_MEM_MALLOC_NORMAL_ONLY:
+        page_policy = kiln::rt::PagePolicy::kNormalOnly;
+        break;
       default:
         return fail(KILN_ERROR_INVALID_PARAM, "%s: policy %d is not a kilnrtMemMallocPolicy", kApi,
                     static_cast<int>(policy));
     }
     kiln::rt::Context* context = kiln::rt::current_context();
     if (context == nullptr) {
-      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+      return fail(KILN_ERROR_RT_CONTEXT_NULL,
+                  "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
     }
     kiln::Expected<void*> p = context->device().memory().allocate(size, page_policy);
     if (!p.ok()) {
@@ -318,34 +325,39 @@ kilnError kilnrtFree(void* devPtr) {
     std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(devPtr);
     if (!a) {
       if (kiln::rt::freed_on_device(*state, devPtr) >= 0) {
-        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free)", kApi, devPtr);
+        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free)", kApi,
+                    devPtr);
       }
-      return fail(KILN_ERROR_INVALID_MEMORY,
-                  "%s: %p is not device memory (a host pointer, or device memory freed earlier and since "
-                  "returned to the system)",
-                  kApi, devPtr);
+      return fail(
+          KILN_ERROR_INVALID_MEMORY,
+          "%s: %p is not device memory (a host pointer, or device memory freed earlier and since "
+          "returned to the system)",
+          kApi, devPtr);
     }
     if (a->kind == kiln::rt::MemoryKind::kPinnedHost) {
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is pinned host memory; free it with kilnrtFreeHost", kApi,
-                  devPtr);
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is pinned host memory; free it with kilnrtFreeHost", kApi, devPtr);
     }
     if (a->registered) {
       return fail(KILN_ERROR_INVALID_MEMORY,
-                  "%s: %p is host memory registered with kilnrtHostRegister, which its owner frees; end the "
+                  "%s: %p is host memory registered with kilnrtHostRegister, which its owner "
+                  "frees; end the "
                   "registration with kilnrtHostUnregister",
                   kApi, devPtr);
     }
     if (a->base != devPtr) {
-      return fail(KILN_ERROR_INVALID_MEMORY,
-                  "%s: %p points %zu bytes into the device allocation at %p; kilnrtFree takes the pointer "
-                  "kilnrtMalloc returned",
-                  kApi, devPtr,
-                  static_cast<size_t>(static_cast<const char*>(devPtr) - static_cast<const char*>(a->base)), a->base);
+      return fail(
+          KILN_ERROR_INVALID_MEMORY,
+          "%s: %p points %zu bytes into the device allocation at %p; kilnrtFree takes the pointer "
+          "kilnrtMalloc returned",
+          kApi, devPtr,
+          static_cast<size_t>(static_cast<const char*>(devPtr) - static_cast<const char*>(a->base)),
+          a->base);
     }
     Device* device = state->devices->device(a->device);
     if (device == nullptr) {
-      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
-                  a->device);
+      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi,
+                  devPtr, a->device);
     }
     {
       // Work already submitted to the device's streams may still use the block: it is
@@ -353,8 +365,8 @@ kilnError kilnrtFree(void* devPtr) {
       kiln::Status s = device->memory().free(devPtr, device->fence_all_streams());
       if (!s.ok()) {
         // Lost a race with another kilnrtFree of the same pointer.
-        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free): %s", kApi, devPtr,
-                    s.to_string().c_str());
+        return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p was already freed (double free): %s", kApi,
+                    devPtr, s.to_string().c_str());
       }
     }
     return KILN_SUCCESS;
@@ -383,19 +395,22 @@ kilnError kilnrtFreeHost(void* hostPtr) {
     if (hostPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: hostPtr is NULL", kApi);
     std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(hostPtr);
     if (a && a->kind == kiln::rt::MemoryKind::kDevice) {
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is device memory of cpu:%d; free it with kilnrtFree", kApi,
-                  hostPtr, a->device);
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is device memory of cpu:%d; free it with kilnrtFree", kApi, hostPtr,
+                  a->device);
     }
     if (a && a->base != hostPtr) {
-      return fail(KILN_ERROR_INVALID_MEMORY,
-                  "%s: %p points into the pinned host allocation at %p; kilnrtFreeHost takes the pointer "
-                  "kilnrtMallocHost returned",
-                  kApi, hostPtr, a->base);
+      return fail(
+          KILN_ERROR_INVALID_MEMORY,
+          "%s: %p points into the pinned host allocation at %p; kilnrtFreeHost takes the pointer "
+          "kilnrtMallocHost returned",
+          kApi, hostPtr, a->base);
     }
     kiln::Status s = kiln::rt::free_pinned_host(hostPtr);
     if (!s.ok()) {
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not memory from kilnrtMallocHost (or was freed already)",
-                  kApi, hostPtr);
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is not memory from kilnrtMallocHost (or was freed already)", kApi,
+                  hostPtr);
     }
     return KILN_SUCCESS;
   });
@@ -404,14 +419,17 @@ kilnError kilnrtFreeHost(void* hostPtr) {
 kilnError kilnrtHostRegister(void* ptr, uint64_t size, kilnrtHostRegisterType type, void** devPtr) {
   static const char* const kApi = "kilnrtHostRegister";
   return api_entry(kApi, ApiNeeds::kRuntime, [&] {
-    if (ptr == nullptr || devPtr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr and devPtr must not be NULL", kApi);
+    if (ptr == nullptr || devPtr == nullptr)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr and devPtr must not be NULL", kApi);
     *devPtr = nullptr;
     if (size == 0) return fail(KILN_ERROR_INVALID_PARAM, "%s: size is 0", kApi);
     if (type != KILN_HOST_REGISTER_MAPPED)
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: type %d is not a kilnrtHostRegisterType", kApi, static_cast<int>(type));
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: type %d is not a kilnrtHostRegisterType", kApi,
+                  static_cast<int>(type));
     kiln::rt::Context* context = kiln::rt::current_context();
     if (context == nullptr) {
-      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+      return fail(KILN_ERROR_RT_CONTEXT_NULL,
+                  "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
     }
     // The CPU device addresses host memory as it is: the device address is the host address.
     kiln::rt::Allocation a;
@@ -422,11 +440,13 @@ kilnError kilnrtHostRegister(void* ptr, uint64_t size, kilnrtHostRegisterType ty
     a.registered = true;
     {
       if (!MemoryRegistry::get().add_if_free(a)) {
-        std::optional<kiln::rt::Allocation> other = MemoryRegistry::get().find_overlapping(ptr, a.size);
-        return fail(KILN_ERROR_INVALID_MEMORY, "%s: [%p, +%llu bytes) overlaps %s at %p, which the runtime manages already",
+        std::optional<kiln::rt::Allocation> other =
+            MemoryRegistry::get().find_overlapping(ptr, a.size);
+        return fail(KILN_ERROR_INVALID_MEMORY,
+                    "%s: [%p, +%llu bytes) overlaps %s at %p, which the runtime manages already",
                     kApi, ptr, static_cast<unsigned long long>(size),
-                    !other                 ? "an allocation"
-                    : other->registered    ? "a registered host range"
+                    !other                                             ? "an allocation"
+                    : other->registered                                ? "a registered host range"
                     : other->kind == kiln::rt::MemoryKind::kPinnedHost ? "pinned host memory"
                                                                        : "device memory",
                     other ? other->base : ptr);
@@ -443,8 +463,9 @@ kilnError kilnrtHostUnregister(void* ptr) {
     if (ptr == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: ptr is NULL", kApi);
     std::optional<kiln::rt::Allocation> a = MemoryRegistry::get().find(ptr);
     if (!a || !a->registered || a->base != ptr)
-      return fail(KILN_ERROR_INVALID_MEMORY, "%s: %p is not the start of a range registered with kilnrtHostRegister",
-                  kApi, ptr);
+      return fail(KILN_ERROR_INVALID_MEMORY,
+                  "%s: %p is not the start of a range registered with kilnrtHostRegister", kApi,
+                  ptr);
     MemoryRegistry::get().remove(ptr);
     return KILN_SUCCESS;
   });
@@ -454,17 +475,20 @@ kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
   static const char* const kApi = "kilnrtMemcpy";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int dst_device = -1, src_device = -1;
-    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
+    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind,
+                                           &dst_device, &src_device)) {
       return e;
     }
     if (count == 0) return KILN_SUCCESS;
     // A synchronous copy runs on the calling thread and, as in AscendCL, is not ordered
     // with stream work, so it takes no engine lock: small copies cost the checks and the
     // copy, nothing more (bench/memcpy_bench).
-    int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+    int64_t profile_start =
+        KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
     kiln::rt::copy_memory(dst, src, count);
     if (KILN_UNLIKELY(profile_start >= 0)) {
-      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), count, profile_start);
+      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), count,
+                                  profile_start);
     }
     return KILN_SUCCESS;
   });
@@ -475,7 +499,8 @@ kilnError kilnrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t c
   static const char* const kApi = "kilnrtMemcpyAsync";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int dst_device = -1, src_device = -1;
-    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind, &dst_device, &src_device)) {
+    if (kilnError e = kiln::rt::check_copy(*state, kApi, dst, destMax, src, count, kind,
+                                           &dst_device, &src_device)) {
       return e;
     }
     return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, count, "MemcpyAsync",
@@ -489,15 +514,17 @@ kilnError kilnrtMemcpy2d(void* dst, size_t dpitch, const void* src, size_t spitc
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int dst_device = -1, src_device = -1;
     size_t bytes = 0;
-    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
-                                              &dst_device, &src_device, &bytes)) {
+    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height,
+                                              kind, &dst_device, &src_device, &bytes)) {
       return e;
     }
     if (bytes == 0) return KILN_SUCCESS;
-    int64_t profile_start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+    int64_t profile_start =
+        KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
     kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);
     if (KILN_UNLIKELY(profile_start >= 0)) {
-      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), bytes, profile_start);
+      kiln::profiler::record_copy(kiln::rt::copy_direction(dst_device, src_device), bytes,
+                                  profile_start);
     }
     return KILN_SUCCESS;
   });
@@ -509,8 +536,8 @@ kilnError kilnrtMemcpy2dAsync(void* dst, size_t dpitch, const void* src, size_t 
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int dst_device = -1, src_device = -1;
     size_t bytes = 0;
-    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height, kind,
-                                              &dst_device, &src_device, &bytes)) {
+    if (kilnError e = kiln::rt::check_copy_2d(*state, kApi, dst, dpitch, src, spitch, width, height,
+                                              kind, &dst_device, &src_device, &bytes)) {
       return e;
     }
     return kiln::rt::enqueue_copy(kApi, stream, dst_device, src_device, bytes, "Memcpy2dAsync",
@@ -524,12 +551,13 @@ kilnError kilnrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t coun
   static const char* const kApi = "kilnrtMemset";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int device_id = -1;
-    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
+    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id))
+      return e;
     if (count == 0) return KILN_SUCCESS;
     Device* device = state->devices->device(device_id);
     if (device == nullptr) {
-      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi, devPtr,
-                  device_id);
+      return fail(KILN_ERROR_INTERNAL_ERROR, "%s: %p belongs to cpu:%d, which does not exist", kApi,
+                  devPtr, device_id);
     }
     std::lock_guard engine(device->copy_engine());
     std::memset(devPtr, static_cast<unsigned char>(value), count);
@@ -541,7 +569,8 @@ kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t
   static const char* const kApi = "kilnrtMemsetAsync";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     int device_id = -1;
-    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id)) return e;
+    if (kilnError e = kiln::rt::check_memset(*state, kApi, devPtr, maxCount, count, &device_id))
+      return e;
     kiln::Expected<kiln::rt::Stream*> s = kiln::rt::resolve_stream(stream, kApi);
     if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
     kiln::rt::Stream& target = **s;
@@ -552,7 +581,8 @@ kilnError kilnrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t
       target.submit(
           kiln::rt::Engine::kCopy,
           [devPtr, byte, count]() {
-            int64_t start = KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
+            int64_t start =
+                KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
             std::memset(devPtr, byte, count);
             if (KILN_UNLIKELY(start >= 0)) kiln::profiler::record_copy("memset", count, start);
             return kiln::ok_status();
@@ -567,14 +597,17 @@ kilnError kilnrtGetMemInfo(kilnrtMemAttr attr, size_t* free, size_t* total) {
   static const char* const kApi = "kilnrtGetMemInfo";
   return api_entry(kApi, ApiNeeds::kRuntime, [&] {
     if (free == nullptr || total == nullptr) {
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi, free == nullptr ? "free" : "total");
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", kApi,
+                  free == nullptr ? "free" : "total");
     }
     if (static_cast<int>(attr) < KILN_DDR_MEM || static_cast<int>(attr) > KILN_HBM_MEM_NORMAL) {
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: attr %d is not a kilnrtMemAttr", kApi, static_cast<int>(attr));
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: attr %d is not a kilnrtMemAttr", kApi,
+                  static_cast<int>(attr));
     }
     kiln::rt::Context* context = kiln::rt::current_context();
     if (context == nullptr) {
-      return fail(KILN_ERROR_RT_CONTEXT_NULL, "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
+      return fail(KILN_ERROR_RT_CONTEXT_NULL,
+                  "%s: no current context on this thread (call kilnrtSetDevice)", kApi);
     }
     // The CPU device has one memory domain: every attribute describes it.
     kiln::rt::MemoryPool& pool = context->device().memory();
@@ -591,8 +624,8 @@ kilnError kilnrtGetMemStats(int32_t deviceId, kilnrtMemStats* stats) {
     if (stats == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: stats is NULL", kApi);
     Device* device = state->devices->device(deviceId);
     if (device == nullptr) {
-      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
-                  state->devices->count());
+      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi,
+                  deviceId, state->devices->count());
     }
     kiln::rt::MemoryStats s = device->memory().stats();
     stats->inUse = s.in_use;
@@ -611,8 +644,8 @@ kilnError kilnrtEmptyCache(int32_t deviceId) {
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
     Device* device = state->devices->device(deviceId);
     if (device == nullptr) {
-      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi, deviceId,
-                  state->devices->count());
+      return fail(KILN_ERROR_INVALID_DEVICE, "%s: device %d does not exist (%d devices)", kApi,
+                  deviceId, state->devices->count());
     }
     device->memory().empty_cache();
     return KILN_SUCCESS;

@@ -294,8 +294,8 @@ kilnTensorDesc* kilnCreateTensorDesc(kilnDataType dataType, int numDims, const i
     }
     for (int i = 0; i < numDims; ++i)
       if (dims[i] < -2) {
-        fail(KILN_ERROR_INVALID_PARAM, "%s: dim %d is %lld (-1: not fixed, -2: rank not known)", api,
-             i, static_cast<long long>(dims[i]));
+        fail(KILN_ERROR_INVALID_PARAM, "%s: dim %d is %lld (-1: not fixed, -2: rank not known)",
+             api, i, static_cast<long long>(dims[i]));
         return nullptr;
       }
     auto* d = new (std::nothrow) kilnTensorDesc();
@@ -331,15 +331,17 @@ void kilnDestroyTensorDesc(const kilnTensorDesc* desc) {
 }
 
 kilnDataType kilnGetTensorDescType(const kilnTensorDesc* desc) {
-  return api_entry_or<kilnDataType>("kilnGetTensorDescType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
-    return live_desc("kilnGetTensorDescType", desc) ? desc->dtype : KILN_DT_UNDEFINED;
-  });
+  return api_entry_or<kilnDataType>(
+      "kilnGetTensorDescType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+        return live_desc("kilnGetTensorDescType", desc) ? desc->dtype : KILN_DT_UNDEFINED;
+      });
 }
 
 kilnFormat kilnGetTensorDescFormat(const kilnTensorDesc* desc) {
-  return api_entry_or<kilnFormat>("kilnGetTensorDescFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
-    return live_desc("kilnGetTensorDescFormat", desc) ? desc->format : KILN_FORMAT_UNDEFINED;
-  });
+  return api_entry_or<kilnFormat>(
+      "kilnGetTensorDescFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+        return live_desc("kilnGetTensorDescFormat", desc) ? desc->format : KILN_FORMAT_UNDEFINED;
+      });
 }
 
 size_t kilnGetTensorDescNumDims(const kilnTensorDesc* desc) {
@@ -407,19 +409,20 @@ size_t kilnGetTensorDescSize(const kilnTensorDesc* desc) {
 // ---- Data buffers ----------------------------------------------------------------------------
 
 kilnDataBuffer* kilnCreateDataBuffer(void* data, size_t size) {
-  return api_entry_or<kilnDataBuffer*>("kilnCreateDataBuffer", ApiNeeds::kNothing, nullptr, [&]() -> kilnDataBuffer* {
-    if (!data && size) {
-      fail(KILN_ERROR_INVALID_PARAM, "kilnCreateDataBuffer: data is NULL with size %zu", size);
-      return nullptr;
-    }
-    auto* b = new (std::nothrow) kilnDataBuffer{data, size};
-    if (!b) {
-      fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer: out of memory");
-      return nullptr;
-    }
-    data_buffers().add(b);
-    return b;
-  });
+  return api_entry_or<kilnDataBuffer*>(
+      "kilnCreateDataBuffer", ApiNeeds::kNothing, nullptr, [&]() -> kilnDataBuffer* {
+        if (!data && size) {
+          fail(KILN_ERROR_INVALID_PARAM, "kilnCreateDataBuffer: data is NULL with size %zu", size);
+          return nullptr;
+        }
+        auto* b = new (std::nothrow) kilnDataBuffer{data, size};
+        if (!b) {
+          fail(KILN_ERROR_BAD_ALLOC, "kilnCreateDataBuffer: out of memory");
+          return nullptr;
+        }
+        data_buffers().add(b);
+        return b;
+      });
 }
 
 kilnError kilnDestroyDataBuffer(const kilnDataBuffer* dataBuffer) {
@@ -471,15 +474,16 @@ size_t kilnGetDataBufferSizeV2(const kilnDataBuffer* dataBuffer) {
 // ---- Datasets --------------------------------------------------------------------------------
 
 kilnmdlDataset* kilnmdlCreateDataset(void) {
-  return api_entry_or<kilnmdlDataset*>("kilnmdlCreateDataset", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDataset* {
-    auto* d = new (std::nothrow) kilnmdlDataset();
-    if (!d) {
-      fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset: out of memory");
-      return nullptr;
-    }
-    datasets().add(d);
-    return d;
-  });
+  return api_entry_or<kilnmdlDataset*>(
+      "kilnmdlCreateDataset", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDataset* {
+        auto* d = new (std::nothrow) kilnmdlDataset();
+        if (!d) {
+          fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDataset: out of memory");
+          return nullptr;
+        }
+        datasets().add(d);
+        return d;
+      });
 }
 
 kilnError kilnmdlDestroyDataset(const kilnmdlDataset* dataset) {
@@ -513,15 +517,16 @@ kilnError kilnmdlAddDatasetBuffer(kilnmdlDataset* dataset, kilnDataBuffer* dataB
 }
 
 size_t kilnmdlGetDatasetNumBuffers(const kilnmdlDataset* dataset) {
-  return api_entry_or<size_t>("kilnmdlGetDatasetNumBuffers", ApiNeeds::kNothing, 0, [&]() -> size_t {
-    if (!dataset || !datasets().contains(dataset)) {
-      fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetDatasetNumBuffers: %p is not a live dataset",
-           static_cast<const void*>(dataset));
-      return 0;
-    }
-    std::lock_guard lock(dataset->mutex);
-    return dataset->buffers.size();
-  });
+  return api_entry_or<size_t>(
+      "kilnmdlGetDatasetNumBuffers", ApiNeeds::kNothing, 0, [&]() -> size_t {
+        if (!dataset || !datasets().contains(dataset)) {
+          fail(KILN_ERROR_INVALID_PARAM, "kilnmdlGetDatasetNumBuffers: %p is not a live dataset",
+               static_cast<const void*>(dataset));
+          return 0;
+        }
+        std::lock_guard lock(dataset->mutex);
+        return dataset->buffers.size();
+      });
 }
 
 kilnDataBuffer* kilnmdlGetDatasetBuffer(const kilnmdlDataset* dataset, size_t index) {
@@ -604,15 +609,16 @@ kilnTensorDesc* kilnmdlGetDatasetTensorDesc(const kilnmdlDataset* dataset, size_
 // ---- Model descs -----------------------------------------------------------------------------
 
 kilnmdlDesc* kilnmdlCreateDesc(void) {
-  return api_entry_or<kilnmdlDesc*>("kilnmdlCreateDesc", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDesc* {
-    auto* d = new (std::nothrow) kilnmdlDesc();
-    if (!d) {
-      fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDesc: out of memory");
-      return nullptr;
-    }
-    model_descs().add(d);
-    return d;
-  });
+  return api_entry_or<kilnmdlDesc*>(
+      "kilnmdlCreateDesc", ApiNeeds::kNothing, nullptr, [&]() -> kilnmdlDesc* {
+        auto* d = new (std::nothrow) kilnmdlDesc();
+        if (!d) {
+          fail(KILN_ERROR_BAD_ALLOC, "kilnmdlCreateDesc: out of memory");
+          return nullptr;
+        }
+        model_descs().add(d);
+        return d;
+      });
 }
 
 kilnError kilnmdlDestroyDesc(kilnmdlDesc* modelDesc) {
@@ -672,24 +678,27 @@ size_t kilnmdlGetInputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
 }
 
 size_t kilnmdlGetOutputSizeByIndex(kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<size_t>("kilnmdlGetOutputSizeByIndex", ApiNeeds::kNothing, 0, [&]() -> size_t {
-    const ModelIo* io = io_at("kilnmdlGetOutputSizeByIndex", modelDesc, index, false);
-    return io ? io->size_bytes : 0;
-  });
+  return api_entry_or<size_t>(
+      "kilnmdlGetOutputSizeByIndex", ApiNeeds::kNothing, 0, [&]() -> size_t {
+        const ModelIo* io = io_at("kilnmdlGetOutputSizeByIndex", modelDesc, index, false);
+        return io ? io->size_bytes : 0;
+      });
 }
 
 const char* kilnmdlGetInputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<const char*>("kilnmdlGetInputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
-    const ModelIo* io = io_at("kilnmdlGetInputNameByIndex", modelDesc, index, true);
-    return io ? io->name.c_str() : nullptr;
-  });
+  return api_entry_or<const char*>(
+      "kilnmdlGetInputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
+        const ModelIo* io = io_at("kilnmdlGetInputNameByIndex", modelDesc, index, true);
+        return io ? io->name.c_str() : nullptr;
+      });
 }
 
 const char* kilnmdlGetOutputNameByIndex(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<const char*>("kilnmdlGetOutputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
-    const ModelIo* io = io_at("kilnmdlGetOutputNameByIndex", modelDesc, index, false);
-    return io ? io->name.c_str() : nullptr;
-  });
+  return api_entry_or<const char*>(
+      "kilnmdlGetOutputNameByIndex", ApiNeeds::kNothing, nullptr, [&]() -> const char* {
+        const ModelIo* io = io_at("kilnmdlGetOutputNameByIndex", modelDesc, index, false);
+        return io ? io->name.c_str() : nullptr;
+      });
 }
 
 kilnError kilnmdlGetInputIndexByName(const kilnmdlDesc* modelDesc, const char* name,
@@ -719,31 +728,35 @@ kilnError kilnmdlGetOutputDims(const kilnmdlDesc* modelDesc, size_t index, kilnm
 }
 
 kilnDataType kilnmdlGetInputDataType(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<kilnDataType>("kilnmdlGetInputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
-    const ModelIo* io = io_at("kilnmdlGetInputDataType", modelDesc, index, true);
-    return io ? io->c_dtype : KILN_DT_UNDEFINED;
-  });
+  return api_entry_or<kilnDataType>(
+      "kilnmdlGetInputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+        const ModelIo* io = io_at("kilnmdlGetInputDataType", modelDesc, index, true);
+        return io ? io->c_dtype : KILN_DT_UNDEFINED;
+      });
 }
 
 kilnDataType kilnmdlGetOutputDataType(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<kilnDataType>("kilnmdlGetOutputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
-    const ModelIo* io = io_at("kilnmdlGetOutputDataType", modelDesc, index, false);
-    return io ? io->c_dtype : KILN_DT_UNDEFINED;
-  });
+  return api_entry_or<kilnDataType>(
+      "kilnmdlGetOutputDataType", ApiNeeds::kNothing, KILN_DT_UNDEFINED, [&]() -> kilnDataType {
+        const ModelIo* io = io_at("kilnmdlGetOutputDataType", modelDesc, index, false);
+        return io ? io->c_dtype : KILN_DT_UNDEFINED;
+      });
 }
 
 kilnFormat kilnmdlGetInputFormat(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<kilnFormat>("kilnmdlGetInputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
-    const ModelIo* io = io_at("kilnmdlGetInputFormat", modelDesc, index, true);
-    return io ? io->format : KILN_FORMAT_UNDEFINED;
-  });
+  return api_entry_or<kilnFormat>(
+      "kilnmdlGetInputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+        const ModelIo* io = io_at("kilnmdlGetInputFormat", modelDesc, index, true);
+        return io ? io->format : KILN_FORMAT_UNDEFINED;
+      });
 }
 
 kilnFormat kilnmdlGetOutputFormat(const kilnmdlDesc* modelDesc, size_t index) {
-  return api_entry_or<kilnFormat>("kilnmdlGetOutputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
-    const ModelIo* io = io_at("kilnmdlGetOutputFormat", modelDesc, index, false);
-    return io ? io->format : KILN_FORMAT_UNDEFINED;
-  });
+  return api_entry_or<kilnFormat>(
+      "kilnmdlGetOutputFormat", ApiNeeds::kNothing, KILN_FORMAT_UNDEFINED, [&]() -> kilnFormat {
+        const ModelIo* io = io_at("kilnmdlGetOutputFormat", modelDesc, index, false);
+        return io ? io->format : KILN_FORMAT_UNDEFINED;
+      });
 }
 
 // ---- Loading ---------------------------------------------------------------------------------

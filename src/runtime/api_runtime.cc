@@ -143,11 +143,11 @@ kilnError enqueue_event_op(const RuntimeState* state, const char* api, kilnrtEve
 using kiln::Expected;
 using kiln::Status;
 using kiln::StatusCode;
-using kiln::rt::Context;
-using kiln::rt::Device;
 using kiln::rt::api_entry;
 using kiln::rt::api_entry_or;
 using kiln::rt::ApiNeeds;
+using kiln::rt::Context;
+using kiln::rt::Device;
 using kiln::rt::Event;
 using kiln::rt::fail;
 using kiln::rt::runtime_lock;
@@ -353,15 +353,17 @@ kilnError kilnrtGetDevice(int32_t* deviceId) {
 kilnError kilnrtResetDevice(int32_t deviceId) {
   static const char* const kApi = "kilnrtResetDevice";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    if (state->devices->device(deviceId) == nullptr) return kiln::rt::bad_device(*state, kApi, deviceId);
+    if (state->devices->device(deviceId) == nullptr)
+      return kiln::rt::bad_device(*state, kApi, deviceId);
     std::unique_ptr<Context> released;
     {
       std::lock_guard defaults(state->default_contexts_mutex);
       size_t id = static_cast<size_t>(deviceId);
       if (state->set_device_counts[id] == 0) {
-        return fail(KILN_ERROR_INVALID_DEVICE,
-                    "%s: device %d is not set (every kilnrtSetDevice is already matched by a reset)",
-                    kApi, deviceId);
+        return fail(
+            KILN_ERROR_INVALID_DEVICE,
+            "%s: device %d is not set (every kilnrtSetDevice is already matched by a reset)", kApi,
+            deviceId);
       }
       if (state->set_device_counts[id] == 1) {
         if (state->default_contexts[id]->on_stream_thread()) {
@@ -390,9 +392,8 @@ kilnError kilnrtSynchronizeDeviceWithTimeout(int32_t timeout) {
 }
 
 kilnError kilnrtSynchronizeDevice(void) {
-  return api_entry("kilnrtSynchronizeDevice", ApiNeeds::kRuntime, [&] {
-    return kiln::rt::synchronize_device("kilnrtSynchronizeDevice", -1);
-  });
+  return api_entry("kilnrtSynchronizeDevice", ApiNeeds::kRuntime,
+                   [&] { return kiln::rt::synchronize_device("kilnrtSynchronizeDevice", -1); });
 }
 
 kilnError kilnrtCreateContext(kilnrtContext* context, int32_t deviceId) {
@@ -423,19 +424,21 @@ kilnError kilnrtDestroyContext(kilnrtContext context) {
     if (context == nullptr) return kiln::rt::null_param(kApi, "context");
     if (!state->contexts.contains(context)) {
       return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE,
-                  "%s: context %p is not a live context (destroyed, or not a context)", kApi, context);
+                  "%s: context %p is not a live context (destroyed, or not a context)", kApi,
+                  context);
     }
     auto* target = static_cast<Context*>(context);
     if (target->is_default()) {
       return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: context %p is the default context of %s; kilnrtResetDevice releases it", kApi,
-                  context, target->device().name().c_str());
+                  "%s: context %p is the default context of %s; kilnrtResetDevice releases it",
+                  kApi, context, target->device().name().c_str());
     }
     if (target->on_stream_thread()) {
-      return fail(KILN_ERROR_INVALID_PARAM,
-                  "%s: called from a task of one of the context's own streams, which would wait for "
-                  "itself",
-                  kApi);
+      return fail(
+          KILN_ERROR_INVALID_PARAM,
+          "%s: called from a task of one of the context's own streams, which would wait for "
+          "itself",
+          kApi);
     }
     std::unique_ptr<Context> released;
     {
@@ -449,8 +452,8 @@ kilnError kilnrtDestroyContext(kilnrtContext context) {
       }
     }
     if (!released) {  // another thread destroyed it meanwhile
-      return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: context %p was destroyed meanwhile", kApi,
-                  context);
+      return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE, "%s: context %p was destroyed meanwhile",
+                  kApi, context);
     }
     state->contexts.remove(target);
     if (kiln::rt::current_context() == nullptr) kiln::rt::set_current_context(nullptr);
@@ -465,7 +468,8 @@ kilnError kilnrtSetCurrentContext(kilnrtContext context) {
     if (context == nullptr) return kiln::rt::null_param(kApi, "context");
     if (!state->contexts.contains(context)) {
       return fail(KILN_ERROR_INVALID_RESOURCE_HANDLE,
-                  "%s: context %p is not a live context (destroyed, or not a context)", kApi, context);
+                  "%s: context %p is not a live context (destroyed, or not a context)", kApi,
+                  context);
     }
     kiln::rt::set_current_context(static_cast<Context*>(context));
     return KILN_SUCCESS;
@@ -570,9 +574,7 @@ kilnError kilnrtStreamWaitEvent(kilnrtStream stream, kilnrtEvent event) {
     if (e == nullptr) return error;
     Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
     if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
-    {
-      (*s)->wait_event(*e);
-    }
+    { (*s)->wait_event(*e); }
     return KILN_SUCCESS;
   });
 }
@@ -614,16 +616,14 @@ extern "C" {
 
 kilnError kilnrtCreateEventWithFlag(kilnrtEvent* event, uint32_t flag) {
   static const char* const kApi = "kilnrtCreateEventWithFlag";
-  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    return create_event(state, kApi, event, flag);
-  });
+  return api_entry(kApi, ApiNeeds::kRuntime,
+                   [&](RuntimeState* state) { return create_event(state, kApi, event, flag); });
 }
 
 kilnError kilnrtCreateEvent(kilnrtEvent* event) {
   static const char* const kApi = "kilnrtCreateEvent";
-  return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    return create_event(state, kApi, event, 0);
-  });
+  return api_entry(kApi, ApiNeeds::kRuntime,
+                   [&](RuntimeState* state) { return create_event(state, kApi, event, 0); });
 }
 
 kilnError kilnrtDestroyEvent(kilnrtEvent event) {
@@ -655,14 +655,16 @@ kilnError kilnrtDestroyEvent(kilnrtEvent event) {
 kilnError kilnrtRecordEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtRecordEvent";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    return kiln::rt::enqueue_event_op(state, kApi, event, stream, [](Event& e, Stream& s) { e.record(s); });
+    return kiln::rt::enqueue_event_op(state, kApi, event, stream,
+                                      [](Event& e, Stream& s) { e.record(s); });
   });
 }
 
 kilnError kilnrtResetEvent(kilnrtEvent event, kilnrtStream stream) {
   static const char* const kApi = "kilnrtResetEvent";
   return api_entry(kApi, ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    return kiln::rt::enqueue_event_op(state, kApi, event, stream, [](Event& e, Stream& s) { e.enqueue_reset(s); });
+    return kiln::rt::enqueue_event_op(state, kApi, event, stream,
+                                      [](Event& e, Stream& s) { e.enqueue_reset(s); });
   });
 }
 
@@ -679,9 +681,11 @@ kilnError kilnrtQueryEvent(kilnrtEvent event, kilnrtEventStatus* status) {
 }
 
 kilnError kilnrtSynchronizeEventWithTimeout(kilnrtEvent event, int32_t timeout) {
-  return api_entry("kilnrtSynchronizeEventWithTimeout", ApiNeeds::kRuntime, [&](RuntimeState* state) {
-    return kiln::rt::synchronize_event(state, "kilnrtSynchronizeEventWithTimeout", event, timeout);
-  });
+  return api_entry("kilnrtSynchronizeEventWithTimeout", ApiNeeds::kRuntime,
+                   [&](RuntimeState* state) {
+                     return kiln::rt::synchronize_event(state, "kilnrtSynchronizeEventWithTimeout",
+                                                        event, timeout);
+                   });
 }
 
 kilnError kilnrtSynchronizeEvent(kilnrtEvent event) {
@@ -722,8 +726,8 @@ kilnError kilnrtLaunchCallback(kilnrtCallback fn, void* userData, kilnrtCallback
   return api_entry(kApi, ApiNeeds::kRuntime, [&] {
     if (fn == nullptr) return kiln::rt::null_param(kApi, "fn");
     if (blockType != KILN_CALLBACK_NO_BLOCK && blockType != KILN_CALLBACK_BLOCK) {
-      return fail(KILN_ERROR_INVALID_PARAM, "%s: blockType %d is not a kilnrtCallbackBlockType", kApi,
-                  static_cast<int>(blockType));
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: blockType %d is not a kilnrtCallbackBlockType",
+                  kApi, static_cast<int>(blockType));
     }
     Expected<Stream*> s = kiln::rt::resolve_stream(stream, kApi);
     if (!s.ok()) return fail(s.status(), KILN_ERROR_INVALID_RESOURCE_HANDLE);
@@ -771,8 +775,7 @@ kilnError kilnrtUnSubscribeReport(uint64_t threadId, kilnrtStream stream) {
 kilnError kilnrtProcessReport(int32_t timeout) {
   static const char* const kApi = "kilnrtProcessReport";
   return api_entry(kApi, ApiNeeds::kRuntime, [&] {
-    {
-    }
+    {}
     kilnError error;
     if (kiln::rt::bad_timeout(kApi, timeout, &error)) return error;
     // Callbacks run without the runtime lock: they may call the API, and kilnFinalize may
