@@ -39,10 +39,3 @@ HandleSet<kilnDataBuffer>& data_buffers();
 HandleSet<kilnmdlDataset>& datasets();
 
 }  // namespace kiln::rt
-
-// Holds the runtime state shared for the rest of the entry point, or returns
-// KILN_ERROR_UNINITIALIZE naming `api`.
-#define KILN_REQUIRE_INIT(api)                                       \
-  std::shared_lock runtime_guard(::kiln::rt::runtime_lock());        \
-  if (!::kiln::rt::runtime_state())                                  \
-  return ::kiln::rt::fail(KILN_ERROR_UNINITIALIZE, "%s: kilnInit has not been called", api)
