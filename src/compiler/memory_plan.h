@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/offset_assignment.h"
 #include "core/status.h"
 #include "ir/graph.h"
 
@@ -58,13 +59,9 @@ struct MemoryPlan {
 // size does not fit in size_t.
 Expected<MemoryPlan> plan_memory(const ir::Graph& graph, const PlanOptions& options = {});
 
-// Does the offset assignment alone, for buffers given by size and lifetime [first, last]: tries
-// greedy-by-size and greedy-by-breadth orders with first-fit and best-fit placement and keeps
-// the smallest arena. Returns the arena size; `offsets` gets one offset per buffer. Sizes must
-// be multiples of kArenaAlignment. Exposed for tests and the scheduling pass.
-size_t assign_offsets(const std::vector<size_t>& sizes, const std::vector<int>& first,
-                      const std::vector<int>& last, std::vector<size_t>* offsets,
-                      std::string* strategy = nullptr);
+// The offset assignment alone (core/offset_assignment.h), which plan_memory runs over the
+// values' buffers; the scheduling pass and tests call it too.
+using kiln::assign_offsets;
 
 // True for ops whose output may be written over their first input (elementwise, one output of
 // the input's dtype and size).
