@@ -109,10 +109,16 @@ struct RunResult {
   std::vector<std::string> notes;
   int threads = 0;
   // Activation blocks the execution arena took from the heap (ExecutionArena::Stats), in the
-  // first execution and in all later ones: a model with fixed shapes takes none after its
-  // first execution (every activation comes from the arena's free lists).
-  uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, reused_blocks = 0, recycled_outputs = 0;
+  // first execution, in all later ones, and after the second: the first records the sizes the
+  // memory plan is made of and gives its blocks back to the system when it ends, so the second
+  // may take a few for kernels' own allocations; a model with fixed shapes takes none after.
+  uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, fresh_blocks_after_second = 0;
+  uint64_t reused_blocks = 0, recycled_outputs = 0;
   size_t arena_peak_bytes = 0;
+  // The execution state's memory plan (made from the first execution): its block's bytes and
+  // the outputs placed in it.
+  size_t planned_bytes = 0;
+  uint64_t planned_outputs = 0;
 };
 
 // Everything between kilnInit and kilnFinalize. The owners are declared in acquisition
@@ -146,7 +152,7 @@ Status execute(const RunArgs& args, const compiler::InputShapes& shapes, RunResu
   std::shared_ptr<rt::Model> runtime_model = rt::ModelTable::get().find(model->id());
   auto fresh_blocks = [&] { return runtime_model ? runtime_model->stats().arenas.fresh_blocks : 0; };
   const uint64_t fresh_at_load = fresh_blocks();
-  uint64_t fresh_after_first = fresh_at_load;
+  uint64_t fresh_after_first = fresh_at_load, fresh_after_second = fresh_at_load;
   for (int i = 0; i < args.warmup + args.loops; ++i) {
     auto t = std::chrono::steady_clock::now();
     KILN_API_RETURN_IF_ERROR(kilnmdlExecuteAsync(model->id(), io->inputs(), io->outputs(), stream->get()));
@@ -157,14 +163,18 @@ Status execute(const RunArgs& args, const compiler::InputShapes& shapes, RunResu
       result->cold_ms = ms;
       fresh_after_first = fresh_blocks();
     }
+    if (i <= 1) fresh_after_second = fresh_blocks();
   }
   if (runtime_model) {
     rt::Model::Stats stats = runtime_model->stats();
     result->fresh_blocks_first = fresh_after_first - fresh_at_load;
     result->fresh_blocks_later = stats.arenas.fresh_blocks - fresh_after_first;
+    result->fresh_blocks_after_second = stats.arenas.fresh_blocks - fresh_after_second;
     result->reused_blocks = stats.arenas.reused_blocks;
     result->recycled_outputs = stats.recycled_outputs;
     result->arena_peak_bytes = stats.arenas.peak_in_use;
+    result->planned_bytes = stats.planned_bytes;
+    result->planned_outputs = stats.planned_outputs;
   }
   KILN_ASSIGN_OR_RETURN(result->outputs, io->read_outputs(*model));
   return ok_status();
@@ -222,9 +232,12 @@ int run_model(RunArgs args) {
     j["kernels"] = kernels::fast_kernels_enabled() ? "fast" : "reference";
     j["arena"] = {{"fresh_blocks_first_run", r.fresh_blocks_first},
                   {"fresh_blocks_later_runs", r.fresh_blocks_later},
+                  {"fresh_blocks_after_second_run", r.fresh_blocks_after_second},
                   {"reused_blocks", r.reused_blocks},
                   {"recycled_outputs", r.recycled_outputs},
-                  {"peak_bytes", r.arena_peak_bytes}};
+                  {"peak_bytes", r.arena_peak_bytes},
+                  {"planned_bytes", r.planned_bytes},
+                  {"planned_outputs", r.planned_outputs}};
     j["notes"] = r.notes;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -262,8 +275,8 @@ std::function<int()> setup(CLI::App& app) {
                                      "Intra-op threads, at most the cores (default: KILN_NUM_THREADS or all cores)");
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
   app.add_flag("--json", args->json,
-               "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, "
-               "reused_blocks, recycled_outputs, peak_bytes}: activation blocks taken from the heap, reused from the arena, or reused with their tensors from the execution state)");
+               "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, fresh_blocks_after_second_run, "
+               "reused_blocks, recycled_outputs, peak_bytes, planned_bytes, planned_outputs}: activation blocks taken from the heap, reused from the arena, or reused with their tensors from the execution state, and the memory plan made from the first execution)");
   app.add_flag("--reference-kernels", args->reference_kernels,
                "Run every node on its reference kernel, no fast kernels (as KILN_KERNELS=reference)");
   return [args] { return run_model(*args); };

@@ -38,6 +38,10 @@ class GraphExecutor;
 // model with fixed shapes executes without allocating anything once its first execution has
 // filled the pool (tests/api/hot_path_allocations_test.cc counts it).
 //
+// From the second execution on, outputs are laid out in one block by a plan made from the
+// first execution's record of sizes and lifetimes, as long as executions keep to it (see
+// PlannedBlock in graph_executor.cc).
+//
 // Memory: a parked tensor's block stays out of the arena until a value of its size takes it
 // (the arena's own free lists would hold it otherwise); sizes the last execution did not take
 // go back to the arena when it ends, so shapes that change do not hoard memory.
@@ -50,9 +54,19 @@ class ExecutionState {
 
   struct Stats {
     uint64_t recycled_outputs = 0;  // outputs served from the pool, ever
-    size_t parked_bytes = 0;        // blocks parked in the pool now
+    size_t parked_bytes = 0;        // blocks parked in the pool now (arena blocks)
+    // The memory plan made from the first execution (graph_executor.cc, PlannedBlock): the
+    // bytes of its block (from the heap, apart from the arena; 0 without a plan) and the
+    // outputs placed in it, ever.
+    size_t planned_bytes = 0;
+    uint64_t planned_outputs = 0;
   };
   Stats stats() const;
+  // True once, after the execution that recorded the sizes and lifetimes the state's memory
+  // plan is made of: the blocks that execution used are not needed again (the next one lays
+  // its outputs out in the plan's own block), so the caller may give its arena's free blocks
+  // back to the system before that block is taken.
+  bool take_new_plan();
   // Gives every parked block back (to the arena it came from) and forgets the slots.
   void clear();
 

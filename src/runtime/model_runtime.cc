@@ -252,6 +252,12 @@ void ExecutionArena::begin_run() {
   }
 }
 
+void ExecutionArena::release_free() {
+  std::lock_guard lock(mutex_);
+  if (base_) return;
+  for (auto& [bytes, b] : buckets_) release_bucket_locked(b, bytes);
+}
+
 bool ExecutionArena::refused(size_t* bytes) const {
   std::lock_guard lock(mutex_);
   if (bytes) *bytes = refused_bytes_;
@@ -898,6 +904,7 @@ CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest&
                           nullptr, output_dims);
   }
   executor.end_run(state);
+  if (state.take_new_plan()) arena.release_free();
   ctx.states.trim();
   return result;
 }
@@ -980,6 +987,8 @@ Model::Stats Model::stats() const {
     SignatureStates::Stats r = c->states.stats();
     s.recycled_outputs += r.recycled_outputs;
     s.parked_bytes += r.parked_bytes;
+    s.planned_bytes += r.planned_bytes;
+    s.planned_outputs += r.planned_outputs;
     s.shape_signatures += r.signatures;
     s.evicted_signatures += r.evicted;
     s.arenas.held += a.held;

@@ -75,6 +75,9 @@ class ExecutionArena final : public TensorAllocator {
 
   // Called at the start of each execution.
   void begin_run();
+  // Heap arena: gives every free block back to the system (after an execution state made its
+  // memory plan, the blocks of the execution it recorded are not needed again).
+  void release_free();
   // True if an allocation was refused since begin_run; `bytes` gets its size.
   bool refused(size_t* bytes = nullptr) const;
 
@@ -220,6 +223,10 @@ class Model : public std::enable_shared_from_this<Model> {
     // and the bytes of blocks parked for the next execution (counted in arenas.in_use).
     uint64_t recycled_outputs = 0;
     size_t parked_bytes = 0;
+    // The execution states' memory plans: their blocks (from the heap, not counted in
+    // arenas) and the outputs placed in them.
+    size_t planned_bytes = 0;
+    uint64_t planned_outputs = 0;
     // Execution states kept per input-shape signature (signature_states.h), summed over the
     // contexts, and those given up to stay within their bounds.
     size_t shape_signatures = 0;

@@ -30,7 +30,8 @@ void SignatureStates::trim() {
     if (entries_.size() <= 1) return;
     size_t largest = 0, total = 0;
     for (const Entry& e : entries_) {
-      size_t b = e.state->stats().parked_bytes;
+      ExecutionState::Stats st = e.state->stats();
+      size_t b = st.parked_bytes + st.planned_bytes;
       largest = std::max(largest, b);
       total += b;
     }
@@ -67,6 +68,8 @@ SignatureStates::Stats SignatureStates::stats() const {
     ExecutionState::Stats r = e.state->stats();
     s.recycled_outputs += r.recycled_outputs;
     s.parked_bytes += r.parked_bytes;
+    s.planned_bytes += r.planned_bytes;
+    s.planned_outputs += r.planned_outputs;
   }
   return s;
 }

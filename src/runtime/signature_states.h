@@ -47,6 +47,8 @@ class SignatureStates {
     size_t signatures = 0;          // states kept now
     uint64_t recycled_outputs = 0;  // over every state ever kept
     size_t parked_bytes = 0;        // parked now, over the states kept
+    size_t planned_bytes = 0;       // the states' memory plans' blocks
+    uint64_t planned_outputs = 0;   // outputs placed by plans, over the states kept
     uint64_t evicted = 0;           // states given up by trim()
   };
   // May be called while an execution runs on a state.

@@ -1,11 +1,14 @@
 // GraphExecutor's ExecutionState path (bind_input / run_bound / output / end_run): outputs of
 // repeated executions with changing inputs against values computed here, recycling of
 // finished tensors from the second execution on, an input with a default that one execution
-// feeds and the next does not, and a missing input.
+// feeds and the next does not, and a missing input; the memory plan made from the first
+// execution (its size, outputs placed in it, an execution that leaves it, a tensor kept past
+// end_run).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "graph_test_util.h"
@@ -84,6 +87,121 @@ TEST(ExecutionState, MissingInputAndWrongShapeAreErrors) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find("shape"), std::string::npos) << st.to_string();
   EXPECT_FALSE((*ex)->bind_input(state, 5, DataType::kFloat32, {2, 3}, x.data()).ok());
+}
+
+// z = Neg(Concat(c1, c1)) with c1 = Concat(x, x) on axis 1, x float32[4, 8]: three values of
+// 256, 512 and 512 bytes, of which c1 and z are never alive at once.
+std::shared_ptr<ir::Graph> widening_chain() {
+  auto g = std::make_shared<ir::Graph>();
+  ir::Value* x = val(*g, "x", DataType::kFloat32, Shape::from_static({4, 8}));
+  ir::Value* c1 = val(*g, "c1", DataType::kFloat32, Shape::from_static({4, 16}));
+  ir::Value* c2 = val(*g, "c2", DataType::kFloat32, Shape::from_static({4, 32}));
+  ir::Value* z = val(*g, "z", DataType::kFloat32, Shape::from_static({4, 32}));
+  g->inputs() = {x};
+  g->add_node("cat1", "Concat", "", 13, {x, x}, {c1})->attrs()["axis"] = ir::Attribute::from_int(1);
+  g->add_node("cat2", "Concat", "", 13, {c1, c1}, {c2})->attrs()["axis"] = ir::Attribute::from_int(1);
+  g->add_node("neg", "Neg", "", 13, {c2}, {z});
+  g->outputs() = {z};
+  return g;
+}
+
+// Row i of z: -x[i] four times over.
+std::vector<float> widening_expected(const std::vector<float>& x) {
+  std::vector<float> z;
+  for (int i = 0; i < 4; ++i)
+    for (int copy = 0; copy < 4; ++copy)
+      for (int j = 0; j < 8; ++j) z.push_back(-x[static_cast<size_t>(i * 8 + j)]);
+  return z;
+}
+
+std::vector<float> ramp(int run) {
+  std::vector<float> x(32);
+  std::iota(x.begin(), x.end(), static_cast<float>(run * 100));
+  return x;
+}
+
+std::vector<float> values_of(const RuntimeValue& v) {
+  const float* p = v.tensor().data<float>();
+  return std::vector<float>(p, p + v.tensor().num_elements());
+}
+
+TEST(ExecutionStatePlan, LaterExecutionsRunInTheFirstOnesPlan) {
+  auto ex = GraphExecutor::create(widening_chain());
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  ExecutionState state;
+  for (int run = 0; run < 5; ++run) {
+    std::vector<float> x = ramp(run);
+    ASSERT_TRUE((*ex)->bind_input(state, 0, DataType::kFloat32, {4, 8}, x.data()).ok());
+    Status st = (*ex)->run_bound(state);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(values_of((*ex)->output(state, 0)), widening_expected(x)) << "execution " << run;
+    (*ex)->end_run(state);
+    // The first execution's record becomes the plan when it ends; the plan's block is taken
+    // by the next execution.
+    EXPECT_EQ(state.take_new_plan(), run == 0) << "execution " << run;
+    ExecutionState::Stats stats = state.stats();
+    // The most bytes alive at once: c2 and z (512 + 512), while c1 (256) is gone by then; the
+    // three values one by one would take 1280.
+    EXPECT_EQ(stats.planned_bytes, run == 0 ? 0u : 1024u) << "execution " << run;
+    // Each execution after the first places its three values in the plan.
+    EXPECT_EQ(stats.planned_outputs, static_cast<uint64_t>(3 * run)) << "execution " << run;
+  }
+}
+
+TEST(ExecutionStatePlan, ATensorKeptPastEndRunIsNeverOverwritten) {
+  auto ex = GraphExecutor::create(widening_chain());
+  ASSERT_TRUE(ex.ok());
+  ExecutionState state;
+  std::vector<RuntimeValue> kept;
+  std::vector<std::vector<float>> kept_expected;
+  for (int run = 0; run < 6; ++run) {
+    std::vector<float> x = ramp(run);
+    ASSERT_TRUE((*ex)->bind_input(state, 0, DataType::kFloat32, {4, 8}, x.data()).ok());
+    ASSERT_TRUE((*ex)->run_bound(state).ok());
+    // A caller keeping the output (a copy shares its block) beyond the execution.
+    if (run == 2 || run == 3) {
+      kept.push_back((*ex)->output(state, 0));
+      kept_expected.push_back(widening_expected(x));
+    }
+    EXPECT_EQ(values_of((*ex)->output(state, 0)), widening_expected(x)) << "execution " << run;
+    (*ex)->end_run(state);
+  }
+  // Had the plan gone on handing out the kept block, the later executions would have
+  // written their own values over it.
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(values_of(kept[i]), kept_expected[i]) << "kept " << i;
+}
+
+// y = NonZero(x) for x float32[8]: the output's size depends on the data, so executions with
+// a different count of non-zeros ask for other sizes than the plan recorded.
+TEST(ExecutionStatePlan, ExecutionsThatLeaveThePlanStayCorrect) {
+  auto g = std::make_shared<ir::Graph>();
+  ir::Value* x = val(*g, "x", DataType::kFloat32, Shape::from_static({8}));
+  ir::Value* nz = val(*g, "nz", DataType::kInt64, Shape{1, Dim::symbolic("n")});
+  ir::Value* y = val(*g, "y", DataType::kInt64, Shape{1, Dim::symbolic("n")});
+  g->inputs() = {x};
+  g->add_node("nonzero", "NonZero", "", 13, {x}, {nz});
+  g->add_node("neg", "Neg", "", 13, {nz}, {y});
+  g->outputs() = {y};
+  auto ex = GraphExecutor::create(g);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  ExecutionState state;
+  for (int run = 0; run < 12; ++run) {
+    std::vector<float> input(8, 0.0f);
+    std::vector<int64_t> want;
+    const int every = 1 + run % 3;  // 8, 4 or 3 non-zeros
+    for (int i = 0; i < 8; i += every) {
+      input[static_cast<size_t>(i)] = 1.0f;
+      want.push_back(-i);
+    }
+    ASSERT_TRUE((*ex)->bind_input(state, 0, DataType::kFloat32, {8}, input.data()).ok());
+    Status st = (*ex)->run_bound(state);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const Tensor& out = (*ex)->output(state, 0).tensor();
+    ASSERT_EQ(out.dims(), (std::vector<int64_t>{1, static_cast<int64_t>(want.size())})) << "execution " << run;
+    EXPECT_EQ(std::vector<int64_t>(out.data<int64_t>(), out.data<int64_t>() + out.num_elements()), want)
+        << "execution " << run;
+    (*ex)->end_run(state);
+  }
 }
 
 }  // namespace
