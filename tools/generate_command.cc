@@ -135,9 +135,10 @@ int run_generate(const GenerateArgs& args) {
               (long long)generated, (long long)(count - failed), seconds, generated / seconds, first_token_ms,
               (long long)st.prefill_tokens, (long long)st.prefill_padded_tokens, st.prefill_ms,
               (long long)st.decode_tokens, (long long)st.decode_steps, st.decode_ms, (long long)st.preemptions, compile_ms);
-  std::printf("KV cache: %lld blocks of %lld tokens, peak %lld used; mean fragmentation over decode steps %.2f%%\n",
+  std::printf("KV cache: %lld blocks of %lld tokens, peak %lld used; mean fragmentation over decode steps %.2f%%; "
+              "shared prefixes: %lld prompt tokens mapped from cached blocks, %lld blocks cached at the end\n",
               (long long)st.kv.blocks_total, (long long)args.block_size, (long long)st.peak_blocks_used,
-              100.0 * st.mean_fragmentation);
+              100.0 * st.mean_fragmentation, (long long)st.prefix_hit_tokens, (long long)st.kv.blocks_cached);
   return failed ? kExitError : 0;
 }
 

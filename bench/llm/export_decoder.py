@@ -291,6 +291,17 @@ def greedy_reference(model, c, prompt, steps):
     return tokens, np.stack(logits_all)
 
 
+def write_reference(model, c, prompts, steps, out_dir, name):
+    ref, logits = [], []
+    for pr in prompts:
+        toks, lg = greedy_reference(model, c, pr, steps)
+        ref.append({"prompt": pr, "tokens": toks})
+        logits.append(lg)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump({"steps": steps, "sequences": ref}, f)
+    np.save(os.path.join(out_dir, name + "_logits.npy"), np.stack(logits).astype(np.float32))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", choices=sorted(CONFIGS))
@@ -300,19 +311,19 @@ def main():
     ap.add_argument("--reference", type=int, default=0, metavar="N",
                     help="also write PyTorch's greedy decode of N test prompts (reference.json, reference_logits.npy)")
     ap.add_argument("--steps", type=int, default=16, help="greedy steps per reference prompt")
+    ap.add_argument("--shared-prefix", type=int, default=0, metavar="P",
+                    help="with --reference, also the greedy decode of 16 prompts that start with the same P "
+                         "tokens (a system prompt) then a test prompt (reference_shared.json, "
+                         "reference_shared_logits.npy)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, c = export(args.config, args.out_dir, args.seed, past_kv=not args.no_past_kv)
     if args.reference:
         prompts = test_prompts(c, args.reference, args.seed + 1)
-        ref, logits = [], []
-        for pr in prompts:
-            toks, lg = greedy_reference(model, c, pr, args.steps)
-            ref.append({"prompt": pr, "tokens": toks})
-            logits.append(lg)
-        with open(os.path.join(args.out_dir, "reference.json"), "w") as f:
-            json.dump({"steps": args.steps, "sequences": ref}, f)
-        np.save(os.path.join(args.out_dir, "reference_logits.npy"), np.stack(logits).astype(np.float32))
+        write_reference(model, c, prompts, args.steps, args.out_dir, "reference")
+        if args.shared_prefix:
+            system = np.random.RandomState(args.seed + 2).randint(0, c["vocab"], size=args.shared_prefix).tolist()
+            write_reference(model, c, [system + p for p in prompts[:16]], args.steps, args.out_dir, "reference_shared")
     print(f"{args.config}: {sum(p.numel() for p in model.parameters())} parameters -> {args.out_dir}")
 
 

@@ -112,32 +112,45 @@ Status Engine::step() {
   const int64_t chunk = options_.prefill_buckets.back();
   std::vector<int64_t> group;
   int64_t group_tokens = 0;
+  BlockManager& bm = cache_->blocks();
   while (!waiting_.empty() && static_cast<int64_t>(running_.size() + group.size()) < options_.max_batch) {
     const int64_t id = waiting_.front();
-    const int64_t n = static_cast<int64_t>(context_of(id).size());
+    const std::vector<int64_t> context = context_of(id);
+    const int64_t n = static_cast<int64_t>(context.size());
+    // Map the cached whole blocks of the context but its last token (whose logits are needed).
+    KILN_RETURN_IF_ERROR(bm.add_sequence(id));
+    const int64_t hit = bm.match_prefix(id, context, n - 1);
     // Room for the context and a block more to decode into (capped at the request's whole
     // context, which add_request checked against the pool): admitting with no room to grow
     // would preempt at once and thrash.
     const Request& r = sequences_.at(id).request;
     const int64_t most = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
-    if (!cache_->blocks().can_reserve(id, std::min(n + options_.block_size, most))) break;
-    if (!group.empty() && group_tokens + n > chunk) {
+    if (!bm.can_reserve(id, std::min(n + options_.block_size, most))) {
+      bm.free_sequence(id);  // the mapped blocks go back (to the cache) until there is room
+      break;
+    }
+    if (!group.empty() && group_tokens + (n - hit) > chunk) {
       KILN_RETURN_IF_ERROR(prefill(group));
       group.clear();
       group_tokens = 0;
     }
     waiting_.pop_front();
-    KILN_RETURN_IF_ERROR(cache_->blocks().add_sequence(id));
-    KILN_RETURN_IF_ERROR(cache_->blocks().reserve(id, n));
+    KILN_RETURN_IF_ERROR(bm.reserve(id, n));
+    // Registered now, before the prefill computes them: a later request of this same group
+    // maps them, and its prefill pass comes after (or is) the one that writes them, and every
+    // pass writes all its K/V rows of a layer before attention reads any.
+    bm.register_blocks(id, context.data(), n);
+    sequences_.at(id).prefill_from = hit;
+    counters_.prefix_hit_tokens += hit;
     group.push_back(id);
-    group_tokens += n;
+    group_tokens += n - hit;
   }
   if (!group.empty()) KILN_RETURN_IF_ERROR(prefill(group));
   // 2. + 3. One decode step for every running sequence.
   if (!running_.empty()) KILN_RETURN_IF_ERROR(decode());
   // Cannot happen (add_request checks every context against the whole pool), but a step that
   // could never make progress must not become a hang.
-  if (running_.empty() && !waiting_.empty() && !cache_->blocks().can_reserve(waiting_.front(), 1))
+  if (running_.empty() && !waiting_.empty() && !bm.can_reserve(waiting_.front(), 1))
     return internal_error("KV pool has no block for request %lld with nothing running", (long long)waiting_.front());
   return ok_status();
 }
@@ -197,7 +210,7 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
   for (int64_t id : group) {
     contexts.push_back(context_of(id));
     const int64_t n = static_cast<int64_t>(contexts.back().size());
-    for (int64_t begin = 0; begin < n; begin += chunk) {
+    for (int64_t begin = sequences_.at(id).prefill_from; begin < n; begin += chunk) {
       const int64_t count = std::min(chunk, n - begin);
       if (rows + count > chunk) {
         passes.emplace_back();
@@ -290,7 +303,15 @@ Status Engine::decode() {
   counters_.decode_padded_tokens += t;
   // accept() may retire sequences, which edits running_: walk a copy.
   const std::vector<int64_t> batch = running_;
-  for (int64_t i = 0; i < b; ++i) bm.set_length(batch[i], positions_[i] + 1);
+  for (int64_t i = 0; i < b; ++i) {
+    bm.set_length(batch[i], positions_[i] + 1);
+    // A block just filled: register it so later requests with this context can map it.
+    if ((positions_[i] + 1) % options_.block_size == 0) {
+      std::vector<int64_t> context = context_of(batch[i]);
+      context.push_back(sequences_.at(batch[i]).pending);
+      bm.register_blocks(batch[i], context.data(), positions_[i] + 1);
+    }
+  }
   const BlockStats kv = bm.stats();
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used, kv.blocks_used);
   counters_.fragmentation_sum += kv.fragmentation();

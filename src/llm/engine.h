@@ -12,6 +12,14 @@
 //      MLP is one matrix product over the batch, attention reads each sequence's own blocks;
 //   3. retires sequences that reached their token budget or a stop token: their blocks go
 //      back to the free list at once, and the next step admits new requests into the room.
+// A request whose context starts with whole blocks some live or cached sequence holds maps
+// those blocks (prefix sharing, block_manager.h) and its prefill starts after them. At least
+// the context's last token is always computed (its logits give the first token), and only
+// whole blocks before it are mapped, so a sequence only ever writes the blocks it computes
+// itself: a block another request maps before its owner's prefill pass has run is written by
+// that pass first (same pass: every pass writes a layer's K/V rows before attention reads
+// any). The engine thus never needs the block manager's copy-on-write (make_writable), which
+// is there for writers into a block others have already filled (forked sequences).
 // When a running sequence needs a block and none is free, the sequence admitted last is
 // preempted by recomputation (its blocks freed, it re-queues at the front and is prefilled
 // again from its prompt and the tokens it had generated), as vLLM's default.
@@ -63,6 +71,7 @@ struct EngineStats {
   int64_t waiting = 0, running = 0, finished = 0;
   int64_t preemptions = 0, steps = 0, decode_steps = 0;
   int64_t prefill_tokens = 0, prefill_padded_tokens = 0;  // real and bucket-padded rows
+  int64_t prefix_hit_tokens = 0;  // context tokens mapped from shared blocks, not prefilled
   int64_t decode_tokens = 0, decode_padded_tokens = 0;
   double prefill_ms = 0, decode_ms = 0;
   int64_t peak_blocks_used = 0;
@@ -102,6 +111,7 @@ class Engine {
     RequestState state;
     std::unique_ptr<Sampler> sampler;
     int64_t pending = -1;  // last sampled token, not yet in the cache
+    int64_t prefill_from = 0;  // first context position the prefill computes (after a shared prefix)
   };
   Engine(std::unique_ptr<DecoderModel> model, std::unique_ptr<KvCache> cache, const EngineOptions& options);
   // Prefills sequences whose blocks admission reserved, and samples their first tokens.

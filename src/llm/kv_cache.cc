@@ -34,4 +34,12 @@ void KvCache::write(int64_t layer, const int32_t* table, int64_t pos, const floa
   std::copy(v, v + row_, v_[layer].get() + slot * row_);
 }
 
+void KvCache::copy_block(int32_t src, int32_t dst) {
+  const int64_t floats = blocks_.block_size() * row_;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::copy(k_[l].get() + src * floats, k_[l].get() + (src + 1) * floats, k_[l].get() + dst * floats);
+    std::copy(v_[l].get() + src * floats, v_[l].get() + (src + 1) * floats, v_[l].get() + dst * floats);
+  }
+}
+
 }  // namespace kiln::llm

@@ -29,6 +29,8 @@ class KvCache {
   // Stores one token's K and V rows ([kv_heads][head_dim] each) at position `pos` of a
   // sequence whose block table covers it.
   void write(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v);
+  // Copies block `src`'s K and V into block `dst` in every layer (copy-on-write).
+  void copy_block(int32_t src, int32_t dst);
 
  private:
   KvCache(int64_t num_blocks, int64_t block_size) : blocks_(num_blocks, block_size) {}

@@ -3,7 +3,8 @@
 // contiguous KV cache) token for token, and every step's logits are within 1e-4 of the
 // reference relative to the row's largest magnitude, whether requests run one at a time,
 // batched continuously (joining and leaving at different steps), or preempted by
-// recomputation under KV memory pressure. Bad requests are errors for themselves alone.
+// recomputation under KV memory pressure, or sharing a long system prompt's KV blocks. Bad
+// requests are errors for themselves alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,16 +27,16 @@ struct Reference {
   int64_t steps = 0;
 };
 
-Reference load_reference(const std::string& model) {
+Reference load_reference(const std::string& model, const std::string& name = "reference") {
   Reference r;
-  std::ifstream in(test::data_dir() + "/" + model + "/reference.json");
+  std::ifstream in(test::data_dir() + "/" + model + "/" + name + ".json");
   nlohmann::json j = nlohmann::json::parse(in);
   r.steps = j["steps"].get<int64_t>();
   for (const auto& s : j["sequences"]) {
     r.prompts.push_back(s["prompt"].get<std::vector<int64_t>>());
     r.tokens.push_back(s["tokens"].get<std::vector<int64_t>>());
   }
-  r.logits = test::npy(model + "/reference_logits.npy");
+  r.logits = test::npy(model + "/" + name + "_logits.npy");
   return r;
 }
 
@@ -126,6 +127,57 @@ TEST_P(EngineVsPyTorch, GreedyUnderMemoryPressurePreemptsAndStaysExact) {
   ASSERT_TRUE(engine);
   expect_matches_pytorch(*engine, ref_, ref_.prompts.size(), [&](size_t) { return ref_.steps; });
   EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().kv.blocks_used, 0);
+}
+
+TEST_P(EngineVsPyTorch, SharedSystemPromptIsStoredOnceAndStaysExact) {
+  // 16 prompts: the same 200-token system prompt, then each its own test prompt.
+  const Reference shared = load_reference(GetParam(), "reference_shared");
+  ASSERT_EQ(shared.prompts.size(), 16u);
+  const int64_t bs = 16, prefix_blocks = 200 / bs;  // 12 whole blocks of the system prompt
+  EngineOptions options;
+  options.max_batch = 16;
+  options.block_size = bs;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  // The pool right after all 16 are prefilled (the 16th first token; nothing decoded yet).
+  int64_t first_tokens = 0;
+  EngineStats at_start;
+  engine->on_token = [&](int64_t, int64_t) {
+    if (++first_tokens == 16) at_start = engine->stats();
+  };
+  expect_matches_pytorch(*engine, shared, 16, [&](size_t) { return shared.steps; });
+  int64_t unshared_blocks = 0, prompt_tokens = 0;
+  for (const auto& p : shared.prompts) {
+    unshared_blocks += (static_cast<int64_t>(p.size()) + bs - 1) / bs;
+    prompt_tokens += static_cast<int64_t>(p.size());
+  }
+  EXPECT_EQ(at_start.running, 16);
+  EXPECT_EQ(at_start.kv.blocks_shared, prefix_blocks);
+  // The prefix once, plus each request's own blocks.
+  EXPECT_EQ(at_start.kv.blocks_used, unshared_blocks - 15 * prefix_blocks);
+  EXPECT_EQ(at_start.prefix_hit_tokens, 15 * prefix_blocks * bs);
+  EXPECT_EQ(at_start.prefill_tokens, prompt_tokens - 15 * prefix_blocks * bs);  // the prefix computed once
+  // Finished, the blocks stay cached (free, not used), and a new request with the same system
+  // prompt maps them again and is still exact.
+  EngineStats done = engine->stats();
+  EXPECT_EQ(done.kv.blocks_used, 0);
+  EXPECT_GE(done.kv.blocks_cached, prefix_blocks);
+  expect_matches_pytorch(*engine, shared, 1, [&](size_t) { return shared.steps; });
+  EXPECT_GE(engine->stats().prefix_hit_tokens - done.prefix_hit_tokens, prefix_blocks * bs);
+}
+
+TEST_P(EngineVsPyTorch, SharedSystemPromptUnderMemoryPressureStaysExact) {
+  const Reference shared = load_reference(GetParam(), "reference_shared");
+  EngineOptions options;
+  options.max_batch = 16;
+  options.block_size = 16;
+  options.kv_blocks = 40;  // the prefix (12) and room for a few sequences' own blocks
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, shared, 16, [&](size_t) { return shared.steps; });
+  EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_GT(engine->stats().prefix_hit_tokens, 0);
   EXPECT_EQ(engine->stats().kv.blocks_used, 0);
 }
 

@@ -2,7 +2,9 @@
 """Writes the LLM tests' data into OUT_DIR (a CTest fixture, tests/llm/CMakeLists.txt):
 
   gpt2-tiny/, llama-tiny/   exported by bench/llm/export_decoder.py with PyTorch's greedy
-                            decode of the test prompts (reference.json, reference_logits.npy);
+                            decode of the test prompts (reference.json, reference_logits.npy)
+                            and of 16 prompts behind one shared 200-token system prompt
+                            (reference_shared.json, reference_shared_logits.npy);
   attention/                a paged-attention case: a block pool, block tables in shuffled
                             order, queries, and the output NumPy computes from contiguous K/V.
 """
@@ -15,7 +17,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORTER = os.path.join(HERE, "..", "..", "bench", "llm", "export_decoder.py")
-PROMPTS, STEPS = 20, 48
+PROMPTS, STEPS, SHARED_PREFIX = 20, 48, 200
 
 
 def attention_case(out):
@@ -68,7 +70,8 @@ def main():
     attention_case(os.path.join(out, "attention"))
     for name in ("gpt2-tiny", "llama-tiny"):
         subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name), "--no-past-kv",
-                        "--reference", str(PROMPTS), "--steps", str(STEPS)], check=True)
+                        "--reference", str(PROMPTS), "--steps", str(STEPS),
+                        "--shared-prefix", str(SHARED_PREFIX)], check=True)
 
 
 if __name__ == "__main__":
