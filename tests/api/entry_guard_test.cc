@@ -1,4 +1,4 @@
-// Every public C function of kiln.h and comm.h, called with invalid arguments (NULL
+// Every public C function of kiln.h, comm.h and kiln_op.h, called with invalid arguments (NULL
 // pointers, model ids 0 and 999999, a destroyed stream, event and foreign handles), before
 // kilnInit and after: each returns an error code or its documented fallback, and none
 // crashes. The list is checked against the headers, so a new public function without a
@@ -17,6 +17,7 @@
 
 #include "kiln/comm.h"
 #include "kiln/kiln.h"
+#include "kiln/kiln_op.h"
 
 namespace {
 
@@ -364,6 +365,47 @@ std::vector<Probe> probes() {
       // No invalid input: an empty group opened and closed.
       {"kilnGroupStart",
        [](bool) { return kilnGroupStart() == KILN_SUCCESS && kilnGroupEnd() == KILN_SUCCESS; }},
+      // ---- single-operator mode (kiln_op.h; the probing thread has no current context) ----
+      // No invalid input: an attribute set made and destroyed.
+      {"kilnopCreateAttr",
+       [](bool) {
+         kilnopAttr* a = kilnopCreateAttr();
+         kilnopDestroyAttr(a);
+         return a != nullptr;
+       }},
+      {"kilnopDestroyAttr",
+       [](bool) {
+         kilnopDestroyAttr(foreign<kilnopAttr>());
+         return true;
+       }},
+      {"kilnopSetAttrInt",
+       [](bool) {
+         return err(kilnopSetAttrInt(nullptr, "a", 1)) && err(kilnopSetAttrInt(foreign<kilnopAttr>(), "a", 1));
+       }},
+      {"kilnopSetAttrFloat", [](bool) { return err(kilnopSetAttrFloat(foreign<kilnopAttr>(), "a", 1.0f)); }},
+      {"kilnopSetAttrString",
+       [](bool) { return err(kilnopSetAttrString(foreign<kilnopAttr>(), "a", nullptr)); }},
+      {"kilnopSetAttrListInt",
+       [](bool) { return err(kilnopSetAttrListInt(foreign<kilnopAttr>(), "a", -1, nullptr)); }},
+      {"kilnopSetAttrListFloat",
+       [](bool) { return err(kilnopSetAttrListFloat(nullptr, nullptr, 1, nullptr)); }},
+      {"kilnopExecute",
+       [&](bool) {
+         return err(kilnopExecute(nullptr, nullptr, 17, -1, nullptr, nullptr, 0, nullptr, nullptr,
+                                  foreign<kilnopAttr>(), s)) &&
+                err(kilnopExecute("Add", "", 17, 0, nullptr, nullptr, 1, nullptr, nullptr, nullptr, s));
+       }},
+      {"kilnopCompile",
+       [](bool) {
+         return err(kilnopCompile(nullptr, nullptr, 0, 0, nullptr, nullptr)) &&
+                err(kilnopCompile("Add", "", 17, 2, nullptr, foreign<kilnopAttr>()));
+       }},
+      {"kilnopInferShape",
+       [](bool) { return err(kilnopInferShape("Add", "", 17, 2, nullptr, 1, nullptr, nullptr)); }},
+      {"kilnopSetCacheCapacity", [](bool) { return err(kilnopSetCacheCapacity(0)); }},
+      {"kilnopGetCacheStats", [](bool) { return err(kilnopGetCacheStats(nullptr, nullptr, nullptr)); }},
+      // No invalid input: clearing the cache always works.
+      {"kilnopClearCache", [](bool) { return kilnopClearCache() == KILN_SUCCESS; }},
   };
 }
 
@@ -396,6 +438,7 @@ TEST(EntryGuardTest, EveryPublicFunctionHasAProbe) {
   for (const Probe& p : probes()) EXPECT_TRUE(probed.insert(p.name).second) << "twice: " << p.name;
   std::set<std::string> declared = declared_functions("kiln.h");
   for (const std::string& n : declared_functions("comm.h")) declared.insert(n);
+  for (const std::string& n : declared_functions("kiln_op.h")) declared.insert(n);
   ASSERT_GT(declared.size(), 100u);
   for (const std::string& n : declared) EXPECT_TRUE(probed.count(n)) << n << " has no probe here";
   for (const std::string& n : probed)
