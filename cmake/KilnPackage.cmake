@@ -14,6 +14,13 @@ include(CMakePackageConfigHelpers)
 add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/runtime/kiln_c_abi.c)
 add_library(kiln::kiln ALIAS kiln_shared)
 target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_runtime>")
+# Single-operator mode (kilnop*, include/kiln/kiln_op.h): its sources are compiled into the
+# library itself (an archive of them depends on kiln_runtime, which is linked whole above, and
+# CMake refuses the same archive whole and plain). It brings the compiler into libkiln.so,
+# since an op is compiled on its first call.
+file(GLOB kiln_capi_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/capi/*.cc)
+target_sources(kiln_shared PRIVATE ${kiln_capi_srcs})
+target_link_libraries(kiln_shared PRIVATE kiln_compiler)
 # The communication library (kilnComm*, kilnAllReduce, ...), whole like the runtime.
 if(TARGET kiln_comm_archive)
   target_link_libraries(kiln_shared PRIVATE kiln_comm)
@@ -44,7 +51,7 @@ install(TARGETS kiln_shared EXPORT kilnTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/kiln/kiln.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln.hpp
-              ${PROJECT_SOURCE_DIR}/include/kiln/comm.h
+              ${PROJECT_SOURCE_DIR}/include/kiln/comm.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln_op.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 if(TARGET kiln)
   install(TARGETS kiln RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

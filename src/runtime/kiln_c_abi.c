@@ -2,6 +2,7 @@
  * compiled as C, it proves that include/kiln/kiln.h is plain C, and pins the few values
  * the ABI promises. */
 #include "kiln/kiln.h"
+#include "kiln/kiln_op.h" /* plain C too */
 
 _Static_assert(KILN_SUCCESS == 0, "KILN_SUCCESS must be 0, as ACL_SUCCESS");
 _Static_assert(sizeof(kilnError) == sizeof(int), "kilnError is an int");

@@ -40,17 +40,17 @@ def check(condition, message):
         raise AssertionError(message)
 
 
-def api_functions(header):
-    """Names of the functions kiln.h declares with KILN_API."""
+def api_functions(header, at_least=50):
+    """Names of the functions a public header declares with KILN_API."""
     text = open(header).read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     names = re.findall(r"KILN_API\s[^;{]*?\b(kiln\w+)\s*\(", text)
-    check(len(names) > 50, "found only %d KILN_API functions in %s" % (len(names), header))
+    check(len(names) > at_least, "found only %d KILN_API functions in %s" % (len(names), header))
     return sorted(set(names))
 
 
 def check_install_tree(prefix, source_dir):
-    for rel in ["include/kiln/kiln.h", "include/kiln/kiln.hpp", "lib/libkiln.so",
+    for rel in ["include/kiln/kiln.h", "include/kiln/kiln.hpp", "include/kiln/kiln_op.h", "lib/libkiln.so",
                 "lib/libkiln.so.0", "lib/libkiln.so.0.1.0", "lib/pkgconfig/kiln.pc",
                 "lib/cmake/kiln/kilnConfig.cmake", "lib/cmake/kiln/kilnConfigVersion.cmake",
                 "lib/cmake/kiln/kilnTargets.cmake", "bin/kiln"]:
@@ -71,6 +71,9 @@ def check_install_tree(prefix, source_dir):
     missing = [f for f in api_functions(os.path.join(source_dir, "include/kiln/kiln.h"))
                if f not in exported]
     check(not missing, "kiln.h functions not exported by libkiln.so: %s" % missing)
+    missing = [f for f in api_functions(os.path.join(source_dir, "include/kiln/kiln_op.h"), 10)
+               if f not in exported]
+    check(not missing, "kiln_op.h functions not exported by libkiln.so: %s" % missing)
 
     ldd = run(["ldd", lib]).stdout
     check("not found" not in ldd, "unresolved dependencies of libkiln.so:\n" + ldd)
