@@ -198,9 +198,10 @@ kilnError check_request(const OpRequest& r, int num_inputs, const kilnTensorDesc
   return KILN_SUCCESS;
 }
 
-std::string make_key(const OpRequest& r, const Device& device) {
-  std::string key;
-  key.reserve(96);
+// Writes the key into `key` (cleared first; a caller's thread-local string keeps its
+// capacity, so a cached call allocates no key).
+void make_key(const OpRequest& r, const Device& device, std::string& key) {
+  key.clear();
   append_num(key, reinterpret_cast<intptr_t>(&device));
   key += '|';
   key += r.op_type;
@@ -235,7 +236,6 @@ std::string make_key(const OpRequest& r, const Device& device) {
         for (float v : *lf) key += ',', append_float(key, v);
     }
   }
-  return key;
 }
 
 std::string one_node_model(const OpRequest& r, int num_outputs) {
@@ -341,7 +341,8 @@ kilnError lookup(const OpRequest& r, int num_outputs, std::shared_ptr<const Comp
   if (!ctx)
     return fail(KILN_ERROR_RT_CONTEXT_NULL,
                 "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)", r.api);
-  std::string key = make_key(r, ctx->device());
+  thread_local std::string key;
+  make_key(r, ctx->device(), key);
   OpCache& cache = OpCache::get();
   if ((*out = cache.find(key))) {
     if (num_outputs > 0 && static_cast<size_t>(num_outputs) != (*out)->out_dims.size())
@@ -512,7 +513,16 @@ kilnError kilnopExecute(const char* opType, const char* domain, int32_t opsetVer
     if (&s->device() != &m->device())
       return fail(KILN_ERROR_RT_STREAM_CONTEXT, "%s: %s is on %s, the current context on %s", api,
                   s->name().c_str(), s->device().name().c_str(), m->device().name().c_str());
-    auto request = std::make_shared<ExecutionRequest>();
+    // One allocation for what the queued task needs (the model, the request, the token that
+    // keeps the model counted in flight), captured as one pointer.
+    struct Launch {
+      std::shared_ptr<Model> model;
+      ExecutionRequest request;
+      std::shared_ptr<ExecutionToken> token;
+    };
+    auto launch = std::make_shared<Launch>();
+    launch->model = m;
+    ExecutionRequest* request = &launch->request;
     request->inputs.resize(numInputs);
     for (int i = 0; i < numInputs; ++i) {
       request->inputs[i].buffer = BufferRef{inputs[i]->data, inputs[i]->size};
@@ -524,17 +534,17 @@ kilnError kilnopExecute(const char* opType, const char* domain, int32_t opsetVer
     CodedStatus st = m->bind(*request);
     if (!st.ok()) return fail(st.code, "%s: %s: %s", api, r.op_type.c_str(), st.status.to_string().c_str());
     // The token keeps the model alive (an eviction or kilnopClearCache meanwhile is fine).
-    std::shared_ptr<ExecutionToken> token = m->begin_execution();
-    s->submit(Engine::kCompute, [m, request, token]() -> kiln::Status {
+    launch->token = m->begin_execution();
+    s->submit(Engine::kCompute, [launch]() -> kiln::Status {
       kiln::Status result;
       try {
         std::vector<std::vector<int64_t>> dims;
-        CodedStatus run = m->run(*request, &dims);
+        CodedStatus run = launch->model->run(launch->request, &dims);
         if (!run.ok()) result = std::move(run.status);
       } catch (const std::exception& e) {
         result = kiln::internal_error("kilnopExecute: unexpected exception: %s", e.what());
       }
-      token->release();
+      launch->token->release();
       return result;
     }, "OpExecute");
     return KILN_SUCCESS;
