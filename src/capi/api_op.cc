@@ -200,8 +200,10 @@ kilnError check_request(const OpRequest& r, int num_inputs, const kilnTensorDesc
 
 // Writes the key into `key` (cleared first; a caller's thread-local string keeps its
 // capacity, so a cached call allocates no key).
-void make_key(const OpRequest& r, const Device& device, std::string& key) {
+void make_key(const OpRequest& r, int num_outputs, const Device& device, std::string& key) {
   key.clear();
+  append_num(key, num_outputs);  // the node's output count: a 1-output and a 2-output MaxPool differ
+  key += '|';
   append_num(key, reinterpret_cast<intptr_t>(&device));
   key += '|';
   key += r.op_type;
@@ -293,14 +295,14 @@ std::string one_node_model(const OpRequest& r, int num_outputs) {
   return m.SerializeAsString();
 }
 
-// The outputs: ONNX needs their names; their number is the schema's (its maximum for
-// variadic/optional outputs is not known here, so the caller's count when given).
+// The node gets `num_outputs` outputs (the caller's count; optional trailing outputs left
+// out are not computed).
 kilnError compile_op(const OpRequest& r, int num_outputs, Device& device, std::shared_ptr<const CompiledOp>* out) {
   const ops::OpSchema* schema = ops::OpRegistry::instance().find(r.domain, r.op_type, r.opset);
   if (schema == nullptr)
     return fail(KILN_ERROR_OP_TYPE_NOT_MATCH, "%s: Kiln has no op %s in domain '%s' at opset %d", r.api,
                 r.op_type.c_str(), r.domain.c_str(), r.opset);
-  std::string bytes = one_node_model(r, num_outputs > 0 ? num_outputs : 1);
+  std::string bytes = one_node_model(r, num_outputs);
   Expected<compiler::CompiledModel> compiled =
       compiler::compile_onnx_bytes(bytes.data(), bytes.size(), r.op_type, compiler::CompileOptions{});
   if (!compiled.ok()) {
@@ -341,15 +343,11 @@ kilnError lookup(const OpRequest& r, int num_outputs, std::shared_ptr<const Comp
   if (!ctx)
     return fail(KILN_ERROR_RT_CONTEXT_NULL,
                 "%s: no current context on this thread (call kilnrtSetDevice or kilnrtCreateContext first)", r.api);
+  if (num_outputs <= 0) num_outputs = 1;  // kilnopCompile: the op's first output
   thread_local std::string key;
-  make_key(r, ctx->device(), key);
+  make_key(r, num_outputs, ctx->device(), key);
   OpCache& cache = OpCache::get();
-  if ((*out = cache.find(key))) {
-    if (num_outputs > 0 && static_cast<size_t>(num_outputs) != (*out)->out_dims.size())
-      return fail(KILN_ERROR_OP_OUTPUT_NOT_MATCH, "%s: %s has %zu outputs, %d given", r.api, r.op_type.c_str(),
-                  (*out)->out_dims.size(), num_outputs);
-    return KILN_SUCCESS;
-  }
+  if ((*out = cache.find(key))) return KILN_SUCCESS;
   if (kilnError e = compile_op(r, num_outputs, ctx->device(), out)) return e;
   cache.insert(key, *out);
   return KILN_SUCCESS;
