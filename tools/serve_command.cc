@@ -83,6 +83,14 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   for (const std::string& name : names) {
     auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(registry.load(name));
+    if (auto l = registry.find_llm(name)) {
+      const llm::DecoderConfig& c = l->decoder();
+      std::printf("kiln serve: loaded decoder model '%s' version %s (%s, %lld layers, vocab %lld, context %lld) in "
+                  "%.0f ms, served at /v1/completions\n", name.c_str(), l->version().c_str(), c.style.c_str(),
+                  (long long)c.layers, (long long)c.vocab, (long long)c.context,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      continue;
+    }
     const serve::ServedModel& m = registry.find(name)->model();
     std::printf("kiln serve: loaded model '%s' version %s (%zu input%s, max_batch_size %d) in %.0f ms\n", name.c_str(),
                 m.version().c_str(), m.inputs().size(), m.inputs().size() == 1 ? "" : "s", m.config().max_batch_size,

@@ -80,6 +80,17 @@ Status Engine::cancel(int64_t id) {
   return ok_status();
 }
 
+Status Engine::forget(int64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return not_found("no request %lld", (long long)id);
+  const auto phase = it->second.state.phase;
+  if (phase == RequestState::Phase::kWaiting || phase == RequestState::Phase::kRunning)
+    return failed_precondition("request %lld is still %s", (long long)id,
+                               phase == RequestState::Phase::kWaiting ? "waiting" : "running");
+  sequences_.erase(it);
+  return ok_status();
+}
+
 void Engine::retire(int64_t id, RequestState::Phase phase) {
   cache_->blocks().free_sequence(id);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());

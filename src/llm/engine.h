@@ -99,8 +99,12 @@ class Engine {
   // Steps until no request waits or runs.
   Status run_to_completion();
   bool idle() const { return waiting_.empty() && running_.empty(); }
-  // Requires an id add_request returned.
+  // Requires an id add_request returned (and not forgotten).
   const RequestState& request(int64_t id) const { return sequences_.at(id).state; }
+  // Drops a finished or cancelled request's state (prompt, tokens), so that a long-running
+  // caller (kiln serve) does not keep every request it ever ran: not found for an unknown id,
+  // failed precondition for one still waiting or running.
+  Status forget(int64_t id);
   EngineStats stats() const;
   // Called with (request id, token) for every token as it is generated.
   std::function<void(int64_t, int64_t)> on_token;

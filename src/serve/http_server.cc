@@ -6,8 +6,11 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "serve/completions_codec.h"
 
 namespace kiln::serve {
 namespace {
@@ -57,6 +60,7 @@ struct HttpServer::Impl {
   HttpOptions options;
   httplib::Server server;
   std::atomic<bool> ready{true};
+  std::atomic<int64_t> completion_ids{0};
 
   // The loaded model named by the URL (and its version, when the URL gives one); otherwise
   // sends 404 (no such model in the repository, or not that version) or 400 (in the
@@ -64,6 +68,11 @@ struct HttpServer::Impl {
   std::shared_ptr<ModelScheduler> model_of(const httplib::Request& req, httplib::Response& res) {
     const std::string name = req.matches[1];
     std::shared_ptr<ModelScheduler> m = registry.find(name);
+    if (!m && registry.find_llm(name)) {
+      send_error(res, 400, str_format("model '%s' is a decoder (backend llm): POST /v1/completions serves it",
+                                      name.c_str()));
+      return nullptr;
+    }
     if (!m) {
       std::error_code ec;
       if (valid_model_name(name) && std::filesystem::is_directory(std::filesystem::path(registry.repository()) / name, ec))
@@ -122,6 +131,113 @@ struct HttpServer::Impl {
     return ok_status();
   }
 
+  // POST /v1/completions (OpenAI's protocol, completions_codec.h) on a decoder model.
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    auto fail = [&](int status, const std::string& message) {
+      res.status = status;
+      res.set_content(openai_error_body(status, message), kJson);
+      if (status == 503) res.set_header("Retry-After", "1");
+    };
+    Expected<CompletionRequest> parsed = parse_completion_request(req.body);
+    if (!parsed.ok()) return fail(400, parsed.status().message());
+    const std::string name = parsed->model;
+    std::shared_ptr<LlmModel> m = registry.find_llm(name);
+    if (!m) {
+      std::error_code ec;
+      if (registry.find(name))
+        fail(400, str_format("model '%s' is not a decoder (backend llm): POST /v2/models/%s/infer serves it",
+                             name.c_str(), name.c_str()));
+      else if (valid_model_name(name) &&
+               std::filesystem::is_directory(std::filesystem::path(registry.repository()) / name, ec))
+        fail(400, str_format("model '%s' is not loaded", name.c_str()));
+      else
+        fail(404, str_format("unknown model '%s'", name.c_str()));
+      return;
+    }
+    ModelMetrics& counters = metrics.model(name);
+    auto completion = std::make_shared<Completion>(std::move(parsed->params));
+    Status s = m->submit(completion);
+    if (s.ok()) s = completion->wait_admitted();
+    if (!s.ok()) {
+      ++counters.failures;
+      // The engine refuses a context larger than its whole KV pool as resource exhausted: that
+      // request can never run, a client error, not an overload.
+      const bool refused = s.code() == StatusCode::kResourceExhausted && s.message().find("max_queue_size") == std::string::npos;
+      return fail(refused ? 400 : http_status(s), s.to_string());
+    }
+    CompletionHeader header{"cmpl-" + std::to_string(++completion_ids), static_cast<int64_t>(std::time(nullptr)), name};
+    const size_t n = completion->params().prompts.size();
+    if (!completion->params().stream) {
+      std::vector<size_t> sent(n, 0);
+      std::vector<bool> finished(n, false);
+      std::vector<Completion::Choice> choices;
+      bool done = false;
+      while (!done) {
+        s = completion->wait_for_update(sent, finished, &choices, &done);
+        for (size_t i = 0; i < n; ++i) {
+          sent[i] = choices[i].tokens.size();
+          finished[i] = !choices[i].finish_reason.empty();
+        }
+      }
+      if (!s.ok()) {
+        ++counters.failures;
+        return fail(http_status(s) == 503 ? 503 : 500, s.to_string());
+      }
+      ++counters.requests;
+      res.status = 200;
+      res.set_content(encode_completion(header, completion->params().prompts, choices), kJson);
+      return;
+    }
+    // Server-sent events: one per token as the engine generates it, one per choice's end, then
+    // "data: [DONE]". An error after the first event can only be sent as an event.
+    struct Stream {
+      std::shared_ptr<Completion> completion;
+      CompletionHeader header;
+      std::vector<size_t> sent;
+      std::vector<bool> finished;
+      bool ok = true;
+    };
+    auto stream = std::make_shared<Stream>(Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false)});
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [stream](size_t, httplib::DataSink& sink) {
+          std::vector<Completion::Choice> choices;
+          bool done = false;
+          Status st = stream->completion->wait_for_update(stream->sent, stream->finished, &choices, &done);
+          std::string events;
+          for (size_t i = 0; i < choices.size(); ++i) {
+            for (size_t t = stream->sent[i]; t < choices[i].tokens.size(); ++t)
+              events += encode_completion_event(stream->header, i, {choices[i].tokens[t]}, "");
+            stream->sent[i] = choices[i].tokens.size();
+            if (!choices[i].finish_reason.empty() && !stream->finished[i]) {
+              events += encode_completion_event(stream->header, i, {}, choices[i].finish_reason);
+              stream->finished[i] = true;
+            }
+          }
+          if (!st.ok()) {
+            stream->ok = false;
+            events += "data: " + openai_error_body(500, st.to_string()) + "\n\n";
+          }
+          if (done) events += "data: [DONE]\n\n";
+          if (!sink.write(events.data(), events.size())) {
+            stream->completion->cancel();  // the client went away: stop generating for it
+            stream->ok = false;
+            return false;
+          }
+          if (done) sink.done();
+          return true;
+        },
+        [stream, &counters](bool success) {
+          if (!success) stream->completion->cancel();
+          if (success && stream->ok)
+            ++counters.requests;
+          else
+            ++counters.failures;
+        });
+  }
+
   void routes() {
     server.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"live", true}}); });
     server.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
@@ -137,7 +253,15 @@ struct HttpServer::Impl {
       res.set_content(metrics.text(), "text/plain; version=0.0.4");
     });
     server.Get(std::string(kModel) + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
+      if (auto l = registry.find_llm(req.matches[1])) return send_json(res, {{"name", l->name()}, {"ready", true}});
       if (auto m = model_of(req, res)) send_json(res, {{"name", m->model().name()}, {"ready", true}});
+    });
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json data = json::array();
+      for (const std::string& name : registry.loaded())
+        if (registry.find_llm(name)) data.push_back({{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "kiln"}});
+      send_json(res, {{"object", "list"}, {"data", data}});
     });
     server.Get(kModel, [this](const httplib::Request& req, httplib::Response& res) {
       std::shared_ptr<ModelScheduler> m = model_of(req, res);
@@ -158,8 +282,10 @@ struct HttpServer::Impl {
       json j = json::array();
       for (const std::string& name : *names) {
         auto m = registry.find(name);
-        json e{{"name", name}, {"state", m ? "READY" : "UNAVAILABLE"}};
+        auto l = registry.find_llm(name);
+        json e{{"name", name}, {"state", m || l ? "READY" : "UNAVAILABLE"}};
         if (m) e["version"] = m->model().version();
+        if (l) e["version"] = l->version();
         j.push_back(std::move(e));
       }
       send_json(res, j);

@@ -27,6 +27,10 @@ struct ModelMetrics {
   std::atomic<int64_t> compute_ns{0}; // summed over executions: copy in, run, copy out
   std::array<std::atomic<int64_t>, kBatchBuckets.size() + 1> batch_buckets{};  // not cumulative
   std::atomic<int64_t> batch_rows{0};
+  // Decoder models (backend llm) only, exported when `llm` is set.
+  std::atomic<bool> llm{false};
+  std::atomic<int64_t> prompt_tokens{0};     // prompt tokens of admitted completions
+  std::atomic<int64_t> generated_tokens{0};  // tokens the engine generated (stop tokens included)
 };
 
 class Metrics {

@@ -27,6 +27,7 @@ Expected<int64_t> int_field(const json& j, const char* name, int64_t lo, int64_t
 Expected<ModelConfig> parse_config_json(const json& j) {
   ModelConfig c;
   if (!j.is_object()) return invalid_argument("config.json must hold a JSON object");
+  bool has_llm = false;
   for (const auto& [key, value] : j.items()) {
     if (key == "max_batch_size") {
       KILN_ASSIGN_OR_RETURN(int64_t v, int_field(value, "max_batch_size", 0, 1 << 16));
@@ -58,10 +59,37 @@ Expected<ModelConfig> parse_config_json(const json& j) {
         KILN_ASSIGN_OR_RETURN(int64_t v, int_field(b, "batch_buckets", 1, 1 << 16));
         c.batch_buckets.push_back(v);
       }
+    } else if (key == "backend") {
+      if (!value.is_string() || (value != "kiln" && value != "llm"))
+        return invalid_argument("config.json: 'backend' is %s, expected \"kiln\" or \"llm\"", value.dump().c_str());
+      c.backend = value.get<std::string>();
+    } else if (key == "llm") {
+      if (!value.is_object()) return invalid_argument("config.json: 'llm' must be an object");
+      for (const auto& [k, v] : value.items()) {
+        if (k == "max_batch") {
+          KILN_ASSIGN_OR_RETURN(c.llm.max_batch, int_field(v, "llm.max_batch", 1, 4096));
+        } else if (k == "kv_cache_mib") {
+          KILN_ASSIGN_OR_RETURN(c.llm.kv_cache_mib, int_field(v, "llm.kv_cache_mib", 1, 1 << 20));
+        } else if (k == "block_size") {
+          KILN_ASSIGN_OR_RETURN(c.llm.block_size, int_field(v, "llm.block_size", 1, 4096));
+        } else {
+          return invalid_argument("config.json: unknown field 'llm.%s' (known: max_batch, kv_cache_mib, block_size)",
+                                  k.c_str());
+        }
+      }
+      has_llm = true;
     } else {
-      return invalid_argument("config.json: unknown field '%s' (known: max_batch_size, dynamic_batching, "
-                              "instance_count, max_queue_size, precision, batch_buckets)", key.c_str());
+      return invalid_argument("config.json: unknown field '%s' (known: backend, max_batch_size, dynamic_batching, "
+                              "instance_count, max_queue_size, precision, batch_buckets, llm)", key.c_str());
     }
+  }
+  if (c.backend == "llm") {
+    for (const char* field : {"max_batch_size", "dynamic_batching", "instance_count", "precision", "batch_buckets"})
+      if (j.contains(field))
+        return invalid_argument("config.json: '%s' does not apply to backend \"llm\" (its options are in 'llm')",
+                                field);
+  } else if (has_llm) {
+    return invalid_argument("config.json: 'llm' needs \"backend\": \"llm\"");
   }
   if (!c.batch_buckets.empty()) {
     if (c.max_batch_size == 0)
@@ -111,13 +139,30 @@ Expected<ModelFiles> find_model(const std::string& repository, const std::string
   if (!fs::is_directory(dir, ec)) return not_found("the repository has no model '%s'", name.c_str());
   ModelFiles files;
   files.name = name;
-  // The highest numeric version with a model file.
+  fs::path config = dir / "config.json";
+  if (fs::exists(config, ec)) {
+    std::ifstream in(config);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return unavailable("cannot read %s", config.string().c_str());
+    KILN_ASSIGN_OR_RETURN(files.config, parse_model_config(text.str()), "model '%s'", name.c_str());
+  }
+  const bool decoder = files.config.backend == "llm";
+  // The highest numeric version with a model file (backend llm: a decoder's config.json).
   int64_t best = -1;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string v = entry.path().filename().string();
     if (!entry.is_directory() || v.empty() || v.size() > 18 ||
         !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       continue;
+    if (decoder) {
+      if (fs::is_regular_file(entry.path() / "config.json", ec) && std::stoll(v) > best) {
+        best = std::stoll(v);
+        files.version = v;
+        files.model_path = entry.path().string();
+      }
+      continue;
+    }
     for (const char* file : {"model.kiln", "model.onnx"}) {
       fs::path p = entry.path() / file;
       if (fs::is_regular_file(p, ec) && std::stoll(v) > best) {
@@ -130,15 +175,10 @@ Expected<ModelFiles> find_model(const std::string& repository, const std::string
     }
   }
   if (best < 0)
-    return invalid_argument("model '%s' has no version directory holding model.kiln or model.onnx", name.c_str());
-  fs::path config = dir / "config.json";
-  if (fs::exists(config, ec)) {
-    std::ifstream in(config);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) return unavailable("cannot read %s", config.string().c_str());
-    KILN_ASSIGN_OR_RETURN(files.config, parse_model_config(text.str()), "model '%s'", name.c_str());
-  }
+    return invalid_argument(decoder ? "model '%s' (backend llm) has no version directory holding a decoder's config.json"
+                                    : "model '%s' has no version directory holding model.kiln or model.onnx",
+                            name.c_str());
+  if (decoder) return files;
   if (!files.onnx && (files.config.precision != "fp32" || !files.config.batch_buckets.empty()))
     return invalid_argument("model '%s': 'precision' and 'batch_buckets' apply to model.onnx only (a .kiln file "
                             "was compiled with its own)", name.c_str());

@@ -2,6 +2,7 @@
 //
 //   REPO/<model>/config.json            optional, fields below
 //   REPO/<model>/<version>/model.kiln   or model.onnx (compiled at load)
+//   REPO/<model>/<version>/config.json  backend "llm": a decoder directory
 //
 // The highest numbered version directory holding a model file is served (Triton's default
 // version policy, "latest 1").
@@ -15,7 +16,19 @@
 
 namespace kiln::serve {
 
+// backend "llm": the LLM engine's options (llm/engine.h EngineOptions).
+struct LlmConfig {
+  int64_t max_batch = 16;      // sequences decoding together
+  int64_t kv_cache_mib = 256;  // KV cache pool
+  int64_t block_size = 16;     // token slots per KV block
+};
+
 struct ModelConfig {
+  // "kiln": model.kiln or model.onnx, run through the runtime and served by the KServe v2
+  // endpoints. "llm": a decoder directory (bench/llm/export_decoder.py's layout) as the
+  // version directory, run by the LLM engine and served at POST /v1/completions.
+  std::string backend = "kiln";
+  LlmConfig llm;
   // > 0: dim 0 of every input and output is the batch dim, requests may carry up to this
   // many rows and the scheduler concatenates requests up to it. 0: no batching, each request
   // runs alone with exactly the model's shapes (Triton's max_batch_size).
@@ -24,7 +37,8 @@ struct ModelConfig {
   int64_t max_queue_delay_us = 0;
   // Workers per device for this model (Triton's instance_group count).
   int instance_count = 1;
-  // Requests a model's queues hold at most; beyond it a request gets 503 with Retry-After.
+  // Requests a model's queues hold at most (backend llm: completions in progress); beyond it
+  // a request gets 503 with Retry-After.
   int max_queue_size = 1024;
   // ONNX models only: compute precision (fp32, bf16, mixed, as kiln compile --precision) and
   // batch shape buckets (as kiln compile --dynamic-batch-size).
@@ -39,7 +53,7 @@ Expected<ModelConfig> parse_model_config(const std::string& json_text);
 struct ModelFiles {
   std::string name;
   std::string version;     // the version directory's name
-  std::string model_path;  // .../<version>/model.kiln or model.onnx
+  std::string model_path;  // .../<version>/model.kiln or model.onnx; backend llm: .../<version>
   bool onnx = false;
   ModelConfig config;
 };

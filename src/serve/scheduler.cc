@@ -147,39 +147,64 @@ void ModelScheduler::run_batch(int device, DeviceBuffers& buffers, std::vector<s
 Status ModelRegistry::load(const std::string& name) {
   std::lock_guard load_lock(load_mutex_);
   KILN_ASSIGN_OR_RETURN(ModelFiles files, find_model(repository_, name));
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> model, ServedModel::load(files, devices_));
-  auto scheduler = std::make_shared<ModelScheduler>(std::move(model), devices_, scheduling_, metrics_);
   std::shared_ptr<ModelScheduler> old;
-  {
+  std::shared_ptr<LlmModel> old_llm;
+  if (files.config.backend == "llm") {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<LlmModel> model, LlmModel::load(files, metrics_));
+    std::lock_guard lock(map_mutex_);
+    old_llm = std::exchange(llms_[name], std::move(model));
+    if (auto it = models_.find(name); it != models_.end()) {
+      old = std::move(it->second);
+      models_.erase(it);
+    }
+  } else {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> model, ServedModel::load(files, devices_));
+    auto scheduler = std::make_shared<ModelScheduler>(std::move(model), devices_, scheduling_, metrics_);
     std::lock_guard lock(map_mutex_);
     old = std::exchange(models_[name], std::move(scheduler));
+    if (auto it = llms_.find(name); it != llms_.end()) {
+      old_llm = std::move(it->second);
+      llms_.erase(it);
+    }
   }
-  if (old) old->shutdown();  // its queued requests run on the old version
+  // The old version's queued requests (completions in progress) still run on it.
+  if (old) old->shutdown();
+  if (old_llm) old_llm->shutdown();
   return ok_status();
 }
 
 Status ModelRegistry::unload(const std::string& name) {
   std::lock_guard load_lock(load_mutex_);
   std::shared_ptr<ModelScheduler> old;
+  std::shared_ptr<LlmModel> old_llm;
   {
     std::lock_guard lock(map_mutex_);
-    auto it = models_.find(name);
-    if (it == models_.end()) return not_found("model '%s' is not loaded", name.c_str());
-    old = std::move(it->second);
-    models_.erase(it);
+    if (auto it = models_.find(name); it != models_.end()) {
+      old = std::move(it->second);
+      models_.erase(it);
+    } else if (auto l = llms_.find(name); l != llms_.end()) {
+      old_llm = std::move(l->second);
+      llms_.erase(l);
+    } else {
+      return not_found("model '%s' is not loaded", name.c_str());
+    }
   }
-  old->shutdown();
+  if (old) old->shutdown();
+  if (old_llm) old_llm->shutdown();
   return ok_status();
 }
 
 void ModelRegistry::unload_all() {
   std::lock_guard load_lock(load_mutex_);
   std::map<std::string, std::shared_ptr<ModelScheduler>> models;
+  std::map<std::string, std::shared_ptr<LlmModel>> llms;
   {
     std::lock_guard lock(map_mutex_);
     models.swap(models_);
+    llms.swap(llms_);
   }
   for (auto& [name, m] : models) m->shutdown();
+  for (auto& [name, m] : llms) m->shutdown();
 }
 
 void ModelRegistry::stop_waiting() {
@@ -193,10 +218,18 @@ std::shared_ptr<ModelScheduler> ModelRegistry::find(const std::string& name) con
   return it == models_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<LlmModel> ModelRegistry::find_llm(const std::string& name) const {
+  std::lock_guard lock(map_mutex_);
+  auto it = llms_.find(name);
+  return it == llms_.end() ? nullptr : it->second;
+}
+
 std::vector<std::string> ModelRegistry::loaded() const {
   std::lock_guard lock(map_mutex_);
   std::vector<std::string> names;
   for (const auto& [name, m] : models_) names.push_back(name);
+  for (const auto& [name, m] : llms_) names.push_back(name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "serve/llm_model.h"
 #include "serve/metrics.h"
 #include "serve/served_model.h"
 
@@ -102,8 +103,10 @@ class ModelRegistry {
   void unload_all();
   // ModelScheduler::stop_waiting on every model.
   void stop_waiting();
-  // nullptr when not loaded.
+  // nullptr when not loaded (or a decoder model).
   std::shared_ptr<ModelScheduler> find(const std::string& name) const;
+  // A decoder model (config.json "backend": "llm"); nullptr when not loaded (or not one).
+  std::shared_ptr<LlmModel> find_llm(const std::string& name) const;
   std::vector<std::string> loaded() const;
   const std::string& repository() const { return repository_; }
 
@@ -115,6 +118,7 @@ class ModelRegistry {
   std::mutex load_mutex_;       // one load or unload at a time
   mutable std::mutex map_mutex_;
   std::map<std::string, std::shared_ptr<ModelScheduler>> models_;
+  std::map<std::string, std::shared_ptr<LlmModel>> llms_;  // a name is in one map at most
 };
 
 }  // namespace kiln::serve

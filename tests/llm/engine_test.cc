@@ -223,6 +223,26 @@ TEST_F(EngineRequests, BadRequestsFailAloneAndOthersFinish) {
   EXPECT_EQ(engine_->stats().kv.blocks_used, 0);
 }
 
+TEST_F(EngineRequests, ForgetDropsOnlyFinishedOrCancelledRequests) {
+  auto running = engine_->add_request({{1, 2, 3}, 4, {}, {}});
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(engine_->forget(*running).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(engine_->run_to_completion().ok());
+  const std::vector<int64_t> tokens = engine_->request(*running).tokens;
+  ASSERT_TRUE(engine_->forget(*running).ok());
+  EXPECT_EQ(engine_->forget(*running).code(), StatusCode::kNotFound);
+  // The engine runs on after a forget: the same prompt gives the same greedy tokens.
+  auto again = engine_->add_request({{1, 2, 3}, 4, {}, {}});
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(engine_->cancel(*again).ok());
+  ASSERT_TRUE(engine_->forget(*again).ok());
+  auto third = engine_->add_request({{1, 2, 3}, 4, {}, {}});
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE(engine_->run_to_completion().ok());
+  EXPECT_EQ(engine_->request(*third).tokens, tokens);
+  EXPECT_EQ(engine_->stats().kv.blocks_used, 0);
+}
+
 TEST_F(EngineRequests, StopTokenEndsARequest) {
   auto first = engine_->add_request({{9, 8, 7}, 6, {}, {}});
   ASSERT_TRUE(first.ok());

@@ -1,0 +1,46 @@
+// OpenAI's completions protocol (POST /v1/completions) as far as a model without a tokenizer
+// can speak it: prompts and stop sequences as token ids, answers carrying `token_ids` beside
+// an empty `text`. Parsing is strict: an unknown field, a value of the wrong type or out of
+// range, text where token ids are needed is invalid_argument naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "serve/llm_model.h"
+
+namespace kiln::serve {
+
+struct CompletionRequest {
+  std::string model;
+  CompletionParams params;
+};
+
+// Parses a request body: {"model", "prompt" (token ids, or a list of token-id lists),
+// "max_tokens" (default 16), "temperature" (default 1; 0 is greedy), "top_p", "top_k",
+// "seed", "stop" (token id or ids), "stream", and "n"/"best_of" 1, "echo" false, "logprobs"
+// null, "user" accepted as OpenAI clients send them}.
+Expected<CompletionRequest> parse_completion_request(const std::string& body);
+
+// The envelope of every answer: id, object, created (Unix seconds), model.
+struct CompletionHeader {
+  std::string id;  // "cmpl-<n>"
+  int64_t created = 0;
+  std::string model;
+};
+
+// The non-streamed answer: every choice's tokens, finish_reason and the usage counts.
+std::string encode_completion(const CompletionHeader& h, const std::vector<std::vector<int64_t>>& prompts,
+                              const std::vector<Completion::Choice>& choices);
+// One server-sent event ("data: {...}\n\n") of choice `index`: new tokens (finish_reason
+// null) or, with `finish_reason` set, its end.
+std::string encode_completion_event(const CompletionHeader& h, size_t index, const std::vector<int64_t>& tokens,
+                                    const std::string& finish_reason);
+
+// OpenAI's error object: {"error": {"message", "type", "param": null, "code"}}, the type and
+// code following the HTTP status.
+std::string openai_error_body(int http_status, const std::string& message);
+
+}  // namespace kiln::serve

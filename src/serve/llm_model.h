@@ -1,0 +1,117 @@
+// A decoder model of the repository (config.json "backend": "llm") served by the LLM engine
+// (src/llm): one engine per model, driven by one thread that admits the completions the HTTP
+// threads submit between engine steps, so concurrent requests are batched continuously (they
+// join and leave the decode batch at every step), and hands each generated token to the
+// completion it belongs to as it comes.
+//
+// A completion (one HTTP request) carries one or more prompts, each its own engine request
+// (OpenAI's "choices"). Its submitter waits for admission (a prompt the engine refuses fails
+// the whole completion before any token is sent), then reads tokens as they arrive with
+// wait_for_tokens(). Cancelling (a client gone) stops its engine requests at the next step.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "llm/engine.h"
+#include "serve/metrics.h"
+#include "serve/model_config.h"
+
+namespace kiln::serve {
+
+// What a completion asks for (OpenAI's /v1/completions fields the engine understands).
+struct CompletionParams {
+  std::vector<std::vector<int64_t>> prompts;  // token ids, one prompt per choice
+  int64_t max_tokens = 16;
+  llm::SamplingOptions sampling;  // OpenAI's default temperature is 1
+  std::vector<int64_t> stop;      // token ids that end a choice (not returned)
+  bool stream = false;
+};
+
+// One submitted completion, shared by the HTTP thread and the engine's driver thread. Every
+// field below the mutex is guarded by it.
+class Completion {
+ public:
+  explicit Completion(CompletionParams params);
+  const CompletionParams& params() const { return params_; }
+
+  struct Choice {
+    std::vector<int64_t> tokens;  // generated, stop tokens excluded
+    std::string finish_reason;    // empty while generating; "length" or "stop"
+  };
+  // Blocks until the driver admitted or refused the completion: the refusal (the engine's
+  // reason, for the prompt it names) or OK.
+  Status wait_admitted();
+  // Blocks until a choice has tokens past `sent[i]` or finished beyond what `finished[i]`
+  // says, or the completion failed; returns a copy of the choices and the error (OK while
+  // none). `all_done` is set when every choice finished or it failed.
+  Status wait_for_update(const std::vector<size_t>& sent, const std::vector<bool>& finished,
+                         std::vector<Choice>* choices, bool* all_done);
+  // Asks the driver to stop this completion's engine requests (the client went away).
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  friend class LlmModel;
+  CompletionParams params_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool admitted_ = false;
+  Status error_;  // admission refused, or the engine failed
+  std::vector<Choice> choices_;
+  int64_t done_ = 0;  // choices finished
+};
+
+class LlmModel {
+ public:
+  // Loads the decoder directory of `files` (compiling its segments), creates the engine with
+  // the config's llm options and starts the driver thread.
+  static Expected<std::shared_ptr<LlmModel>> load(const ModelFiles& files, Metrics& metrics);
+  ~LlmModel();  // shutdown()
+  LlmModel(const LlmModel&) = delete;
+  LlmModel& operator=(const LlmModel&) = delete;
+
+  const std::string& name() const { return files_.name; }
+  const std::string& version() const { return files_.version; }
+  const llm::DecoderConfig& decoder() const { return decoder_; }
+
+  // Queues a completion for the driver: resource_exhausted when max_queue_size completions
+  // are in progress already, unavailable once shutdown() began.
+  Status submit(std::shared_ptr<Completion> completion);
+  // Stops accepting completions, finishes the ones in progress, joins the driver. Idempotent.
+  void shutdown();
+
+ private:
+  LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metrics& metrics);
+  void drive();
+  // Driver thread only: admits one completion's prompts into the engine (all or none).
+  void admit(const std::shared_ptr<Completion>& c);
+  void on_token(int64_t request, int64_t token);
+  // Driver thread only: fails every completion in progress with `error` and stops its requests.
+  void fail_all(const Status& error);
+
+  ModelFiles files_;
+  llm::DecoderConfig decoder_;
+  std::unique_ptr<llm::Engine> engine_;  // driver thread only
+  ModelMetrics& metrics_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Completion>> inbox_;
+  size_t in_progress_ = 0;  // submitted, not yet finished
+  bool stopping_ = false;
+  // Driver thread only: engine request id -> (completion, choice index).
+  std::map<int64_t, std::pair<std::shared_ptr<Completion>, size_t>> requests_;
+  std::thread driver_;
+};
+
+}  // namespace kiln::serve
