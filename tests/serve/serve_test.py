@@ -3,7 +3,8 @@
 here, inference over JSON and binary tensors checked against NumPy, dynamic batching under
 concurrent clients (each client still gets its own rows), static scheduling, load and unload,
 Prometheus metrics that count, every error case answered with the right status and a
-{"error": ...} body while the server keeps serving, exit codes, and SIGTERM.
+{"error": ...} body while the server keeps serving, exit codes, and SIGTERM; and the
+protocol's published example requests (JSON, and Triton's binary tensor data) sent as written.
 
 usage: serve_test.py KILN_BINARY WORK_DIR
 """
@@ -64,6 +65,19 @@ def pair_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def example_model():
+    """The model of the KServe v2 / Triton HTTP protocol's examples: input0 UINT32 [2,2] and
+    input1 BOOL [3]; output0 = input0 as FP32, output1 = not input1."""
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["input0"], ["output0"], to=TensorProto.FLOAT),
+         helper.make_node("Not", ["input1"], ["output1"])], "mymodel",
+        [helper.make_tensor_value_info("input0", TensorProto.UINT32, [2, 2]),
+         helper.make_tensor_value_info("input1", TensorProto.BOOL, [3])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [2, 2]),
+         helper.make_tensor_value_info("output1", TensorProto.BOOL, [3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def make_repository(root):
     shutil.rmtree(root, ignore_errors=True)
     save(linear_model(), root, "linear", "1", "model.onnx")
@@ -84,6 +98,7 @@ def make_repository(root):
     with open(os.path.join(root, "narrow", "config.json"), "w") as f:
         json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000},
                    "max_queue_size": 2}, f)
+    save(example_model(), root, "mymodel", "1", "model.onnx")
     # An older version, which must not be the one served, and a version without a model.
     save(linear_model(), root, "pair", "1", "model.onnx")
     os.makedirs(os.path.join(root, "pair", "10"))
@@ -169,7 +184,107 @@ def metric(text, name, **labels):
     return float(m.group(1)) if m else None
 
 
-class ServeTest(unittest.TestCase):
+class KServeExamples:
+    """The inference requests of the protocol's published examples, written out byte for byte as
+    a client following them sends them (KServe v2 "Inference Request Examples"; Triton's binary
+    tensor extension example), against the example's model. Mixed into ServeTest, whose server
+    runs them."""
+
+    def test_the_json_example_request(self):
+        # The KServe v2 example but for input1's data: the published one gives [ true ] for shape
+        # [ 3 ], one element where three are due, which the server must refuse (checked below).
+        body = b"""{
+  "id" : "42",
+  "inputs" : [
+    {
+      "name" : "input0",
+      "shape" : [ 2, 2 ],
+      "datatype" : "UINT32",
+      "data" : [ 1, 2, 3, 4 ]
+    },
+    {
+      "name" : "input1",
+      "shape" : [ 3 ],
+      "datatype" : "BOOL",
+      "data" : [ true, false, true ]
+    }
+  ],
+  "outputs" : [
+    {
+      "name" : "output0"
+    }
+  ]
+}"""
+        status, headers, data = self.server.request("POST", "/v2/models/mymodel/infer", body,
+                                                    {"Content-Type": "application/json",
+                                                     "Host": "localhost:8000"})
+        self.assertEqual(status, 200, data)
+        out = json.loads(data)
+        self.assertEqual(out["id"], "42")
+        self.assertEqual(out["model_name"], "mymodel")
+        self.assertEqual(out["outputs"], [{"name": "output0", "shape": [2, 2], "datatype": "FP32",
+                                           "data": [1.0, 2.0, 3.0, 4.0]}])
+        verbatim = body.replace(b"[ true, false, true ]", b"[ true ]")
+        status, _, data = self.server.request("POST", "/v2/models/mymodel/infer", verbatim,
+                                              {"Content-Type": "application/json"})
+        self.assertEqual(status, 400, data)
+        self.assertIn("input1", json.loads(data)["error"])
+
+    def test_the_binary_data_example_request(self):
+        # Triton's binary tensor data example: a JSON header naming binary_data_size per input,
+        # then the raw bytes; output0 asked for as binary data, output1 as JSON.
+        header = b"""{
+  "model_name" : "mymodel",
+  "inputs" : [
+    {
+      "name" : "input0",
+      "shape" : [ 2, 2 ],
+      "datatype" : "UINT32",
+      "parameters" : {
+        "binary_data_size" : 16
+      }
+    },
+    {
+      "name" : "input1",
+      "shape" : [ 3 ],
+      "datatype" : "BOOL",
+      "parameters" : {
+        "binary_data_size" : 3
+      }
+    }
+  ],
+  "outputs" : [
+    {
+      "name" : "output0",
+      "parameters" : {
+        "binary_data" : true
+      }
+    },
+    {
+      "name" : "output1"
+    }
+  ]
+}"""
+        input0 = np.array([[1, 2], [3, 4000000000]], dtype="<u4")
+        input1 = np.array([True, False, True])
+        body = header + input0.tobytes() + input1.tobytes()
+        status, headers, data = self.server.request(
+            "POST", "/v2/models/mymodel/infer", body,
+            {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(status, 200, data)
+        n = int(headers["Inference-Header-Content-Length"])
+        out = json.loads(data[:n])
+        self.assertEqual(out["model_name"], "mymodel")
+        o0, o1 = out["outputs"]
+        self.assertEqual((o0["name"], o0["datatype"], o0["shape"], o0["parameters"]["binary_data_size"]),
+                         ("output0", "FP32", [2, 2], 16))
+        np.testing.assert_array_equal(np.frombuffer(data[n:], dtype="<f4").reshape(2, 2), input0.astype(np.float32))
+        self.assertEqual(len(data), n + 16)
+        self.assertEqual((o1["name"], o1["datatype"], o1["shape"], o1["data"]),
+                         ("output1", "BOOL", [3], [False, True, False]))
+
+
+class ServeTest(KServeExamples, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.repo = os.path.join(WORK, "repo")
