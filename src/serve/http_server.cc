@@ -250,7 +250,17 @@ struct HttpServer::Impl {
                       {"extensions", {"binary_tensor_data", "model_repository"}}});
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.text(), "text/plain; version=0.0.4");
+      std::vector<DeviceMemoryStats> devices;
+      for (int d = 0; d < metrics.devices(); ++d) {
+        kilnrtMemStats st{};
+        DeviceMemoryStats m;
+        if (kilnrtGetMemStats(d, &st) == KILN_SUCCESS) m = {st.inUse, st.cached, st.peakInUse, st.reserved};
+        devices.push_back(m);
+      }
+      std::map<std::string, ModelMemoryStats> models;
+      for (const std::string& name : registry.loaded())
+        if (auto m = registry.find(name)) models[name] = m->model().memory_stats();
+      res.set_content(metrics.text(devices, models), "text/plain; version=0.0.4");
     });
     server.Get(std::string(kModel) + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
       if (auto l = registry.find_llm(req.matches[1])) return send_json(res, {{"name", l->name()}, {"ready", true}});

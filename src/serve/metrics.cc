@@ -28,7 +28,8 @@ void Metrics::record_batch(ModelMetrics& m, int64_t rows, int64_t compute_ns) {
   ++m.batch_buckets[b];
 }
 
-std::string Metrics::text() const {
+std::string Metrics::text(const std::vector<DeviceMemoryStats>& devices,
+                          const std::map<std::string, ModelMemoryStats>& models) const {
   auto seconds = [](int64_t ns) { return str_format("%.9f", static_cast<double>(ns) * 1e-9); };
   std::string s;
   auto family = [&](const char* name, const char* type, const char* help) {
@@ -81,6 +82,29 @@ std::string Metrics::text() const {
   family("kiln_device_busy_seconds_total", "counter", "Time each device spent executing batches.");
   for (size_t d = 0; d < device_busy_ns_.size(); ++d)
     s += str_format("kiln_device_busy_seconds_total{device=\"%zu\"} %s\n", d, seconds(device_busy_ns_[d].load()).c_str());
+  auto per_device = [&](const char* name, const char* help, size_t DeviceMemoryStats::*field) {
+    family(name, "gauge", help);
+    for (size_t d = 0; d < devices.size(); ++d) s += str_format("%s{device=\"%zu\"} %zu\n", name, d, devices[d].*field);
+  };
+  per_device("kiln_device_memory_in_use_bytes", "Device memory handed out by the caching allocator.",
+             &DeviceMemoryStats::in_use_bytes);
+  per_device("kiln_device_memory_cached_bytes", "Device memory freed and cached for reuse.",
+             &DeviceMemoryStats::cached_bytes);
+  per_device("kiln_device_memory_peak_bytes", "Highest device memory in use since the start.",
+             &DeviceMemoryStats::peak_bytes);
+  per_device("kiln_device_memory_reserved_bytes", "Device memory held: in use plus cached.",
+             &DeviceMemoryStats::reserved_bytes);
+  auto model_memory = [&](const char* name, const char* help, size_t ModelMemoryStats::*field) {
+    family(name, "gauge", help);
+    for (const auto& [model, m] : models) s += str_format("%s{model=\"%s\"} %zu\n", name, model.c_str(), m.*field);
+  };
+  model_memory("kiln_model_arena_in_use_bytes", "Activation memory of the model's executions in use now.",
+               &ModelMemoryStats::arena_in_use_bytes);
+  model_memory("kiln_model_arena_peak_bytes", "Highest activation memory in use, per device, summed.",
+               &ModelMemoryStats::arena_peak_bytes);
+  model_memory("kiln_model_arena_held_bytes", "Activation memory the model's arenas hold (in use and free).",
+               &ModelMemoryStats::arena_held_bytes);
+  model_memory("kiln_model_planned_bytes", "Memory of the model's execution plans.", &ModelMemoryStats::planned_bytes);
   family("kiln_http_responses_total", "counter", "HTTP responses by status class.");
   for (size_t c = 2; c < http_by_class_.size(); ++c)
     s += str_format("kiln_http_responses_total{code=\"%zuxx\"} %lld\n", c, static_cast<long long>(http_by_class_[c].load()));

@@ -33,6 +33,18 @@ struct ModelMetrics {
   std::atomic<int64_t> generated_tokens{0};  // tokens the engine generated (stop tokens included)
 };
 
+// A device's caching allocator (kilnrtGetMemStats) and a model's execution memory
+// (rt::Model::stats summed over its devices), read when /metrics is asked for.
+struct DeviceMemoryStats {
+  size_t in_use_bytes = 0, cached_bytes = 0, peak_bytes = 0, reserved_bytes = 0;
+};
+struct ModelMemoryStats {
+  size_t arena_in_use_bytes = 0;  // activation blocks handed out now (execution arenas)
+  size_t arena_peak_bytes = 0;    // highest in use, per device, summed
+  size_t arena_held_bytes = 0;    // arena bytes owned: in use + free lists
+  size_t planned_bytes = 0;       // the execution states' memory plans
+};
+
 class Metrics {
  public:
   explicit Metrics(int devices);
@@ -43,8 +55,11 @@ class Metrics {
   // An HTTP request answered with `status`, counted by status class (2xx, 4xx, 5xx).
   void count_http(int status);
   void record_batch(ModelMetrics& m, int64_t rows, int64_t compute_ns);
-  // The Prometheus text exposition of everything.
-  std::string text() const;
+  // The Prometheus text exposition of everything, with the memory statistics given (per
+  // device, and per model name).
+  std::string text(const std::vector<DeviceMemoryStats>& devices = {},
+                   const std::map<std::string, ModelMemoryStats>& models = {}) const;
+  int devices() const { return static_cast<int>(device_busy_ns_.size()); }
 
  private:
   mutable std::mutex mutex_;

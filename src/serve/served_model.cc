@@ -206,6 +206,21 @@ bool same_row_shapes(const InferRequest& a, const InferRequest& b) {
   return true;
 }
 
+ModelMemoryStats ServedModel::memory_stats() const {
+  ModelMemoryStats m;
+  for (uint32_t id : ids_) {
+    // Diagnostics the C API does not offer, read from the runtime's model table as kiln run does.
+    std::shared_ptr<rt::Model> model = rt::ModelTable::get().find(id);
+    if (!model) continue;
+    const rt::Model::Stats s = model->stats();
+    m.arena_in_use_bytes += s.arenas.in_use;
+    m.arena_peak_bytes += s.arenas.peak_in_use;
+    m.arena_held_bytes += s.arenas.held;
+    m.planned_bytes += s.planned_bytes;
+  }
+  return m;
+}
+
 Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests,
                             std::vector<std::vector<TensorData>>* outputs) const {
   const uint32_t id = ids_[static_cast<size_t>(device)];

@@ -11,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "serve/infer_codec.h"
+#include "serve/metrics.h"
 #include "serve/model_config.h"
 
 namespace kiln::serve {
@@ -65,6 +66,9 @@ class ServedModel {
   // ranks, fixed dims, batch size, requested output names) and puts its inputs in the
   // model's order. invalid_argument naming the tensor at fault.
   Status check_request(InferRequest* request) const;
+
+  // The runtime's memory statistics of this model (rt::Model::stats), summed over its devices.
+  ModelMemoryStats memory_stats() const;
 
   // Runs `requests` (checked, inputs in model order; all with the same dims past dim 0 when
   // more than one) as one batch on `device`, whose context must be current on this thread.

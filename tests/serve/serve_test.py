@@ -565,6 +565,41 @@ class ServeTest(KServeExamples, unittest.TestCase):
         self.assertEqual(metric(text, "kiln_inference_requests_total", model="pair"), n + 1)
         self.assertGreater(metric(text, "kiln_inference_compute_seconds_total", model="pair"), 0)
 
+    def test_memory_statistics_appear_and_move(self):
+        def memory(text, name):
+            return sum(float(v) for v in re.findall(rf'^{name}{{device="\d+"}} (\S+)$', text, re.M))
+
+        shutil.copytree(os.path.join(self.repo, "linear"), os.path.join(self.repo, "linear_mem"))
+        try:
+            self.assertEqual(self.server.json("POST", "/v2/repository/models/linear_mem/load")[0], 200)
+            before = self.server.request("GET", "/metrics")[2].decode()
+            for family in ("kiln_device_memory_in_use_bytes", "kiln_device_memory_cached_bytes",
+                           "kiln_device_memory_peak_bytes", "kiln_device_memory_reserved_bytes"):
+                self.assertIn(f"# TYPE {family} gauge", before)
+                self.assertIsNotNone(metric(before, family, device="1"), family)
+            self.assertEqual(metric(before, "kiln_model_arena_peak_bytes", model="linear_mem"), 0)
+            self.assertEqual(metric(before, "kiln_model_planned_bytes", model="linear_mem"), 0)
+            # The new model's workers have no device buffers yet: its first batches allocate
+            # them (8 rows of x, 8 of y), and its executions take activation memory.
+            for _ in range(3):
+                x = RNG.standard_normal((8, 8)).astype(np.float32)
+                status, out = self.server.json("POST", "/v2/models/linear_mem/infer", json.loads(infer_json(x)))
+                self.assertEqual(status, 200, out)
+            after = self.server.request("GET", "/metrics")[2].decode()
+            self.assertGreater(metric(after, "kiln_model_arena_peak_bytes", model="linear_mem"), 0)
+            self.assertGreaterEqual(metric(after, "kiln_model_arena_held_bytes", model="linear_mem"), 0)
+            self.assertGreater(memory(after, "kiln_device_memory_in_use_bytes"),
+                               memory(before, "kiln_device_memory_in_use_bytes"))
+            self.assertGreaterEqual(memory(after, "kiln_device_memory_peak_bytes"),
+                                    memory(after, "kiln_device_memory_in_use_bytes"))
+            # Unloading frees the workers' buffers (back to the devices' caches) and drops the series.
+            self.assertEqual(self.server.json("POST", "/v2/repository/models/linear_mem/unload")[0], 200)
+            gone = self.server.request("GET", "/metrics")[2].decode()
+            self.assertLess(memory(gone, "kiln_device_memory_in_use_bytes"), memory(after, "kiln_device_memory_in_use_bytes"))
+            self.assertIsNone(metric(gone, "kiln_model_arena_peak_bytes", model="linear_mem"))
+        finally:
+            shutil.rmtree(os.path.join(self.repo, "linear_mem"))
+
     def test_loadgen_counts_what_the_server_counts(self):
         url = f"http://127.0.0.1:{self.server.port}"
         before = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_requests_total",
