@@ -196,13 +196,14 @@ struct HttpServer::Impl {
       std::vector<size_t> sent;
       std::vector<bool> finished;
       bool ok = true;
+      bool counted = false;  // in the model's requests or failures
     };
     auto stream = std::make_shared<Stream>(Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false)});
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [stream](size_t, httplib::DataSink& sink) {
+        [stream, &counters](size_t, httplib::DataSink& sink) {
           std::vector<Completion::Choice> choices;
           bool done = false;
           Status st = stream->completion->wait_for_update(stream->sent, stream->finished, &choices, &done);
@@ -226,15 +227,18 @@ struct HttpServer::Impl {
             stream->ok = false;
             return false;
           }
-          if (done) sink.done();
+          if (done) {
+            // Counted before the end of the response reaches the client, so that a client
+            // reading the metrics next sees this completion.
+            ++(stream->ok ? counters.requests : counters.failures);
+            stream->counted = true;
+            sink.done();
+          }
           return true;
         },
         [stream, &counters](bool success) {
           if (!success) stream->completion->cancel();
-          if (success && stream->ok)
-            ++counters.requests;
-          else
-            ++counters.failures;
+          if (!stream->counted) ++counters.failures;
         });
   }
 
