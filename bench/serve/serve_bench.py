@@ -50,9 +50,9 @@ def make_repository(kiln, models, work):
 
 
 class Server:
-    def __init__(self, kiln, repo, devices, scheduling):
+    def __init__(self, kiln, repo, devices, scheduling, *options):
         self.proc = subprocess.Popen([kiln, "serve", "--model-repository", repo, "--http-port", "0", "--devices",
-                                      f"cpu:{devices}", "--threads", "1", "--scheduling", scheduling],
+                                      f"cpu:{devices}", "--threads", "1", "--scheduling", scheduling, *options],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for line in self.proc.stdout:
             m = re.search(r"listening on http://[\d.]+:(\d+)", line)
