@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -116,7 +117,14 @@ struct HttpServer::Impl {
     KILN_ASSIGN_OR_RETURN(InferRequest request, parse_infer_request(req.body, header_length));
     KILN_RETURN_IF_ERROR(m.model().check_request(&request));
     InferRequest echo{request.id, {}, request.outputs, request.binary_data_output, 0};  // inputs move into the queue
+    const int64_t timeout_us = request.timeout_us;
+    const auto submitted = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(std::future<InferResult> future, m.submit(std::move(request)));
+    // The timeout holds while the batch executes too: the client is answered at its deadline
+    // and the late result is dropped (the scheduler counts it in the timeouts).
+    if (timeout_us > 0 && future.wait_until(submitted + std::chrono::microseconds(timeout_us)) != std::future_status::ready)
+      return deadline_exceeded("request timed out after %lld us on model '%s' (queued or executing; a late result is "
+                               "discarded)", static_cast<long long>(timeout_us), m.model().name().c_str());
     InferResult result = future.get();
     if (!result.ok()) return result.status();
     KILN_ASSIGN_OR_RETURN(EncodedResponse response,

@@ -33,7 +33,8 @@ struct InferRequest {
   std::vector<RequestedOutput> outputs;  // empty: every output, as binary_data_output says
   bool binary_data_output = false;       // parameters.binary_data_output
   // parameters.timeout (Triton's name), microseconds; 0: none. A request still queued when
-  // it passes is answered with an error instead of being run.
+  // it passes is answered with an error instead of being run; one executing then is answered
+  // with the error at once and its result dropped when it comes.
   int64_t timeout_us = 0;
 };
 

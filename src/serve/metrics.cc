@@ -47,7 +47,7 @@ std::string Metrics::text(const std::vector<DeviceMemoryStats>& devices,
             [&](const ModelMetrics& m) { return count(m.failures); });
   per_model("kiln_inference_rejected_total", "counter", "Inference requests refused (503) because the queue was full.",
             [&](const ModelMetrics& m) { return count(m.rejected); });
-  per_model("kiln_inference_timeouts_total", "counter", "Requests dropped from the queue when their timeout passed.",
+  per_model("kiln_inference_timeouts_total", "counter", "Requests whose timeout passed in the queue (dropped) or executing (result dropped).",
             [&](const ModelMetrics& m) { return count(m.timed_out); });
   per_model("kiln_inference_executions_total", "counter", "Model executions (one per batch).",
             [&](const ModelMetrics& m) { return count(m.executions); });

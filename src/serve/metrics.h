@@ -21,7 +21,7 @@ struct ModelMetrics {
   std::atomic<int64_t> requests{0};   // requests answered with outputs
   std::atomic<int64_t> failures{0};   // requests of this model answered with an error
   std::atomic<int64_t> rejected{0};   // refused with 503 because the queue was full
-  std::atomic<int64_t> timed_out{0};  // dropped from the queue: parameters.timeout passed
+  std::atomic<int64_t> timed_out{0};  // parameters.timeout passed in the queue or executing
   std::atomic<int64_t> executions{0};
   std::atomic<int64_t> queue_ns{0};   // summed over requests: enqueue -> batch start
   std::atomic<int64_t> compute_ns{0}; // summed over executions: copy in, run, copy out

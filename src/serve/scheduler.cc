@@ -135,7 +135,10 @@ void ModelScheduler::run_batch(int device, DeviceBuffers& buffers, std::vector<s
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   metrics_.record_batch(model_metrics_, rows, ns);
   metrics_.add_device_busy(device, ns);
+  const auto end = Clock::now();
   for (size_t r = 0; r < batch.size(); ++r) {
+    // Its client was answered 503 at the deadline (HttpServer) and drops this result.
+    if (end > batch[r]->deadline) ++model_metrics_.timed_out;
     if (status.ok()) {
       batch[r]->done.set_value(std::move(outputs[r]));
     } else {

@@ -78,6 +78,21 @@ def example_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+SLOW_W = RNG.standard_normal((1536, 1536)).astype(np.float32) / 40
+
+
+def slow_model():
+    """y = sum(Expand(x, [1536, 1536]) @ W @ W): 14 GFLOP from a one-element input, long enough
+    to be still executing when a 50 ms timeout passes."""
+    g = helper.make_graph(
+        [helper.make_node("Expand", ["x", "shape"], ["big"]), helper.make_node("MatMul", ["big", "W"], ["h"]),
+         helper.make_node("MatMul", ["h", "W"], ["h2"]), helper.make_node("ReduceSum", ["h2"], ["y"], keepdims=0)],
+        "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(SLOW_W, "W"), numpy_helper.from_array(np.array([1536, 1536], np.int64), "shape")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def make_repository(root):
     shutil.rmtree(root, ignore_errors=True)
     save(linear_model(), root, "linear", "1", "model.onnx")
@@ -99,6 +114,7 @@ def make_repository(root):
         json.dump({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 300000},
                    "max_queue_size": 2}, f)
     save(example_model(), root, "mymodel", "1", "model.onnx")
+    save(slow_model(), root, "slow", "1", "model.onnx")
     # An older version, which must not be the one served, and a version without a model.
     save(linear_model(), root, "pair", "1", "model.onnx")
     os.makedirs(os.path.join(root, "pair", "10"))
@@ -502,6 +518,36 @@ class ServeTest(KServeExamples, unittest.TestCase):
         self.assertEqual(status, 200, out)
         text = self.server.request("GET", "/metrics")[2].decode()
         self.assertGreaterEqual(metric(text, "kiln_inference_timeouts_total", model="linear"), 1)
+
+    def test_a_request_whose_timeout_passes_while_executing_gets_503_at_once(self):
+        def count(name):
+            return metric(self.server.request("GET", "/metrics")[2].decode(), name, model="slow") or 0
+
+        before = {n: count(n) for n in ("kiln_inference_executions_total", "kiln_inference_timeouts_total",
+                                        "kiln_inference_requests_total")}
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}],
+                "parameters": {"timeout": 50000}}
+        s, h, data = self.server.request("POST", "/v2/models/slow/infer", json.dumps(body))
+        self.assertEqual(s, 503, data)
+        self.assertEqual(h.get("Retry-After"), "1")
+        self.assertIn("timed out after 50000 us", json.loads(data)["error"])
+        # The answer came before the execution ended: it did run (the model's queue was empty
+        # and a worker idle), and when it ends its late result counts as a timeout, not a request.
+        deadline = time.time() + 30
+        while count("kiln_inference_executions_total") == before["kiln_inference_executions_total"]:
+            self.assertLess(time.time(), deadline, "the execution never ended")
+            time.sleep(0.05)
+        self.assertEqual(count("kiln_inference_timeouts_total"), before["kiln_inference_timeouts_total"] + 1)
+        self.assertEqual(count("kiln_inference_requests_total"), before["kiln_inference_requests_total"])
+        # Without a timeout the same request is answered with the sum.
+        del body["parameters"]
+        status, out = self.server.json("POST", "/v2/models/slow/infer", body)
+        self.assertEqual(status, 200, out)
+        w = SLOW_W.astype(np.float64)
+        row = np.ones((1, 1536)) @ w
+        np.testing.assert_allclose(out["outputs"][0]["data"][0] if isinstance(out["outputs"][0]["data"], list)
+                                   else out["outputs"][0]["data"], 1536 * (row @ w).sum(),
+                                   rtol=1e-4, atol=1e-4 * 1536 * (np.abs(row) @ np.abs(w)).sum())
 
     def test_a_full_queue_refuses_with_503_and_loses_nothing(self):
         xs = [RNG.standard_normal((1, 8)).astype(np.float32) for _ in range(8)]
