@@ -46,6 +46,7 @@ struct CompileArgs {
   bool list_passes = false;
   bool check = false;
   bool quiet = false;
+  bool no_prepack = false;
 };
 
 int run_check(const CompileArgs& args, const compiler::CompileOptions& options) {
@@ -173,6 +174,7 @@ int run_compile(const CompileArgs& args_in) {
     return usage_error("compile", "--calibration is for --precision int8");
   }
   compiler::CompileOptions options;
+  options.prepack_weights = !args.no_prepack;
   options.passes.opt_level = args.opt_level;
   options.passes.disabled.insert(args.disabled_passes.begin(), args.disabled_passes.end());
   if (!args.fusion_switch_file.empty()) {
@@ -274,6 +276,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--insert-op-conf", args->insert_op_conf,
                  "AIPP configuration (ATC's aipp.cfg): the input becomes the raw image (NV12, RGB...) and "
                  "crop, colour conversion, resize and normalisation run inside the model (docs/aipp.md)");
+  app.add_flag("--no-prepack", args->no_prepack,
+               "Store weights as the ONNX model has them, not pre-packed for this CPU's kernels (the "
+               "load then packs them; for a .kiln that runs on CPUs of another ISA, docs/model-format.md)");
   app.add_option("--report", args->report, "Write the compile report (JSON) to this file");
   app.add_flag("--list-passes", args->list_passes, "List the passes, their levels and whether they run");
   app.add_flag("--check", args->check,

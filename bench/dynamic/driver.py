@@ -431,19 +431,10 @@ def print_table(rows, ort_version, isa, runs, round_warmup):
                       f"{r['rel_ort']:.1e}{mark(r['rel_ort'] <= DYN_ORT_REL)}",
                       f"{r['ref_dynamic']}/{r['kernels_dynamic']}",
                       f"{r['ref_static']}/{r['kernels_static']}"))
-    oc_table(head, lines)
+    oc.print_markdown_table(head, lines)
     print("dyn~static: max|dynamic - static| / max|static| over all outputs; dyn~ORT: max|dynamic - "
           "ORT| / max|ORT|. ref kern: reference kernels / all kernels in the compile report "
           "(for the dynamic .kiln, as its report counts them).")
-
-
-def oc_table(head, lines):
-    widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)]
-    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(fmt(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for ln in lines:
-        print(fmt(ln))
 
 
 def print_mixed(results):
@@ -462,7 +453,7 @@ def print_mixed(results):
                   fmt_ms(p["mixed_ms"]), fmt_ms(p["fixed_ms"]), f"{p['switch_us']:+.1f}",
                   f"{p['switch_mean_us']:+.1f}", f"{p['static_switch_us']:+.1f}",
                   f"{p['dyn_minus_static_us']:+.1f}") for p in m["per_width"]]
-        oc_table(head, lines)
+        oc.print_markdown_table(head, lines)
         ok = m["net_per_run_us"] < GOAL_SWITCH_US
         print(f"Shape handling: {m['net_per_run_us']:+.1f} us per run of the loop: the dynamic "
               f"model's switch cost {m['per_run_us']:+.1f} us per run (the switch costs "

@@ -4,8 +4,10 @@ For each model: `kiln compile` at fixed shapes (the compile report gives the wei
 `.kiln` carries and the planned activation arena), then `kiln run MODEL.kiln --loops 20` under
 `/usr/bin/time -v` for its peak RSS, and ONNX Runtime 1.30 (onnxruntime-node, one session,
 20 runs of the same input) under the same measure. Kiln's budget is weights + planned arena +
-40 MiB; "other" is what Kiln's peak holds beyond weights and arena (runtime, code, libraries,
-second copies of weights repacked for the kernels). ORT's figure includes Node.js itself:
+40 MiB; "weights" are those a prepared model reads (pre-packed weights and the rest), "cold"
+the originals of pre-packed weights that the .kiln also carries in its cold tail, which a load
+maps but does not read (docs/model-format.md); "other" is what Kiln's peak holds beyond weights
+and arena (runtime, code, libraries, second copies of weights repacked at load). ORT's figure includes Node.js itself:
 `node -e 0` is printed beside it for scale.
 
 Models: resnet50, mobilenet_v2, bert (BERT-base, sequence 128) and ocr_det (PP-OCRv4 det at
@@ -60,6 +62,7 @@ def measure(args, name):
     report = oc.kiln_compile(args, model, kiln_model)
     mem = report.get("memory", {})
     weights, arena = mem.get("weights_bytes", 0), mem.get("arena_bytes", 0)
+    cold = mem.get("cold_weights_bytes", 0)
     kiln_cmd = [args.kiln, "run", kiln_model, "--loops", str(args.loops), "--threads",
                 str(args.threads)] + oc.kiln_input_args(model)
     kiln_kib = peak_rss_kib(kiln_cmd, what=f"kiln run of {name}")
@@ -68,12 +71,27 @@ def measure(args, name):
     ort_kib = peak_rss_kib(ort_cmd, stdin_text=f"time {args.loops} 0\nquit\n",
                            what=f"ONNX Runtime run of {name}")
     rss = kiln_kib * 1024
-    row = {"model": model.label, "weights": weights, "arena": arena,
+    row = {"model": model.label, "weights": weights, "cold": cold, "arena": arena,
            "other": rss - weights - arena, "kiln_rss": rss, "ort_rss": ort_kib * 1024,
            "budget": weights + arena + BUDGET_OTHER_MIB * 2**20}
     log(f"{model.label}: weights {mib(weights):.1f} MiB, arena {mib(arena):.1f} MiB, Kiln peak "
         f"RSS {mib(rss):.1f} MiB (budget {mib(row['budget']):.1f}), ORT {mib(row['ort_rss']):.1f} MiB")
     return row
+
+
+def prepare(args):
+    """Fills in the build and work folders and node, checks kiln, the models and the npm
+    packages; returns the model names."""
+    args.build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.kiln)))
+    args.work_dir = args.work_dir or os.path.join(args.build_dir, "peak_rss_work")
+    args.node = oc.check_node(os.environ.get("NODE", "node"))
+    oc.check_kiln(args.kiln)
+    names = [m for m in args.models.split(",") if m]
+    for n in names:
+        if n not in MODELS:
+            raise oc.BenchError(f"unknown model '{n}' (one of {', '.join(MODELS)})")
+    oc.ensure_packages(args.node, "ocr_det" in names)
+    return names
 
 
 def main():
@@ -87,15 +105,7 @@ def main():
     p.add_argument("--work-dir", help="models and results (default BUILD/peak_rss_work)")
     p.add_argument("--check", action="store_true", help="exit 3 when a model is over budget")
     args = p.parse_args()
-    args.build_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.kiln)))
-    args.work_dir = args.work_dir or os.path.join(args.build_dir, "peak_rss_work")
-    args.node = oc.check_node(os.environ.get("NODE", "node"))
-    oc.check_kiln(args.kiln)
-    names = [m for m in args.models.split(",") if m]
-    for n in names:
-        if n not in MODELS:
-            raise oc.BenchError(f"unknown model '{n}' (one of {', '.join(MODELS)})")
-    oc.ensure_packages(args.node, "ocr_det" in names)
+    names = prepare(args)
     node_kib = peak_rss_kib([args.node, "-e", "0"], what="node -e 0")
     rows = [measure(args, n) for n in names]
     print()
@@ -103,18 +113,13 @@ def main():
           f"(/usr/bin/time -v) against weights + planned arena + {BUDGET_OTHER_MIB:g} MiB, and "
           f"ONNX Runtime's peak RSS for the same runs (its Node.js process; `node -e 0` alone: "
           f"{mib(node_kib * 1024):.1f} MiB). MiB.")
-    head = ("model", "weights", "arena", "other", "Kiln RSS", "budget", "in budget", "ORT RSS",
+    head = ("model", "weights", "cold", "arena", "other", "Kiln RSS", "budget", "in budget", "ORT RSS",
             "Kiln/ORT")
-    lines = [(r["model"], f"{mib(r['weights']):.1f}", f"{mib(r['arena']):.1f}",
+    lines = [(r["model"], f"{mib(r['weights']):.1f}", f"{mib(r.get('cold', 0)):.1f}", f"{mib(r['arena']):.1f}",
               f"{mib(r['other']):.1f}", f"{mib(r['kiln_rss']):.1f}", f"{mib(r['budget']):.1f}",
               "yes" if r["kiln_rss"] <= r["budget"] else "NO",
               f"{mib(r['ort_rss']):.1f}", f"{r['kiln_rss'] / r['ort_rss']:.2f}") for r in rows]
-    widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)]
-    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(fmt(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for ln in lines:
-        print(fmt(ln))
+    oc.print_markdown_table(head, lines)
     within = sum(r["kiln_rss"] <= r["budget"] for r in rows)
     print(f"Within budget: {within}/{len(rows)}")
     with open(os.path.join(args.work_dir, "peak_rss.json"), "w") as f:

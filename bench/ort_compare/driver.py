@@ -333,6 +333,16 @@ def kiln_compile(args, model, out, precision=None):
         return json.load(f)
 
 
+def print_markdown_table(head, lines):
+    """Prints a Markdown table, columns padded to their widest cell."""
+    widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)]
+    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(fmt(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for ln in lines:
+        print(fmt(ln))
+
+
 def kiln_input_args(model):
     args = []
     for k, v in model.inputs.items():

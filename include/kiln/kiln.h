@@ -364,7 +364,9 @@ KILN_API kilnError kilnmdlLoadFromMem(const void* model, size_t modelSize, uint3
  * file. */
 KILN_API kilnError kilnmdlLoadFromFileWithMem(const char* modelPath, uint32_t* modelId, void* workPtr,
                                               size_t workSize, void* weightPtr, size_t weightSize);
-/* Workspace an execution needs at most, and the bytes of weights. Fails with
+/* Workspace an execution needs at most, and the bytes of weights a loaded model holds (those
+ * stored pre-packed counted as packed; their originals, which the file keeps in a part a load
+ * does not read, not counted). Fails with
  * KILN_ERROR_FEATURE_UNSUPPORTED for models whose workspace cannot be bounded ahead of
  * time (dims not fixed, sequences, Loop/Scan). */
 KILN_API kilnError kilnmdlQuerySize(const char* fileName, size_t* workSize, size_t* weightSize);

@@ -279,6 +279,12 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   if (log_enabled(LogLevel::kDebug))
     KILN_LOG(kDebug, "%s: graph after the passes:\n%s", name.c_str(), ir::to_text(g).c_str());
   KILN_RETURN_IF_ERROR(ir::verify(g), "%s", name.c_str());
+  if (options.prepack_weights) {
+    KILN_ASSIGN_OR_RETURN(PrepackSummary packed, prepack_weights(g), "%s", name.c_str());
+    if (packed.weights)
+      out.notes.push_back(str_format("weights pre-packed for this CPU's kernels: %zu weights of %zu nodes, %.1f MB",
+                                     packed.weights, packed.nodes, packed.bytes / 1e6));
+  }
   out.info.kiln_version = KILN_VERSION_STRING;
   out.info.source_hash = imported.source_hash;
   out.info.source_name = std::filesystem::path(name).filename().string();

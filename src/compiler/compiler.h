@@ -42,6 +42,9 @@ struct CompileOptions {
   std::map<std::string, double> pad_values;
   // --insert-op-conf: image preprocessing put in front of model inputs (preprocess/aipp_config.h).
   std::vector<ops::AippInsertion> aipp;
+  // Stores each constant weight in the layout this CPU's fast kernel packs it into
+  // (weight_prepacking.cc), so that loading the .kiln neither packs nor copies it.
+  bool prepack_weights = true;
   // Called after each bucket is compiled with a one-line progress message.
   std::function<void(const std::string&)> progress;
 };
@@ -105,6 +108,15 @@ Expected<int> fold_constant_nodes(ir::Graph& graph);
 // gradients by reverse-mode differentiation. Returns how many were lowered.
 Expected<int> lower_gradient_nodes(ir::Graph& graph);
 
+// What prepack_weights did.
+struct PrepackSummary {
+  size_t nodes = 0;    // nodes given packed weights
+  size_t weights = 0;  // packed weights stored
+  size_t bytes = 0;    // their bytes
+};
+// Prepares each node's fast kernel and keeps the packings it makes of constant weights on the
+// node (kernels/prepacked_weights.h). Nodes with open dims are left to pack at run time.
+Expected<PrepackSummary> prepack_weights(ir::Graph& graph);
 // Removes nodes none of whose outputs reach a graph output.
 int remove_dead_nodes(ir::Graph& graph);
 

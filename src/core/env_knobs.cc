@@ -44,7 +44,7 @@ bool valid_log_level(const char* v) {
 bool valid_kernels(const char* v) { return is_one_of(v, {"fast", "reference"}); }
 bool valid_threads(const char* v) { return is_integer_in(v, 1, 1 << 20); }
 bool valid_switch(const char* v) { return is_one_of(v, {"0", "1"}); }
-bool valid_model_load(const char* v) { return is_one_of(v, {"read", "map"}); }
+bool valid_model_load(const char* v) { return is_one_of(v, {"read", "read-all", "map"}); }
 bool valid_chunk_bytes(const char* v) { return is_integer_in(v, 64, 1LL << 40); }
 bool valid_shm_buffer(const char* v) { return is_integer_in(v, 1, 1LL << 40); }
 bool valid_rank(const char* v) { return is_integer_in(v, 0, 1 << 24); }
@@ -93,7 +93,9 @@ const std::vector<EnvKnob>& env_knobs() {
       {"KILN_PACKED_GEMM", "0, 1", "chosen per CPU",
        "1 forces Kiln's packed GEMM for constant-weight MatMul, 0 forces oneDNN's.", valid_switch},
       // model/model_reader.cc
-      {"KILN_MODEL_LOAD", "read, map", "read", "How a .kiln file is loaded: read into memory or mmap'ed.",
+      {"KILN_MODEL_LOAD", "read, read-all, map", "read",
+       "How a .kiln file is loaded: read into memory (its cold tail of unused original weights mapped), "
+       "all of it read, or mmap'ed.",
        valid_model_load, true},
       // compiler/pass_manager.cc
       {"KILN_VERIFY_PASSES", "0, 1", "1 in debug builds, 0 in release builds",

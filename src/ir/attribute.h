@@ -56,4 +56,11 @@ struct Attribute {
 
 using AttributeMap = std::map<std::string, Attribute>;
 
+// Attributes `kiln compile` adds to a node whose fast kernel packs constant weights
+// (kernels/prepacked_weights.h), one entry per packed weight: the packed bytes (tensors,
+// uint8), what they were packed as (tensors, uint8) and the node input packed (ints).
+inline constexpr const char* kPrepackedAttr = "kiln_prepacked";
+inline constexpr const char* kPrepackedKeyAttr = "kiln_prepacked_key";
+inline constexpr const char* kPrepackedInputAttr = "kiln_prepacked_input";
+
 }  // namespace kiln::ir

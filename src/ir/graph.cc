@@ -234,4 +234,51 @@ size_t Graph::weight_bytes() const {
   return total;
 }
 
+size_t Graph::cold_weight_bytes() const {
+  size_t total = 0;
+  std::unordered_set<const void*> seen;
+  for (const Value* v : prepacked_only_initializers(*this))
+    if (seen.insert(v->initializer()->raw_data()).second) total += v->initializer()->size_bytes();
+  return total;
+}
+
+namespace {
+
+void add_outer_reads(const Graph& g, std::unordered_set<std::string>& names) {
+  for (const auto& v : g.values())
+    if (v->is_outer_scope()) names.insert(v->name());
+  for (const auto& n : g.nodes())
+    for (const Graph* sub : n->subgraphs()) add_outer_reads(*sub, names);
+}
+
+}  // namespace
+
+std::vector<const Value*> prepacked_only_initializers(const Graph& g) {
+  std::unordered_map<const Value*, bool> packed_only;  // per initializer read by a node
+  std::unordered_set<std::string> read_by_subgraphs;
+  for (const auto& n : g.nodes()) {
+    const Attribute* packed = n->attr(kPrepackedInputAttr);
+    for (size_t k = 0; k < n->inputs().size(); ++k) {
+      const Value* v = n->inputs()[k];
+      if (!v || !v->has_initializer()) continue;
+      const bool is_packed = packed && packed->kind == AttrKind::kInts &&
+                             std::find(packed->ints.begin(), packed->ints.end(), static_cast<int64_t>(k)) !=
+                                 packed->ints.end();
+      auto [it, fresh] = packed_only.emplace(v, is_packed);
+      if (!fresh) it->second = it->second && is_packed;
+    }
+    for (const Graph* sub : n->subgraphs()) add_outer_reads(*sub, read_by_subgraphs);
+  }
+  for (const Value* v : g.inputs()) packed_only[v] = false;  // a caller may feed or read it
+  for (const Value* v : g.outputs()) packed_only[v] = false;
+  std::vector<const Value*> out;
+  for (const auto& v : g.values()) {  // in the graph's order, not the map's
+    auto it = packed_only.find(v.get());
+    if (it != packed_only.end() && it->second && v->initializer()->raw_data() &&
+        !read_by_subgraphs.count(v->name()))
+      out.push_back(v.get());
+  }
+  return out;
+}
+
 }  // namespace kiln::ir

@@ -179,6 +179,9 @@ class Graph {
   // Initializers plus tensors held in node attributes (e.g. Constant nodes): all the
   // constant data the model carries.
   size_t weight_bytes() const;
+  // Of those, the initializers a prepared model does not read (prepacked_only_initializers),
+  // counted once per distinct tensor storage.
+  size_t cold_weight_bytes() const;
 
  private:
   std::string name_;
@@ -199,5 +202,10 @@ Status verify(const Graph& graph);
 // Readable text dump, one node per line:
 //   %y: float32[1,64,112,112] = Conv(%x, %w) {strides=[2,2], pads=[3,3,3,3]}  # conv1
 std::string to_text(const Graph& graph);
+
+// The initializers of `g` whose every use is an input some node stores pre-packed
+// (kPrepackedInputAttr, kernels/prepacked_weights.h), none of them a graph input or output
+// or read by a subgraph: a prepared model reads only their packed copies.
+std::vector<const Value*> prepacked_only_initializers(const Graph& g);
 
 }  // namespace kiln::ir

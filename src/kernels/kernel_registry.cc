@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "kernels/prepacked_weights.h"
 #include "kernels/shape_specialized_kernel.h"
 
 namespace kiln::kernels {
@@ -120,6 +121,7 @@ std::unique_ptr<Kernel> select_kernel(const ir::Node& node, DeviceKind device) {
       add_refusal(refusals, f->name, refusal_text(node, s));
       continue;
     }
+    const PrepackedSource prepacked(node);  // weights `kiln compile` packed into the model
     auto k = f->prepare(node);
     if (k.ok() && *k) {
       if (!refusals.empty())

@@ -88,6 +88,9 @@ struct LoadedModel {
   std::shared_ptr<ir::Graph> graph;  // the first variant's graph
   size_t file_size = 0;
   size_t weight_bytes = 0;
+  // Of those, the cold tail's (kiln_model.fbs): mapped, not read, by LoadMode::kRead.
+  size_t cold_weight_bytes = 0;
+  bool cold_tail_mapped = false;
   BucketKind bucket_kind = BucketKind::kNone;
   std::vector<LoadedVariant> variants;        // at least one
   std::map<std::string, double> pad_values;   // bucketed models only
@@ -102,10 +105,16 @@ struct LoadedModel {
 //     BERT-base (a 437 MB .kiln) ran 125-139 ms per execution read, 250-650 ms mapped, the
 //     monitor's sampling of the mapped file pages slowing the whole process; with the
 //     monitor stopped both ran 125-139.
+//     The weight section's cold tail (the originals of weights stored pre-packed, which no
+//     kernel reads once the model is prepared) is mapped instead, and so costs no memory
+//     unless something reads it (reference kernels, a repack for another CPU); those pages
+//     alone see a file rewritten in place or truncated (SIGBUS), which `kiln compile`
+//     never does (it writes a new file and renames it over the old one).
+//   kReadAll: read everything, the cold tail too.
 //   kMap: map the file read-only (no copy; the page cache is shared by every process that
 //     maps the same file).
-// KILN_MODEL_LOAD=read|map chooses for load_model(path); anything else is kRead (logged).
-enum class LoadMode { kRead, kMap };
+// KILN_MODEL_LOAD=read|read-all|map chooses for load_model(path); anything else is kRead (logged).
+enum class LoadMode { kRead, kReadAll, kMap };
 LoadMode load_mode_from_env();
 
 // Loads and validates `path` (load_mode_from_env(), or `mode`). Errors name the file, the

@@ -7,11 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "model/kiln_model.h"
@@ -30,12 +32,35 @@ struct PendingWeight {
   const uint8_t* data;
   uint64_t offset;
   uint64_t size;
+  bool cold;
 };
+
+// The weight section holds first the tensors a prepared model reads (hot), then, from
+// `cold_base` (page-aligned), those no kernel reads once the model is prepared: the originals
+// of weights stored pre-packed (ir::kPrepackedInputAttr), which a load maps instead of reading
+// (model_reader.cc). A file is laid out twice: the first pass learns the hot part's size (and
+// which contents some hot tensor has), the second places the cold tail after it.
+struct WeightLayout {
+  std::unordered_set<const void*> cold;       // data of initializers that may go to the tail
+  std::unordered_set<uint64_t> hot_contents;  // XXH3 of hot tensors' bytes: stored hot, once
+  uint64_t cold_base = 0;
+};
+
+// Collects into `cold` the data of the initializers of `g` a prepared model does not read
+// (ir::prepacked_only_initializers), and into `hot` every other initializer's (so that a
+// tensor shared with a use that reads it stays hot).
+void classify_weights(const ir::Graph& g, std::unordered_set<const void*>& cold, std::unordered_set<const void*>& hot) {
+  const std::vector<const ir::Value*> unread = ir::prepacked_only_initializers(g);
+  const std::unordered_set<const ir::Value*> unread_set(unread.begin(), unread.end());
+  for (const auto& v : g.values())
+    if (v->has_initializer() && v->initializer()->raw_data())
+      (unread_set.count(v.get()) ? cold : hot).insert(v->initializer()->raw_data());
+}
 
 // Serialises graphs into a FlatBufferBuilder and lays out the weight section as it goes.
 class MetadataBuilder {
  public:
-  MetadataBuilder() {
+  explicit MetadataBuilder(const WeightLayout& layout) : layout_(layout) {
     // Every scalar is stored even when it equals its default, so that a stored file can
     // be patched in place (the corruption tests rely on it) and reads are uniform.
     fbb_.ForceDefaults(true);
@@ -43,7 +68,10 @@ class MetadataBuilder {
 
   fbs::FlatBufferBuilder& fbb() { return fbb_; }
   const std::vector<PendingWeight>& weights() const { return weights_; }
-  uint64_t weight_size() const { return weight_cursor_; }
+  uint64_t weight_size() const { return cold_cursor_ > 0 ? layout_.cold_base + cold_cursor_ : hot_cursor_; }
+  uint64_t hot_size() const { return hot_cursor_; }
+  bool has_cold() const { return cold_cursor_ > 0; }
+  const std::unordered_set<uint64_t>& hot_contents() const { return hot_contents_; }
 
   Expected<fbs::Offset<fb::TensorData>> tensor(const Tensor& t) {
     if (!t.defined()) return invalid_argument("tensor has no data type");
@@ -68,29 +96,39 @@ class MetadataBuilder {
     auto it = dedup_.find(key);
     if (size > 0 && it != dedup_.end()) {
       offset = it->second;
-    } else if (std::optional<uint64_t> same = find_equal(data, size)) {
-      offset = *same;
-      dedup_.emplace(key, offset);
     } else {
-      offset = align_up(weight_cursor_, kWeightAlignment);
-      weight_cursor_ = offset + size;
-      if (size > 0) {
-        by_content_[XXH3_64bits(data, size)].push_back(weights_.size());
-        weights_.push_back({data, offset, size});
+      const uint64_t hash = size > 0 ? XXH3_64bits(data, size) : 0;
+      const bool cold = size > 0 && layout_.cold.count(data) && !layout_.hot_contents.count(hash);
+      if (size > 0 && !cold) hot_contents_.insert(hash);
+      std::optional<uint64_t> same = find_equal(data, size, hash, /*cold=*/false);  // a hot copy serves both
+      if (!same && cold) same = find_equal(data, size, hash, /*cold=*/true);
+      if (same) {
+        offset = *same;
         dedup_.emplace(key, offset);
+      } else {
+        uint64_t& cursor = cold ? cold_cursor_ : hot_cursor_;
+        const uint64_t at = align_up(cursor, kWeightAlignment);
+        cursor = at + size;
+        offset = cold ? layout_.cold_base + at : at;
+        if (size > 0) {
+          by_content_[hash].push_back(weights_.size());
+          weights_.push_back({data, offset, size, cold});
+          dedup_.emplace(key, offset);
+        }
       }
     }
     return fb::CreateTensorData(fbb_, static_cast<int32_t>(t.dtype()), dims, offset, size);
   }
 
-  // The offset of stored bytes equal to [data, +size), if any.
-  std::optional<uint64_t> find_equal(const uint8_t* data, uint64_t size) const {
+  // The offset of stored bytes equal to [data, +size) (whose XXH3 is `hash`) in the hot part
+  // or the cold tail, if any.
+  std::optional<uint64_t> find_equal(const uint8_t* data, uint64_t size, uint64_t hash, bool cold) const {
     if (size == 0) return std::nullopt;
-    auto it = by_content_.find(XXH3_64bits(data, size));
+    auto it = by_content_.find(hash);
     if (it == by_content_.end()) return std::nullopt;
     for (size_t k : it->second) {
       const PendingWeight& w = weights_[k];
-      if (w.size == size && std::memcmp(w.data, data, size) == 0) return w.offset;
+      if (w.cold == cold && w.size == size && std::memcmp(w.data, data, size) == 0) return w.offset;
     }
     return std::nullopt;
   }
@@ -264,7 +302,9 @@ class MetadataBuilder {
   std::vector<PendingWeight> weights_;
   std::map<std::pair<const uint8_t*, uint64_t>, uint64_t> dedup_;
   std::unordered_map<uint64_t, std::vector<size_t>> by_content_;  // XXH3 -> weights_ indices
-  uint64_t weight_cursor_ = 0;
+  const WeightLayout& layout_;
+  std::unordered_set<uint64_t> hot_contents_;
+  uint64_t hot_cursor_ = 0, cold_cursor_ = 0;  // the hot part's and the cold tail's ends
 };
 
 // Writes to a file descriptor, hashing what it writes (except the header).
@@ -344,10 +384,12 @@ Status write_file(const std::string& tmp, const uint8_t* metadata, size_t metada
     h.file_size = h.weight_offset + h.weight_size;
     KILN_RETURN_IF_ERROR(w.write(metadata, metadata_size));
     KILN_RETURN_IF_ERROR(w.pad_to(h.weight_offset));
-    for (const PendingWeight& pw : mb.weights()) {
-      KILN_RETURN_IF_ERROR(w.pad_to(h.weight_offset + pw.offset));
-      KILN_RETURN_IF_ERROR(w.write(pw.data, pw.size));
-    }
+    for (bool cold : {false, true})  // each part's offsets grow in the order they were given
+      for (const PendingWeight& pw : mb.weights()) {
+        if (pw.cold != cold) continue;
+        KILN_RETURN_IF_ERROR(w.pad_to(h.weight_offset + pw.offset));
+        KILN_RETURN_IF_ERROR(w.write(pw.data, pw.size));
+      }
     KILN_RETURN_IF_ERROR(w.pad_to(h.file_size));
     h.checksum = combine_checksum(&h, w.digest());
     return w.write_at(&h, sizeof(h), 0);
@@ -395,14 +437,47 @@ const char* bucket_kind_name(BucketKind kind) {
   return "unknown";
 }
 
-Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
-  MetadataBuilder mb;
-  auto& fbb = mb.fbb();
-  KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
-  InfoOffsets io = info_offsets(fbb, info);
-  auto root = fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer,
-                              io.target_arch, io.features, graph_off);
+namespace {
+
+// The metadata of a model, built into `mb`; `cold_offset` is the weight section's cold tail.
+using BuildModel = std::function<Expected<fbs::Offset<fb::Model>>(MetadataBuilder& mb, uint64_t cold_offset)>;
+
+// Lays out the weight section of a model of `graphs` (WeightLayout: first which contents some
+// hot tensor has, then the hot part's size, then the file) and writes it.
+Status write_laid_out(const std::vector<const ir::Graph*>& graphs, const BuildModel& build, const std::string& path) {
+  WeightLayout layout;
+  std::unordered_set<const void*> hot;
+  for (const ir::Graph* g : graphs) classify_weights(*g, layout.cold, hot);
+  for (const void* p : hot) layout.cold.erase(p);
+  if (!layout.cold.empty()) {
+    MetadataBuilder contents(layout);
+    KILN_RETURN_IF_ERROR(build(contents, 0).status());
+    layout.hot_contents = contents.hot_contents();
+    MetadataBuilder sizes(layout);
+    KILN_RETURN_IF_ERROR(build(sizes, 0).status());
+    if (sizes.has_cold() && sizes.hot_size() > 0)
+      layout.cold_base = align_up(sizes.hot_size(), kWeightSectionAlignment);
+    else
+      layout.cold.clear();  // nothing cold, or nothing hot to put before it
+  }
+  MetadataBuilder mb(layout);
+  KILN_ASSIGN_OR_RETURN(auto root, build(mb, layout.cold_base));
   return finish_and_write(mb, root, path);
+}
+
+}  // namespace
+
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
+  return write_laid_out(
+      {&graph},
+      [&](MetadataBuilder& mb, uint64_t cold_offset) -> Expected<fbs::Offset<fb::Model>> {
+        auto& fbb = mb.fbb();
+        KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
+        InfoOffsets io = info_offsets(fbb, info);
+        return fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer, io.target_arch,
+                               io.features, graph_off, 0, 0, 0, 0, cold_offset);
+      },
+      path);
 }
 
 Status write_model(const BucketedModel& model, const ModelInfo& info, const std::string& path) {
@@ -411,41 +486,46 @@ Status write_model(const BucketedModel& model, const ModelInfo& info, const std:
   if (model.kind == BucketKind::kNone || static_cast<int32_t>(model.kind) > kMaxBucketKind)
     return invalid_argument("while writing model '%s': bucket kind %d is not valid", path.c_str(),
                             static_cast<int>(model.kind));
-  MetadataBuilder mb;
-  auto& fbb = mb.fbb();
-  std::vector<fbs::Offset<fb::Variant>> variants;
-  fbs::Offset<fb::Graph> main_graph;
-  for (size_t k = 0; k < model.variants.size(); ++k) {
-    const ModelVariant& v = model.variants[k];
-    if (!v.graph) return invalid_argument("while writing model '%s': variant %zu has no graph", path.c_str(), k);
-    fbs::Offset<fb::Graph> g;
-    KILN_ASSIGN_OR_RETURN(g, mb.graph(*v.graph), "while writing model '%s' variant %zu", path.c_str(), k);
-    if (k == 0) {
-      main_graph = g;
-      g = fbs::Offset<fb::Graph>();  // variant 0's graph is Model.graph
+  std::vector<const ir::Graph*> graphs;
+  for (const ModelVariant& v : model.variants)
+    if (v.graph) graphs.push_back(v.graph.get());
+  if (model.dynamic_graph) graphs.push_back(model.dynamic_graph.get());
+  auto build = [&](MetadataBuilder& mb, uint64_t cold_offset) -> Expected<fbs::Offset<fb::Model>> {
+    auto& fbb = mb.fbb();
+    std::vector<fbs::Offset<fb::Variant>> variants;
+    fbs::Offset<fb::Graph> main_graph;
+    for (size_t k = 0; k < model.variants.size(); ++k) {
+      const ModelVariant& v = model.variants[k];
+      if (!v.graph) return invalid_argument("while writing model '%s': variant %zu has no graph", path.c_str(), k);
+      fbs::Offset<fb::Graph> g;
+      KILN_ASSIGN_OR_RETURN(g, mb.graph(*v.graph), "while writing model '%s' variant %zu", path.c_str(), k);
+      if (k == 0) {
+        main_graph = g;
+        g = fbs::Offset<fb::Graph>();  // variant 0's graph is Model.graph
+      }
+      std::vector<fbs::Offset<fb::InputShape>> shapes;
+      for (const auto& [name, dims] : v.shapes)
+        shapes.push_back(fb::CreateInputShape(fbb, fbb.CreateString(name), fbb.CreateVector(dims)));
+      auto shapes_vec = fbb.CreateVector(shapes);
+      variants.push_back(fb::CreateVariant(fbb, shapes_vec, g));
     }
-    std::vector<fbs::Offset<fb::InputShape>> shapes;
-    for (const auto& [name, dims] : v.shapes)
-      shapes.push_back(fb::CreateInputShape(fbb, fbb.CreateString(name), fbb.CreateVector(dims)));
-    auto shapes_vec = fbb.CreateVector(shapes);
-    variants.push_back(fb::CreateVariant(fbb, shapes_vec, g));
-  }
-  fbs::Offset<fb::Graph> dynamic_graph;
-  if (model.dynamic_graph) {
-    KILN_ASSIGN_OR_RETURN(dynamic_graph, mb.graph(*model.dynamic_graph),
-                          "while writing model '%s' dynamic graph", path.c_str());
-  }
-  std::vector<fbs::Offset<fb::PadValue>> pads;
-  for (const auto& [name, value] : model.pad_values)
-    pads.push_back(fb::CreatePadValue(fbb, fbb.CreateString(name), value));
-  auto variants_vec = fbb.CreateVector(variants);
-  auto pads_vec = fbb.CreateVector(pads);
-  InfoOffsets io = info_offsets(fbb, info);
-  auto root = fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer,
-                              io.target_arch, io.features, main_graph,
-                              static_cast<int32_t>(model.kind), variants_vec, pads_vec,
-                              dynamic_graph);
-  return finish_and_write(mb, root, path);
+    fbs::Offset<fb::Graph> dynamic_graph;
+    if (model.dynamic_graph) {
+      KILN_ASSIGN_OR_RETURN(dynamic_graph, mb.graph(*model.dynamic_graph),
+                            "while writing model '%s' dynamic graph", path.c_str());
+    }
+    std::vector<fbs::Offset<fb::PadValue>> pads;
+    for (const auto& [name, value] : model.pad_values)
+      pads.push_back(fb::CreatePadValue(fbb, fbb.CreateString(name), value));
+    auto variants_vec = fbb.CreateVector(variants);
+    auto pads_vec = fbb.CreateVector(pads);
+    InfoOffsets io = info_offsets(fbb, info);
+    return fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer,
+                           io.target_arch, io.features, main_graph,
+                           static_cast<int32_t>(model.kind), variants_vec, pads_vec,
+                           dynamic_graph, cold_offset);
+  };
+  return write_laid_out(graphs, build, path);
 }
 
 }  // namespace kiln::model

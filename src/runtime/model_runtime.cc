@@ -330,7 +330,8 @@ Expected<ModelSizes> model_sizes(const ir::Graph& graph) {
   ModelSizes sizes;
   KILN_RETURN_IF_ERROR(add_graph_sizes(graph, &sizes.work_bytes),
                        "the activation workspace cannot be bounded");
-  sizes.weight_bytes = graph.weight_bytes();
+  // What the loaded model reads: not the originals of weights stored pre-packed.
+  sizes.weight_bytes = graph.weight_bytes() - graph.cold_weight_bytes();
   return sizes;
 }
 
@@ -347,7 +348,7 @@ Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded) {
         padded += round_up(dtype_bytes(in->dtype(), in->shape().num_elements()));
     sizes.work_bytes = std::max(sizes.work_bytes, one.work_bytes + padded);
   }
-  sizes.weight_bytes = loaded.weight_bytes;
+  sizes.weight_bytes = loaded.weight_bytes - loaded.cold_weight_bytes;  // the hot part of the file
   return sizes;
 }
 

@@ -908,9 +908,26 @@ TEST_F(ModelApiTest, ModelsAreReleasedAtFinalize) {
 TEST_F(ModelApiTest, QuerySizeAndLoadWithCallerWorkspace) {
   const Case& c = backend_case("pytorch-converted/test_Conv2d");
   size_t work = 0, weight = 0;
+  {
+    // Weights as the ONNX model has them (compiled without pre-packing): W float32[4,3,3,2]
+    // and B float32[4].
+    kiln::compiler::CompileOptions plain;
+    plain.prepack_weights = false;
+    auto compiled = kiln::compiler::compile_onnx_file(
+        backend_dir() + "/pytorch-converted/test_Conv2d/model.onnx", plain);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
+    const std::string path = write_kiln(*compiled, "test_Conv2d_plain");
+    ASSERT_EQ(kilnmdlQuerySize(path.c_str(), &work, &weight), KILN_SUCCESS) << last_error();
+    EXPECT_EQ(weight, (4u * 3 * 3 * 2 + 4) * 4);
+  }
+  // Pre-packed (as `kiln compile` writes it): the weights the loaded model reads, W in the
+  // convolution's layout, not its original, which stays in the file's cold tail.
   ASSERT_EQ(kilnmdlQuerySize(c.kiln_path.c_str(), &work, &weight), KILN_SUCCESS) << last_error();
-  // Weights: W float32[4,3,3,2] and B float32[4].
-  EXPECT_EQ(weight, (4u * 3 * 3 * 2 + 4) * 4);
+  auto loaded = kiln::model::load_model(c.kiln_path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_TRUE(loaded->cold_tail_mapped);
+  EXPECT_EQ(loaded->cold_weight_bytes, 4u * 3 * 3 * 2 * 4);  // W alone
+  EXPECT_EQ(weight, loaded->graph->weight_bytes() - 4u * 3 * 3 * 2 * 4);  // all the graph carries but W
   // At least the output, float32[2,4,5,4], must fit.
   EXPECT_GE(work, 2u * 4 * 5 * 4 * 4);
 

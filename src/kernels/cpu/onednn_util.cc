@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/weak_cache.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/prepacked_weights.h"
 
 namespace kiln::kernels::onednn {
 namespace {
@@ -163,7 +164,32 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
   return to;
 }
 
+namespace {
+
+// What a packing is, exactly (kernels/prepacked_weights.h): oneDNN's version and the source
+// and packed memory descriptors as they are (plain structs in oneDNN 2.x).
+std::string packing_key(const dnnl::memory::desc& user, const dnnl::memory::desc& packed) {
+  const dnnl_version_t* v = dnnl_version();
+  std::string key = "onednn " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                    std::to_string(v->patch) + " " + std::to_string(sizeof(dnnl_memory_desc_t)) + ":";
+  key.append(reinterpret_cast<const char*>(&user.data), sizeof(dnnl_memory_desc_t));
+  key.append(reinterpret_cast<const char*>(&packed.data), sizeof(dnnl_memory_desc_t));
+  return key;
+}
+
+}  // namespace
+
 std::shared_ptr<void> pack_shared(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed) {
+  // Packed by `kiln compile` into the model: used where it lies.
+  const std::string key = packing_key(user, packed);
+  if (std::shared_ptr<void> stored = find_prepacked(data, key, packed.get_size())) return stored;
+  std::shared_ptr<void> made = pack_shared_here(user, data, packed);
+  record_pack(data, key, made, packed.get_size());
+  return made;
+}
+
+std::shared_ptr<void> pack_shared_here(const dnnl::memory::desc& user, const void* data,
+                                       const dnnl::memory::desc& packed) {
   struct Key {
     const void* data;
     dnnl::memory::desc user, packed;

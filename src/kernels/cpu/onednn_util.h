@@ -140,7 +140,12 @@ dnnl::memory pack(const dnnl::memory::desc& user, const void* data, const dnnl::
 // address and unchanged, for as long as the caller holds the result (a kernel keeps the
 // initializer it packed alive): the cache is keyed by address, and an entry dies with its last
 // holder, before the address can be reused. Throws dnnl::error.
+// Weights `kiln compile` packed into the model (kernels/prepacked_weights.h) are used where they
+// lie instead, when the node being prepared has them for `data` in exactly the `packed` layout.
 std::shared_ptr<void> pack_shared(const dnnl::memory::desc& user, const void* data, const dnnl::memory::desc& packed);
+// pack_shared without looking in the model: packs here (or finds this process's copy).
+std::shared_ptr<void> pack_shared_here(const dnnl::memory::desc& user, const void* data,
+                                       const dnnl::memory::desc& packed);
 
 class Args;
 
