@@ -46,6 +46,9 @@ LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metric
     : files_(std::move(files)), engine_(std::move(engine)), metrics_(metrics.model(files_.name)) {
   decoder_ = engine_->config();
   metrics_.llm = true;
+  const llm::DecoderConfig& c = decoder_;
+  metrics_.kv_block_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, engine_->options().block_size);
+  publish_stats();
   engine_->on_token = [this](int64_t request, int64_t token) { on_token(request, token); };
   driver_ = std::thread([this] { drive(); });
 }
@@ -148,6 +151,14 @@ void LlmModel::fail_all(const Status& error) {
   in_progress_ -= failed.size();
 }
 
+void LlmModel::publish_stats() {
+  const llm::EngineStats st = engine_->stats();
+  metrics_.kv_blocks_used = st.kv.blocks_used;
+  metrics_.kv_blocks_total = st.kv.blocks_total;
+  metrics_.sequences_running = st.running;
+  metrics_.sequences_waiting = st.waiting;
+}
+
 void LlmModel::drive() {
   for (;;) {
     std::deque<std::shared_ptr<Completion>> arrived;
@@ -192,9 +203,11 @@ void LlmModel::drive() {
       std::lock_guard lock(mutex_);
       in_progress_ -= over;
     }
-    if (engine_->idle()) continue;
-    Status s = engine_->step();
-    if (!s.ok()) fail_all(s);
+    if (!engine_->idle()) {
+      Status s = engine_->step();
+      if (!s.ok()) fail_all(s);
+    }
+    publish_stats();
   }
 }
 

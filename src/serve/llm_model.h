@@ -99,6 +99,8 @@ class LlmModel {
   void on_token(int64_t request, int64_t token);
   // Driver thread only: fails every completion in progress with `error` and stops its requests.
   void fail_all(const Status& error);
+  // Driver thread only (or before it starts): the engine's KV and sequence counts to the metrics.
+  void publish_stats();
 
   ModelFiles files_;
   llm::DecoderConfig decoder_;

@@ -31,6 +31,9 @@ struct ModelMetrics {
   std::atomic<bool> llm{false};
   std::atomic<int64_t> prompt_tokens{0};     // prompt tokens of admitted completions
   std::atomic<int64_t> generated_tokens{0};  // tokens the engine generated (stop tokens included)
+  // The engine after its last step: KV blocks in use, of the pool, and its sequences.
+  std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0}, kv_block_bytes{0};
+  std::atomic<int64_t> sequences_running{0}, sequences_waiting{0};
 };
 
 // A device's caching allocator (kilnrtGetMemStats) and a model's execution memory

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -201,6 +202,10 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(a, b)
         self.assertEqual(len(a), 10)
 
+    def gauge(self, name, model="gpt2"):
+        m = re.search(rf'^{name}{{model="{model}"}} (\S+)$', self.server.get("/metrics")[1].decode(), re.M)
+        return float(m.group(1)) if m else None
+
     def test_a_client_that_goes_away_mid_stream_frees_its_place(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
         conn.request("POST", "/v1/completions", body=json.dumps({"model": "gpt2", "prompt": [5, 6], "max_tokens": 500,
@@ -209,6 +214,20 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.status, 200)
         r.read(64)
         conn.close()
+        # Whether the engine stopped it or it finished its 500 tokens first (the tiny model
+        # generates them in well under a second), its sequence leaves and its blocks go back.
+        deadline = time.time() + 20
+        while self.gauge("kiln_llm_sequences_running") != 0:
+            self.assertLess(time.time(), deadline, "the abandoned completion still runs")
+            time.sleep(0.02)
+        self.assertEqual(self.gauge("kiln_llm_kv_blocks_used"), 0)
+        self.assertEqual(self.gauge("kiln_llm_sequences_waiting"), 0)
+        # The pool: config.json's 8 MiB in whole blocks.
+        total, size = self.gauge("kiln_llm_kv_blocks_total"), self.gauge("kiln_llm_kv_cache_bytes")
+        self.assertGreater(total, 0)
+        self.assertEqual(size % total, 0)
+        self.assertLessEqual(size, 8 << 20)
+        self.assertGreater(size + size / total, 8 << 20)
         # The server keeps answering, correctly.
         ref = reference("gpt2-tiny")[1]
         _, data = self.complete({"model": "gpt2", "prompt": ref["prompt"], "max_tokens": 8, "temperature": 0})
