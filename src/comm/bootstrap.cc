@@ -48,16 +48,9 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-// ---- Root listener --------------------------------------------------------------------------
+}  // namespace
 
-struct Hello {
-  int rank = 0;
-  int size = 0;
-  uint64_t unique_id = 0;
-  bool force_tcp = false;
-  PeerInfo info;
-  std::string data_addr;
-};
+// ---- Root listener --------------------------------------------------------------------------
 
 std::string encode_hello(const Hello& h) {
   WireWriter w;
@@ -97,6 +90,18 @@ Expected<Hello> decode_hello(const std::string& s) {
   h.info.pid = static_cast<int64_t>(pid);
   return h;
 }
+
+HelloCut cut_hello_frame(const std::string& buf, std::string* frame) {
+  if (buf.size() < 4) return HelloCut::kNeedMore;
+  uint32_t len = 0;
+  std::memcpy(&len, buf.data(), 4);
+  if (len > 4 * kMaxAddr) return HelloCut::kTooBig;
+  if (buf.size() < 4 + size_t{len}) return HelloCut::kNeedMore;
+  *frame = buf.substr(4, len);
+  return HelloCut::kFrame;
+}
+
+namespace {
 
 class RootServer {
  public:
@@ -234,15 +239,13 @@ void RootServer::run() {
       ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
       if (n > 0) {
         c.buf.append(buf, static_cast<size_t>(n));
-        if (c.buf.size() >= 4) {
-          uint32_t len = 0;
-          std::memcpy(&len, c.buf.data(), 4);
-          if (len > 4 * kMaxAddr) {
-            reject(c, "oversized bootstrap hello");
-          } else if (c.buf.size() >= 4 + len && !c.joined) {
-            on_frame(c, c.buf.substr(4, len));
-            c.buf.clear();
-          }
+        std::string frame;
+        HelloCut cut = cut_hello_frame(c.buf, &frame);
+        if (cut == HelloCut::kTooBig) {
+          reject(c, "oversized bootstrap hello");
+        } else if (cut == HelloCut::kFrame && !c.joined) {
+          on_frame(c, frame);
+          c.buf.clear();
         }
       } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         // A rank that joined and left still counts as joined (it may have given up at its
@@ -325,6 +328,29 @@ bool env_force_tcp() {
 }
 
 }  // namespace
+
+Expected<RootFrame> decode_root_frame(const std::string& frame, uint64_t unique_id, int size) {
+  RootFrame out;
+  uint8_t type = frame.empty() ? 0 : static_cast<uint8_t>(frame[0]);
+  WireReader r(frame.data() + (frame.empty() ? 0 : 1), frame.empty() ? 0 : frame.size() - 1);
+  if (type == kProgress) {
+    out.kind = RootFrame::Kind::kProgress;
+    uint32_t n = 0;
+    if (r.u32(&n) && static_cast<int>(n) == size && r.remaining() >= n) {
+      out.joined.resize(n);
+      r.bytes(out.joined.data(), n);
+    }
+    return out;
+  }
+  if (type == kTimedOut || type == kError) {
+    out.kind = type == kTimedOut ? RootFrame::Kind::kTimedOut : RootFrame::Kind::kError;
+    r.str(&out.why, 4096);
+    return out;
+  }
+  out.kind = RootFrame::Kind::kTable;
+  KILN_ASSIGN_OR_RETURN(out.table, decode_table(frame, unique_id, size));
+  return out;
+}
 
 uint64_t random_id() {
   std::random_device rd;
@@ -485,29 +511,20 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
       return unavailable("join: rank %d lost rank 0's bootstrap listener at %s: %s", rank,
                          options.root.addr.c_str(), frame.status().message().c_str());
     }
-    uint8_t type = frame->empty() ? 0 : static_cast<uint8_t>((*frame)[0]);
-    if (type == kProgress) {
-      WireReader r(frame->data() + 1, frame->size() - 1);
-      uint32_t n = 0;
-      if (r.u32(&n) && static_cast<int>(n) == size && r.remaining() >= n) {
-        r.bytes(joined.data(), n);
-      }
+    KILN_ASSIGN_OR_RETURN(RootFrame f, decode_root_frame(*frame, options.root.unique_id, size),
+                          "join");
+    if (f.kind == RootFrame::Kind::kProgress) {
+      if (!f.joined.empty()) joined = std::move(f.joined);
       continue;
     }
-    if (type == kTimedOut) {
-      WireReader r(frame->data() + 1, frame->size() - 1);
-      std::string why;
-      r.str(&why, 4096);
-      return deadline_exceeded("join: %s (root %s)", why.c_str(), options.root.addr.c_str());
+    if (f.kind == RootFrame::Kind::kTimedOut) {
+      return deadline_exceeded("join: %s (root %s)", f.why.c_str(), options.root.addr.c_str());
     }
-    if (type == kError) {
-      WireReader r(frame->data() + 1, frame->size() - 1);
-      std::string why;
-      r.str(&why, 4096);
+    if (f.kind == RootFrame::Kind::kError) {
       return failed_precondition("join: rank %d rejected by the root at %s: %s", rank,
-                                 options.root.addr.c_str(), why.c_str());
+                                 options.root.addr.c_str(), f.why.c_str());
     }
-    KILN_ASSIGN_OR_RETURN(table, decode_table(*frame, options.root.unique_id, size), "join");
+    table = std::move(f.table);
     break;
   }
   // Everyone joined; rank 0's root is done.

@@ -69,6 +69,54 @@ Expected<std::string> recv_frame(int fd, Clock::time_point deadline, size_t max_
 void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
 
+// ---- What a peer sends, decoded ---------------------------------------------------------------
+// Pure functions of the bytes a peer sent (no sockets, no state): the socket code above and
+// the comm_wire fuzz target (fuzz/comm_wire.cc) call the same ones. Each returns
+// invalid_argument for bytes that are not a well-formed message; the checks that need the
+// receiver's state (a duplicated rank, a world size that differs from an earlier hello's)
+// stay with the receiver.
+
+// A rank's hello to the root listener: the payload of the first frame it sends.
+struct Hello {
+  int rank = 0;
+  int size = 0;
+  uint64_t unique_id = 0;
+  bool force_tcp = false;
+  PeerInfo info;
+  std::string data_addr;
+};
+std::string encode_hello(const Hello& h);
+Expected<Hello> decode_hello(const std::string& frame);
+
+// How the root listener cuts a client's first frame out of the bytes received so far
+// (`buf`: a 4-byte little-endian length, then the payload): kNeedMore until it is whole,
+// kTooBig when the length is beyond any hello (the client is rejected), else kFrame with
+// the payload in *frame.
+enum class HelloCut { kNeedMore, kTooBig, kFrame };
+HelloCut cut_hello_frame(const std::string& buf, std::string* frame);
+
+// A frame from the root listener to a joining rank of a world of `size` ranks.
+struct RootFrame {
+  enum class Kind { kProgress, kTimedOut, kError, kTable };
+  Kind kind = Kind::kProgress;
+  std::vector<uint8_t> joined;  // kProgress: one flag per rank; empty when malformed (ignored)
+  std::string why;              // kTimedOut, kError: the root's message
+  WorldTable table;             // kTable
+};
+// Errors: a frame of no known type, or a malformed or truncated table.
+Expected<RootFrame> decode_root_frame(const std::string& frame, uint64_t unique_id, int size);
+
+// The hello a rank sends first on a TCP data link to a lower rank (make_tcp_links): the
+// sender's rank when the frame is of the world (`unique_id`, `nonce`), else an error. The
+// caller checks the rank against its peers.
+Expected<uint32_t> decode_link_hello(const std::string& frame, uint64_t unique_id, uint64_t nonce);
+std::string encode_link_hello(uint64_t unique_id, uint64_t nonce, uint32_t rank);
+
+// A status channel's answer (tcp_status_channel.cc): the whole answer as received, its
+// length prefix included; the count of collectives the peer started when it is a whole
+// answer of the world `nonce`, else an error.
+Expected<uint64_t> decode_status_answer(const char* p, size_t n, uint64_t nonce);
+
 // Bounds-checked little helpers for the wire format.
 class WireWriter {
  public:

@@ -174,12 +174,8 @@ void TcpStatusChannel::query_collectives(std::span<const int> ranks, std::span<i
       if (r > 0) a.got += static_cast<size_t>(r);
       if (r > 0 && a.got < sizeof(a.buf)) continue;
       // Complete, ended early or failed: take the answer if it is whole and this world's.
-      uint32_t len = 0, magic = 0;
-      uint64_t nonce = 0, started = 0;
-      WireReader rd(a.buf, a.got);
-      if (a.got == sizeof(a.buf) && rd.u32(&len) && len == kAnswerBytes - 4 && rd.u32(&magic) &&
-          magic == kStatusMagic && rd.u64(&nonce) && nonce == nonce_ && rd.u64(&started)) {
-        counts[a.index] = static_cast<int64_t>(std::min<uint64_t>(started, INT64_MAX));
+      if (Expected<uint64_t> started = decode_status_answer(a.buf, a.got, nonce_); started.ok()) {
+        counts[a.index] = static_cast<int64_t>(std::min<uint64_t>(*started, INT64_MAX));
       }
       ::close(a.fd);
       a.fd = -1;
@@ -191,6 +187,18 @@ void TcpStatusChannel::query_collectives(std::span<const int> ranks, std::span<i
 }
 
 }  // namespace
+
+Expected<uint64_t> decode_status_answer(const char* p, size_t n, uint64_t nonce) {
+  uint32_t len = 0, magic = 0;
+  uint64_t from = 0, started = 0;
+  WireReader rd(p, n);
+  if (n != kAnswerBytes || !rd.u32(&len) || len != kAnswerBytes - 4 || !rd.u32(&magic) ||
+      magic != kStatusMagic || !rd.u64(&from) || !rd.u64(&started)) {
+    return invalid_argument("malformed status answer (%zu bytes)", n);
+  }
+  if (from != nonce) return invalid_argument("status answer from another world");
+  return started;
+}
 
 Expected<std::unique_ptr<StatusChannel>> start_tcp_status_channel(const WorldTable& table,
                                                                   int listen_fd,

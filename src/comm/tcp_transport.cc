@@ -416,6 +416,29 @@ Expected<std::string> recv_frame(int fd, Clock::time_point deadline, size_t max_
   return payload;
 }
 
+std::string encode_link_hello(uint64_t unique_id, uint64_t nonce, uint32_t rank) {
+  WireWriter w;
+  w.u32(kLinkHelloMagic);
+  w.u64(unique_id);
+  w.u64(nonce);
+  w.u32(rank);
+  return w.data();
+}
+
+Expected<uint32_t> decode_link_hello(const std::string& frame, uint64_t unique_id, uint64_t nonce) {
+  WireReader r(frame.data(), frame.size());
+  uint32_t magic = 0, rank = 0;
+  uint64_t uid = 0, n = 0;
+  if (!r.u32(&magic) || !r.u64(&uid) || !r.u64(&n) || !r.u32(&rank)) {
+    return invalid_argument("truncated TCP link hello (%zu bytes)", frame.size());
+  }
+  if (magic != kLinkHelloMagic) return invalid_argument("not a Kiln TCP link hello");
+  if (uid != unique_id || n != nonce) {
+    return invalid_argument("TCP link hello from another communicator or world");
+  }
+  return rank;
+}
+
 Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
                       const std::vector<int>& peers, Clock::time_point deadline,
                       std::vector<std::unique_ptr<Link>>* links) {
@@ -444,12 +467,9 @@ Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
                                addr.c_str(), fd.status().message().c_str()));
     }
     fds[static_cast<size_t>(p)] = *fd;
-    WireWriter w;
-    w.u32(kLinkHelloMagic);
-    w.u64(table.unique_id);
-    w.u64(table.nonce);
-    w.u32(static_cast<uint32_t>(rank));
-    Status s = send_frame(*fd, w.data(), deadline);
+    Status s = send_frame(*fd, encode_link_hello(table.unique_id, table.nonce,
+                                                 static_cast<uint32_t>(rank)),
+                          deadline);
     if (!s.ok()) {
       cleanup();
       return unavailable("cannot greet %s: %s",
@@ -476,12 +496,10 @@ Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
     // A stray or stale connection is dropped; only a hello of this world counts.
     Expected<std::string> hello =
         recv_frame(fd, std::min(deadline, Clock::now() + std::chrono::seconds(5)), 64);
-    WireReader r(hello.ok() ? hello->data() : "", hello.ok() ? hello->size() : 0);
-    uint32_t magic = 0, peer = 0;
-    uint64_t uid = 0, nonce = 0;
-    if (!hello.ok() || !r.u32(&magic) || !r.u64(&uid) || !r.u64(&nonce) || !r.u32(&peer) ||
-        magic != kLinkHelloMagic || uid != table.unique_id || nonce != table.nonce ||
-        peer >= table.peers.size() || static_cast<int>(peer) <= rank || fds[peer] >= 0 ||
+    Expected<uint32_t> from =
+        hello.ok() ? decode_link_hello(*hello, table.unique_id, table.nonce) : hello.status();
+    uint32_t peer = from.ok() ? *from : 0;
+    if (!from.ok() || peer >= table.peers.size() || static_cast<int>(peer) <= rank || fds[peer] >= 0 ||
         std::find(peers.begin(), peers.end(), static_cast<int>(peer)) == peers.end()) {
       ::close(fd);
       continue;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_brief.h"
 #include "core/parallel.h"
 #include "runtime/memory.h"
 #include "runtime/stream.h"
@@ -92,19 +93,19 @@ Expected<DeviceConfig> config_from_json_devices(const nlohmann::json& devices,
     if (key == "kind") {
       if (!v.is_string() || v.get<std::string>() != "cpu") {
         return invalid_argument("config '%s': devices.kind is %s, the only kind is \"cpu\"",
-                                path.c_str(), v.dump().c_str());
+                                path.c_str(), json_brief(v).c_str());
       }
     } else if (key == "count") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxDevices) {
         return invalid_argument("config '%s': devices.count is %s, expected an integer in 1..%d",
-                                path.c_str(), v.dump().c_str(), kMaxDevices);
+                                path.c_str(), json_brief(v).c_str(), kMaxDevices);
       }
       config.count = static_cast<int>(v.get<int64_t>());
     } else if (key == "memory_mb") {
       // Up to 2^40 MB keeps the byte count far from overflow.
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 40)) {
         return invalid_argument("config '%s': devices.memory_mb is %s, expected a positive integer",
-                                path.c_str(), v.dump().c_str());
+                                path.c_str(), json_brief(v).c_str());
       }
       config.memory_limit = static_cast<size_t>(v.get<int64_t>()) << 20;
     } else {
@@ -315,6 +316,10 @@ Expected<DeviceConfig> read_device_config(const std::string& json_path) {
   buffer << in.rdbuf();
   std::string text = buffer.str();
   if (in.bad()) return not_found("config '%s': cannot read the file", json_path.c_str());
+  return parse_device_config(text, json_path);
+}
+
+Expected<DeviceConfig> parse_device_config(const std::string& text, const std::string& json_path) {
   nlohmann::json config;
   if (!trim(text).empty()) {  // an empty file is an empty config, as AscendCL allows
     config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

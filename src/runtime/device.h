@@ -119,6 +119,9 @@ struct DeviceConfig {
 // Errors: not_found (file unreadable), data_loss (not JSON), invalid_argument (values).
 Expected<DeviceConfig> parse_device_spec(const std::string& spec);
 Expected<DeviceConfig> read_device_config(const std::string& json_path);
+// The same on the file's text: what read_device_config does once the file is read (the
+// kilnInit fuzz target's entry point). `json_path` only names the config in messages.
+Expected<DeviceConfig> parse_device_config(const std::string& text, const std::string& json_path);
 
 class DeviceManager {
  public:

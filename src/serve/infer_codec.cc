@@ -6,6 +6,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/json_brief.h"
+
 namespace kiln::serve {
 namespace {
 
@@ -23,20 +25,26 @@ constexpr DtypeName kDtypes[] = {
     {DataType::kBFloat16, "BF16"},
 };
 
+// Arrays nested deeper than this in "data" are refused: each level is a recursion below, and
+// no tensor has that many dims (fuzz/regressions/serve_infer_request/deep_data.bin).
+constexpr int kMaxDataNesting = 64;
+
 // Appends the elements of a (possibly nested) JSON array in row-major order, checking each
 // against the element type.
 template <typename T>
-Status append_elements(const json& data, std::vector<T>* out, const std::string& tensor) {
+Status append_elements(const json& data, std::vector<T>* out, const std::string& tensor, int depth = 0) {
   if (data.is_array()) {
-    for (const json& e : data) KILN_RETURN_IF_ERROR(append_elements(e, out, tensor));
+    if (depth >= kMaxDataNesting)
+      return invalid_argument("input '%s': 'data' nests arrays more than %d deep", tensor.c_str(), kMaxDataNesting);
+    for (const json& e : data) KILN_RETURN_IF_ERROR(append_elements(e, out, tensor, depth + 1));
     return ok_status();
   }
   if constexpr (std::is_same_v<T, bool>) {
-    if (!data.is_boolean()) return invalid_argument("input '%s': BOOL data holds %s", tensor.c_str(), data.dump().c_str());
+    if (!data.is_boolean()) return invalid_argument("input '%s': BOOL data holds %s", tensor.c_str(), json_brief(data).c_str());
     out->push_back(data.get<bool>());
   } else if constexpr (std::is_floating_point_v<T>) {
     if (!data.is_number())
-      return invalid_argument("input '%s': numeric data holds %s", tensor.c_str(), data.dump().c_str());
+      return invalid_argument("input '%s': numeric data holds %s", tensor.c_str(), json_brief(data).c_str());
     out->push_back(data.get<T>());
   } else {
     bool fits = data.is_number_unsigned() ? data.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
@@ -47,7 +55,7 @@ Status append_elements(const json& data, std::vector<T>* out, const std::string&
                     : false;
     if (!fits)
       return invalid_argument("input '%s': %s is not an integer of the tensor's type", tensor.c_str(),
-                              data.dump().c_str());
+                              json_brief(data).c_str());
     out->push_back(data.is_number_unsigned() ? static_cast<T>(data.get<uint64_t>()) : static_cast<T>(data.get<int64_t>()));
   }
   return ok_status();
@@ -191,7 +199,7 @@ Status parse_input(const json& in, size_t index, std::string_view* binary, Tenso
   for (const json& d : *shape) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
       return invalid_argument("input '%s': shape %s is not a list of non-negative integers", t->name.c_str(),
-                              shape->dump().c_str());
+                              json_brief(*shape).c_str());
     t->shape.push_back(d.get<int64_t>());
   }
   KILN_ASSIGN_OR_RETURN(int64_t count, element_count(t->shape, t->name));
@@ -205,7 +213,7 @@ Status parse_input(const json& in, size_t index, std::string_view* binary, Tenso
                               t->name.c_str(), static_cast<unsigned long long>(n), binary->size());
     if (n != expected)
       return invalid_argument("input '%s': binary_data_size %llu, but shape %s of %s takes %zu bytes", t->name.c_str(),
-                              static_cast<unsigned long long>(n), shape->dump().c_str(), datatype->get<std::string>().c_str(),
+                              static_cast<unsigned long long>(n), json_brief(*shape).c_str(), datatype->get<std::string>().c_str(),
                               expected);
     t->bytes.assign(binary->begin(), binary->begin() + static_cast<ptrdiff_t>(n));
     binary->remove_prefix(n);
@@ -216,7 +224,7 @@ Status parse_input(const json& in, size_t index, std::string_view* binary, Tenso
   KILN_RETURN_IF_ERROR(json_to_bytes(*data, t));
   if (t->bytes.size() != expected)
     return invalid_argument("input '%s': 'data' holds %zu elements, shape %s needs %lld", t->name.c_str(),
-                            t->bytes.size() / std::max<size_t>(1, dtype_bytes(t->dtype, 1)), shape->dump().c_str(),
+                            t->bytes.size() / std::max<size_t>(1, dtype_bytes(t->dtype, 1)), json_brief(*shape).c_str(),
                             static_cast<long long>(count));
   return ok_status();
 }

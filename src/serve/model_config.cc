@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_brief.h"
+
 namespace kiln::serve {
 namespace fs = std::filesystem;
 
@@ -16,7 +18,7 @@ using nlohmann::json;
 
 Expected<int64_t> int_field(const json& j, const char* name, int64_t lo, int64_t hi) {
   if (!j.is_number_integer())
-    return invalid_argument("config.json: '%s' must be an integer (got %s)", name, j.dump().c_str());
+    return invalid_argument("config.json: '%s' must be an integer (got %s)", name, json_brief(j).c_str());
   int64_t v = j.get<int64_t>();
   if (v < lo || v > hi)
     return invalid_argument("config.json: '%s' is %lld, expected %lld..%lld", name, static_cast<long long>(v),
@@ -50,7 +52,7 @@ Expected<ModelConfig> parse_config_json(const json& j) {
     } else if (key == "precision") {
       if (!value.is_string() || (value != "fp32" && value != "bf16" && value != "mixed"))
         return invalid_argument("config.json: 'precision' is %s, expected \"fp32\", \"bf16\" or \"mixed\"",
-                                value.dump().c_str());
+                                json_brief(value).c_str());
       c.precision = value.get<std::string>();
     } else if (key == "batch_buckets") {
       if (!value.is_array() || value.empty())
@@ -61,7 +63,7 @@ Expected<ModelConfig> parse_config_json(const json& j) {
       }
     } else if (key == "backend") {
       if (!value.is_string() || (value != "kiln" && value != "llm"))
-        return invalid_argument("config.json: 'backend' is %s, expected \"kiln\" or \"llm\"", value.dump().c_str());
+        return invalid_argument("config.json: 'backend' is %s, expected \"kiln\" or \"llm\"", json_brief(value).c_str());
       c.backend = value.get<std::string>();
     } else if (key == "llm") {
       if (!value.is_object()) return invalid_argument("config.json: 'llm' must be an object");

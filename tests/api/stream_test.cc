@@ -1011,6 +1011,16 @@ TEST(InitTest, ParseDeviceSpec) {
   EXPECT_FALSE(kiln::rt::parse_device_spec("cpu:1:2").ok());
 }
 
+// A value nested a million deep is named by its type in the error, not dumped (a stack
+// overflow); fuzz/regressions/kiln_init_config/deep_kind.json is a shallower one.
+TEST(InitTest, DeeplyNestedConfigValueIsAnError) {
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  auto c = kiln::rt::parse_device_config(R"({"devices": {"kind": )" + deep + "}}", "deep.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().to_string().find("devices.kind is (array nested too deep)"), std::string::npos)
+      << c.status().to_string();
+}
+
 // ---- Misuse ---------------------------------------------------------------------------------------
 
 TEST(MisuseTest, CallsBeforeInitAreUninitialized) {

@@ -69,6 +69,18 @@ TEST(InferCodecTest, MalformedBodiesAreNamed) {
   expect_error(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1]}]})", "neither 'data'");
 }
 
+// A million nested arrays (2 MB of body) in "data" or "shape", or in a config field, is an
+// error, not a stack overflow (the nesting was recursed into, or dumped into the message).
+TEST(InferCodecTest, DeeplyNestedValuesAreRefusedWithoutRecursingIntoThem) {
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  expect_error(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":)" + deep + "}]}", "more than 64 deep");
+  expect_error(R"({"inputs":[{"name":"x","datatype":"FP32","shape":)" + deep + R"(,"data":[1]}]})",
+               "array nested too deep");
+  auto c = parse_model_config(R"({"backend":)" + deep + "}");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().to_string().find("array nested too deep"), std::string::npos) << c.status().to_string();
+}
+
 TEST(InferCodecTest, ResponseKeepsTheRequestedOutputsAsAsked) {
   InferRequest req;
   req.id = "q";
