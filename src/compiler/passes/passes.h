@@ -11,6 +11,7 @@ PassInfo shape_inference_pass();        // dtype and shape of every value (requi
 PassInfo gradient_lowering_pass();      // Gradient nodes -> ordinary ops (required)
 PassInfo qdq_folding_pass();         // DQ/Q around Conv, MatMul, Gemm, MaxPool -> int8 ops (-O2)
 PassInfo constant_folding_pass();       // constant inputs and static Shape -> initializers (-O1)
+PassInfo dynamic_quant_fusion_pass();   // DynamicQuantizeLinear/MatMulInteger/Cast/Mul -> kiln op (-O2)
 PassInfo symbolic_shape_folding_pass();  // shape computations over open dims followed by name (-O1)
 PassInfo algebraic_simplify_pass();     // identities, no-ops, chains (-O1)
 PassInfo batchnorm_folding_pass();      // BatchNormalization into Conv/ConvTranspose/Gemm (-O1)

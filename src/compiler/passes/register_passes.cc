@@ -7,7 +7,8 @@ namespace kiln::compiler {
 
 void register_builtin_passes(PassRegistry& registry) {
   for (PassInfo p : {constant_node_folding_pass(), shape_inference_pass(), gradient_lowering_pass(),
-                     qdq_folding_pass(), constant_folding_pass(), symbolic_shape_folding_pass(), algebraic_simplify_pass(),
+                     qdq_folding_pass(), constant_folding_pass(), dynamic_quant_fusion_pass(),
+                     symbolic_shape_folding_pass(), algebraic_simplify_pass(),
                      batchnorm_folding_pass(), layernorm_fusion_pass(), gelu_fusion_pass(),
                      hardswish_fusion_pass(), attention_fusion_pass(), conv_fusion_pass(),
                      matmul_fusion_pass(), elementwise_fusion_pass(), cse_pass(),

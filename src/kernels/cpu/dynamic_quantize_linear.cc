@@ -83,6 +83,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/dynamic_quantize_linear.h"
 #include "kernels/cpu/simd_dispatch.h"
 #include "kernels/kernel_registry.h"
 
@@ -95,6 +96,36 @@ using QuantizeFn = void (*)(const float*, uint8_t*, float, int32_t, int64_t, int
 
 // Elements per parallel chunk: ~64 KB of float32 per task.
 constexpr int64_t kGrain = int64_t{1} << 14;
+
+// Pass 1 over x[0, n): the scale and zero point; false when the range is not finite.
+bool dynamic_quantize_params(MinMaxFn mm, const float* p, int64_t n, float* scale_out, int32_t* zero_point_out) {
+  // Pass 1: per-chunk ranges (chunk c is [c * kGrain, ...)), then combined.
+  const int64_t chunks = std::max<int64_t>(1, (n + kGrain - 1) / kGrain);
+  std::vector<Range> parts(static_cast<size_t>(chunks));
+  Range* part = parts.data();
+  parallel_for(0, chunks, 1, [=](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) part[c] = mm(p, c * kGrain, std::min(n, (c + 1) * kGrain));
+  });
+  float lo = 0, hi = 0;
+  for (const Range& r : parts) {
+    lo = std::min(lo, r.lo);
+    hi = std::max(hi, r.hi);
+  }
+  // An infinite range gives a non-finite scale or zero point: the reference's arithmetic.
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
+  // The reference's formulas, in the same float32 expressions.
+  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+  if (!std::isfinite(scale) || scale == 0.0f) return false;
+  *scale_out = scale;
+  *zero_point_out = static_cast<int32_t>(zp);
+  return true;
+}
+
+// Pass 2: x[0, n) -> q.
+void dynamic_quantize_values(QuantizeFn qf, const float* p, int64_t n, uint8_t* q, float scale, int32_t zero_point) {
+  parallel_for(0, n, kGrain, [=](int64_t b, int64_t e) { qf(p, q, scale, zero_point, b, e); });
+}
 
 struct DqlPlan {};
 
@@ -134,36 +165,16 @@ class DqlKernel final : public Kernel {
 Status DqlKernel::run(ops::KernelContext& ctx) const {
   const Tensor* x = ctx.input(0);
   if (!x || x->dtype() != DataType::kFloat32) return (*reference_)(ctx);  // its error message
-  const float* p = x->data<float>();
-  const int64_t n = x->num_elements();
-  // Pass 1: per-chunk ranges (chunk c is [c * kGrain, ...)), then combined.
-  const int64_t chunks = std::max<int64_t>(1, (n + kGrain - 1) / kGrain);
-  std::vector<Range> parts(static_cast<size_t>(chunks));
-  Range* part = parts.data();
-  const MinMaxFn mm = min_max_;
-  parallel_for(0, chunks, 1, [=](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; ++c) part[c] = mm(p, c * kGrain, std::min(n, (c + 1) * kGrain));
-  });
-  float lo = 0, hi = 0;
-  for (const Range& r : parts) {
-    lo = std::min(lo, r.lo);
-    hi = std::max(hi, r.hi);
-  }
-  // An infinite range gives a non-finite scale or zero point: the reference's arithmetic.
-  if (!std::isfinite(lo) || !std::isfinite(hi)) return (*reference_)(ctx);
-  // The reference's formulas, in the same float32 expressions.
-  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-  const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
-  if (!std::isfinite(scale) || scale == 0.0f) return (*reference_)(ctx);
+  float scale = 0;
+  int32_t zero_point = 0;
+  if (!dynamic_quantize_params(min_max_, x->data<float>(), x->num_elements(), &scale, &zero_point))
+    return (*reference_)(ctx);
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kUInt8, x->dims(), TensorInit::kUninitialized));
-  uint8_t* q = y->data<uint8_t>();
-  const QuantizeFn qf = quantize_;
-  const int32_t zpi = static_cast<int32_t>(zp);
-  parallel_for(0, n, kGrain, [=](int64_t b, int64_t e) { qf(p, q, scale, zpi, b, e); });
+  dynamic_quantize_values(quantize_, x->data<float>(), x->num_elements(), y->data<uint8_t>(), scale, zero_point);
   KILN_ASSIGN_OR_RETURN(Tensor * ys, ctx.allocate_output(1, DataType::kFloat32, {}));
   *ys->data<float>() = scale;
   KILN_ASSIGN_OR_RETURN(Tensor * yz, ctx.allocate_output(2, DataType::kUInt8, {}));
-  *yz->data<uint8_t>() = static_cast<uint8_t>(zpi);
+  *yz->data<uint8_t>() = static_cast<uint8_t>(zero_point);
   return ok_status();
 }
 
@@ -174,6 +185,16 @@ Expected<std::unique_ptr<Kernel>> prepare_dql(const ir::Node& node) {
 Status dql_applicable(const ir::Node& node) { return plan_dql(node).status(); }
 
 }  // namespace
+
+bool dynamic_quantize_u8(const float* x, int64_t n, uint8_t* q, float* scale, uint8_t* zero_point) {
+  static const MinMaxFn mm = KILN_SIMD_SELECT(kiln::kernels::dynamic_quantize_simd, min_max);
+  static const QuantizeFn qf = KILN_SIMD_SELECT(kiln::kernels::dynamic_quantize_simd, quantize);
+  int32_t zp = 0;
+  if (!dynamic_quantize_params(mm, x, n, scale, &zp)) return false;
+  dynamic_quantize_values(qf, x, n, q, *scale, zp);
+  *zero_point = static_cast<uint8_t>(zp);
+  return true;
+}
 
 KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .op_type = "DynamicQuantizeLinear",
