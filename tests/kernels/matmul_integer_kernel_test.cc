@@ -5,6 +5,7 @@
 // points absent, scalar or per column; plus what the kernel refuses.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -127,6 +128,43 @@ TEST(MatMulIntegerKernelTest, RefusesWithAReason) {
                                    {0});
   s = onednn_factory(*batched.node)->applicable(*batched.node);
   EXPECT_NE(s.to_string().find("only 2-D B"), std::string::npos) << s.to_string();
+}
+
+// kiln FusedDynamicQuantMatMul: the oneDNN kernel (activation quantised by the SIMD
+// DynamicQuantizeLinear passes, float32 epilogue) equals its reference kernel (the unfused
+// graph's float32 operations; tests/quant/dynamic_quant_test.py holds both to NumPy) bit for bit.
+void expect_fused_matches_reference(const Dims& x_dims, int64_t n, bool per_column, bool bias, float inf_at = 0) {
+  std::mt19937 rng(static_cast<uint32_t>(x_dims.back() + n));
+  const int64_t k = x_dims.back();
+  Tensor x = random_tensor(x_dims, rng, -2.0f, 3.0f);
+  if (inf_at != 0) x.data<float>()[1] = inf_at;
+  Tensor w = random_bytes(DataType::kInt8, {k, n}, rng);
+  Tensor ws = per_column ? random_tensor({n}, rng, 1e-3f, 2e-2f) : scalar_f32(7e-3f);
+  std::vector<Tensor> inputs = {x, w, ws};
+  if (bias) inputs.push_back(random_tensor({n}, rng, -1.0f, 1.0f));
+  Built built = make_quant_graph("FusedDynamicQuantMatMul", ops::kKilnDomain, 1, inputs, {0});
+  const KernelFactory* f = onednn_factory(*built.node);
+  ASSERT_NE(f, nullptr);
+  auto kernel = f->prepare(*built.node);
+  ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
+  auto got = run_kernel(**kernel, *built.node, built.inputs);
+  auto want = run_reference(*built.node, built.inputs);
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->dims(), want->dims());
+  const std::string what = "x " + dims_to_string(x_dims) + " N " + std::to_string(n);
+  for (int64_t i = 0; i < got->num_elements(); ++i) {
+    const float g = got->data<float>()[i], r = want->data<float>()[i];
+    ASSERT_TRUE(std::memcmp(&g, &r, sizeof(float)) == 0) << what << " element " << i << ": " << g << " vs " << r;
+  }
+}
+
+TEST(FusedDynamicQuantMatMulKernelTest, EqualsTheReferenceBitForBit) {
+  expect_fused_matches_reference({3, 5}, 7, false, false);
+  expect_fused_matches_reference({2, 17, 65}, 33, true, true);
+  expect_fused_matches_reference({1, 128, 768}, 64, true, true);
+  expect_fused_matches_reference({1, 64, 3072}, 48, false, true);
+  // An infinity in x: the reference's arithmetic (NaN scale), through the reference kernel.
+  expect_fused_matches_reference({4, 16}, 8, false, true, INFINITY);
 }
 
 }  // namespace
