@@ -10,13 +10,16 @@ see the same machine noise, at each thread count:
   ort fp32     onnxruntime-node on the float model
   ort qdq      onnxruntime-node on the QDQ model (its own int8 kernels)
 
+QDQ.onnx may also be a dynamically quantised model (DynamicQuantizeLinear + MatMulInteger, as
+ONNX Runtime's quantize_dynamic and bench/quant/quantize_dynamic.py write it).
+
 Each engine runs warm in one long-lived process per model and thread count (Kiln in
 bench/ort_compare/kiln_session over the C API, ORT in bench/ort_compare/run_ort.js), as
 bench/ort_compare.sh does. Prints medians and the ratios the issue asks for (kiln int8 / ort
 fp32 and kiln int8 / ort qdq), and one JSON line.
 
 usage: int8_bench.py --fp32 M.onnx --qdq M.int8.onnx --input NAME=X.npy [--threads 1,2]
-                     [--runs 15] [--build-dir build/release] [--work-dir DIR]
+                     [--runs 15] [--build-dir build/release] [--work-dir DIR] [--no-build]
 """
 
 import argparse
@@ -83,18 +86,21 @@ def main(argv):
     p.add_argument("--build-dir", default=os.path.join(SRC, "build", "release"))
     p.add_argument("--work-dir", default="")
     p.add_argument("--node", default="node")
+    p.add_argument("--no-build", action="store_true", help="time the binaries as they are (built beforehand)")
     args = p.parse_args(argv)
     args.inputs = dict(kv.split("=", 1) for kv in args.input)
     kiln = os.path.join(args.build_dir, "tools", "kiln")
     # Up to date with the tree (a no-op when it is): a stale kiln_session would time old kernels.
-    subprocess.run(["cmake", "--build", args.build_dir, "--target", "kiln", "kiln_session"], check=True,
-                   stdout=subprocess.DEVNULL)
+    if not args.no_build:
+        subprocess.run(["cmake", "--build", args.build_dir, "--target", "kiln", "kiln_session"], check=True,
+                       stdout=subprocess.DEVNULL)
     work = args.work_dir or tempfile.mkdtemp(prefix="kiln-int8-bench-")
     os.makedirs(work, exist_ok=True)
     models = {"int8": os.path.join(work, "int8.kiln"), "fp32": os.path.join(work, "fp32.kiln")}
     report = compile_kiln(kiln, args.qdq, models["int8"], args.input_shape)
     compile_kiln(kiln, args.fp32, models["fp32"], args.input_shape)
-    int8_kernels = {k: v for k, v in report.get("kernels", {}).items() if "QLinear" in k}
+    int8_kernels = {k: v for k, v in report.get("kernels", {}).items()
+                    if any(t in k for t in ("QLinear", "Integer", "DynamicQuant"))}
     print(f"kiln int8 model: fusions {report.get('fusions', {})}")
     print(f"kiln int8 model: int8 kernels {int8_kernels}")
     rows = []
