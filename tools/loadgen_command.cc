@@ -1,9 +1,10 @@
 // `kiln loadgen URL --model M`: a load generator for KServe v2 servers (kiln serve, Triton),
 // in the manner of Triton's perf_analyzer: C client threads, each with one keep-alive
-// connection, send binary-tensor requests of random data shaped from the model's metadata
-// (open dims as 1) for a duration; closed loop (each sends its next request when the last is
-// answered) or, with --rate, open loop (request k of the whole run is due at start + k/rate,
-// latency counted from when it was due, so a slow server cannot hide its queueing).
+// connection, send binary-tensor requests (the inputs given as .npy files, the others random
+// data shaped from the model's metadata, open dims as 1) for a duration; closed loop (each
+// sends its next request when the last is answered) or, with --rate, open loop (request k of
+// the whole run is due at start + k/rate, latency counted from when it was due, so a slow
+// server cannot hide its queueing).
 #include <httplib.h>
 
 #include <algorithm>
@@ -17,7 +18,9 @@
 #include <thread>
 
 #include "core/dtype.h"
+#include "core/npy.h"
 #include "serve/infer_codec.h"
+#include "tools/cli_options.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -33,15 +36,38 @@ struct LoadgenArgs {
   double duration = 10;
   double rate = 0;  // requests per second over all clients; 0: closed loop
   bool json_output = false;
+  std::vector<std::string> inputs;  // NAME=FILE.npy
 };
 
-// The request body (binary tensors) for the model's metadata, or an error message.
-Expected<std::pair<std::string, size_t>> make_body(const json& meta) {
+// The request body (binary tensors) for the model's metadata: the inputs of `given` with
+// their data, dtype and shape, the others random. An error names an input the model lacks or
+// a .npy of another dtype than the model's.
+Expected<std::pair<std::string, size_t>> make_body(const json& meta, const std::map<std::string, Tensor>& given) {
   json header{{"inputs", json::array()}, {"parameters", {{"binary_data_output", true}}}};
   std::string data;
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> uniform(-1, 1);
+  std::string names;
+  for (const json& in : meta.at("inputs")) names += (names.empty() ? "" : ", ") + in.at("name").get<std::string>();
+  for (const auto& [name, tensor] : given) {
+    auto known = std::find_if(meta.at("inputs").begin(), meta.at("inputs").end(),
+                              [&](const json& in) { return in.at("name") == name; });
+    if (known == meta.at("inputs").end())
+      return invalid_argument("--input %s: the model has no input '%s' (inputs: %s)", name.c_str(), name.c_str(),
+                              names.c_str());
+    if (known->at("datatype") != serve::kserve_datatype(tensor.dtype()))
+      return invalid_argument("--input %s: the file holds %s, the model's input is %s", name.c_str(),
+                              serve::kserve_datatype(tensor.dtype()),
+                              known->at("datatype").get<std::string>().c_str());
+  }
   for (const json& in : meta.at("inputs")) {
+    if (auto it = given.find(in.at("name").get<std::string>()); it != given.end()) {
+      const Tensor& t = it->second;
+      header["inputs"].push_back({{"name", in.at("name")}, {"datatype", in.at("datatype")}, {"shape", t.dims()},
+                                  {"parameters", {{"binary_data_size", t.size_bytes()}}}});
+      data.append(static_cast<const char*>(t.raw_data()), t.size_bytes());
+      continue;
+    }
     auto dtype = serve::dtype_from_kserve(in.at("datatype").get<std::string>());
     if (!dtype) return invalid_argument("input '%s' has datatype %s, which loadgen cannot generate",
                                         in.at("name").get<std::string>().c_str(), in.at("datatype").dump().c_str());
@@ -77,6 +103,16 @@ int loadgen(const LoadgenArgs& args) {
     return usage_error("loadgen", str_format("--duration must be a positive number of seconds (got %g)", args.duration));
   if (args.rate < 0 || !std::isfinite(args.rate))
     return usage_error("loadgen", str_format("--rate must not be negative (got %g)", args.rate));
+  if (std::string bad = check_input_specs(args.inputs); !bad.empty()) return usage_error("loadgen", bad);
+  std::map<std::string, Tensor> given;
+  for (const std::string& spec : args.inputs) {
+    const size_t eq = spec.find('=');
+    const std::string name = spec.substr(0, eq);
+    if (given.count(name)) return usage_error("loadgen", "--input " + name + " is given twice");
+    Expected<Tensor> t = read_npy(spec.substr(eq + 1));
+    if (!t.ok()) return report_error("loadgen", "--input " + name + ": " + t.status().to_string());
+    given.emplace(name, std::move(*t));
+  }
   httplib::Client probe(args.url);
   if (!probe.is_valid()) return usage_error("loadgen", "'" + args.url + "' is not an http://HOST:PORT URL");
   const std::string path = "/v2/models/" + args.model;
@@ -86,7 +122,7 @@ int loadgen(const LoadgenArgs& args) {
     return report_error("loadgen", str_format("GET %s: HTTP %d %s", path.c_str(), meta_res->status, meta_res->body.c_str()));
   json meta = json::parse(meta_res->body, nullptr, false);
   if (meta.is_discarded() || !meta.contains("inputs")) return report_error("loadgen", "GET " + path + ": not model metadata");
-  Expected<std::pair<std::string, size_t>> body = make_body(meta);
+  Expected<std::pair<std::string, size_t>> body = make_body(meta, given);
   if (!body.ok()) return report_error("loadgen", body.status().to_string());
   const httplib::Headers headers{{"Inference-Header-Content-Length", std::to_string(body->second)}};
 
@@ -166,6 +202,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--rate", args->rate,
                  "Requests per second over all clients, open loop (default: closed loop, each client sends when "
                  "answered)");
+  app.add_option("--input", args->inputs,
+                 "NAME=FILE.npy: send this input's data, dtype and shape (repeatable; other inputs are random)");
   app.add_flag("--json", args->json_output, "Print one JSON object (throughput_per_s, latency_ms {p50, ...}, ...)");
   return [args] { return loadgen(*args); };
 }

@@ -667,6 +667,42 @@ class ServeTest(KServeExamples, unittest.TestCase):
                            text=True, timeout=60, env=ENV)
         self.assertEqual(r.returncode, 2, r.stderr)
 
+    def test_loadgen_sends_the_inputs_given_as_npy_files(self):
+        url = f"http://127.0.0.1:{self.server.port}"
+        paths = {}
+        for name, array in (("rows3", np.ones((3, 8), np.float32)), ("rows9", np.ones((9, 8), np.float32)),
+                            ("ints", np.ones((3, 8), np.int32))):
+            paths[name] = os.path.join(WORK, f"loadgen_{name}.npy")
+            np.save(paths[name], array)
+
+        def loadgen(*args):
+            return subprocess.run([KILN, "loadgen", url, "--model", "linear", "--duration", "0.3", "--json", *args],
+                                  capture_output=True, text=True, timeout=60, env=ENV)
+
+        before = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_batch_size_sum",
+                        model="linear") or 0
+        r = loadgen("--input", f"x={paths['rows3']}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertGreater(out["ok"], 0)
+        self.assertEqual(out["failed"], {})
+        # Every request carried the file's 3 rows (random data would be one row).
+        after = metric(self.server.request("GET", "/metrics")[2].decode(), "kiln_inference_batch_size_sum",
+                       model="linear")
+        self.assertEqual(after - before, 3 * out["ok"])
+        # 9 rows are beyond linear's max_batch_size 8: the server refuses each request.
+        r = loadgen("--input", f"x={paths['rows9']}")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(list(json.loads(r.stdout)["failed"]), ["HTTP 400"])
+        for args, code, words in ((["--input", f"x={paths['ints']}"], 1, "holds INT32, the model's input is FP32"),
+                                  (["--input", f"z={paths['rows3']}"], 1, "no input 'z' (inputs: x)"),
+                                  (["--input", "x"], 2, "not NAME=FILE.npy"),
+                                  (["--input", f"x={WORK}/absent.npy"], 1, "--input x")):
+            with self.subTest(args=args):
+                r = loadgen(*args)
+                self.assertEqual(r.returncode, code, r.stderr)
+                self.assertIn(words, r.stderr)
+
 
 class StaticSchedulingTest(unittest.TestCase):
     def test_static_scheduling_uses_every_device_and_answers_correctly(self):
