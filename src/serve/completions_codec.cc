@@ -4,6 +4,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/json_brief.h"
+
 namespace kiln::serve {
 namespace {
 
@@ -16,14 +18,14 @@ bool is_int64(const json& j) {
 
 Expected<int64_t> int_field(const json& j, const char* name, int64_t lo, int64_t hi) {
   if (!is_int64(j) || j.get<int64_t>() < lo || j.get<int64_t>() > hi)
-    return invalid_argument("'%s' is %s, expected an integer in %lld..%lld", name, j.dump().c_str(), (long long)lo,
+    return invalid_argument("'%s' is %s, expected an integer in %lld..%lld", name, json_brief(j).c_str(), (long long)lo,
                             (long long)hi);
   return j.get<int64_t>();
 }
 
 Expected<double> number_field(const json& j, const char* name, double lo, double hi) {
   if (!j.is_number() || j.get<double>() < lo || j.get<double>() > hi)
-    return invalid_argument("'%s' is %s, expected a number in %g..%g", name, j.dump().c_str(), lo, hi);
+    return invalid_argument("'%s' is %s, expected a number in %g..%g", name, json_brief(j).c_str(), lo, hi);
   return j.get<double>();
 }
 
@@ -35,7 +37,7 @@ Expected<std::vector<int64_t>> token_ids(const json& j, const std::string& what)
   std::vector<int64_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!is_int64(j[i]))
-      return invalid_argument("%s[%zu] is %s, not a token id (an integer)", what.c_str(), i, j[i].dump().c_str());
+      return invalid_argument("%s[%zu] is %s, not a token id (an integer)", what.c_str(), i, json_brief(j[i]).c_str());
     ids.push_back(j[i].get<int64_t>());
   }
   return ids;
@@ -114,11 +116,11 @@ Expected<CompletionRequest> parse_completion_request(const std::string& body) {
       r.params.stream = v.get<bool>();
     } else if (key == "n" || key == "best_of") {
       if (!v.is_null() && !(is_int64(v) && v.get<int64_t>() == 1))
-        return invalid_argument("'%s' is %s: only 1 is supported", key.c_str(), v.dump().c_str());
+        return invalid_argument("'%s' is %s: only 1 is supported", key.c_str(), json_brief(v).c_str());
     } else if (key == "echo") {
-      if (!v.is_null() && v != false) return invalid_argument("'echo' is %s: only false is supported", v.dump().c_str());
+      if (!v.is_null() && v != false) return invalid_argument("'echo' is %s: only false is supported", json_brief(v).c_str());
     } else if (key == "logprobs") {
-      if (!v.is_null()) return invalid_argument("'logprobs' is %s: only null is supported", v.dump().c_str());
+      if (!v.is_null()) return invalid_argument("'logprobs' is %s: only null is supported", json_brief(v).c_str());
     } else if (key == "user") {
       if (!v.is_string()) return invalid_argument("'user' must be a string");
     } else {
