@@ -7,9 +7,10 @@
 #
 #   bench/fuzz_campaign.sh [SECONDS [RUNS]] [TARGET...]   # defaults: 600 s, 1000000 runs
 #
-# Runs at nice 19 (a shared machine). KILN_BUILD_LOCK=FILE serialises the builds
-# (scripts/fuzz.sh). Exits non-zero when a target left an artifact; the inputs are in
-# build/fuzz/artifacts/<target>/ (fix, then copy to fuzz/regressions/<target>/).
+# Builds the targets first, in one build (KILN_BUILD_LOCK=FILE: under flock FILE;
+# KILN_FUZZ_PREBUILT=1: not at all), then fuzzes each at nice 19 (a shared machine). Exits
+# non-zero when a target left an artifact; the inputs are in build/fuzz/artifacts/<target>/
+# (fix, then copy to fuzz/regressions/<target>/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,12 +20,20 @@ if [[ ${1:-} =~ ^[0-9]+$ ]]; then runs=$1; shift; fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(scripts/fuzz.sh --list)
 
+if [ -z "${KILN_FUZZ_PREBUILT:-}" ]; then
+  lock=()
+  [ -z "${KILN_BUILD_LOCK:-}" ] || lock=(flock "$KILN_BUILD_LOCK")
+  [ -f build/fuzz/build.ninja ] || "${lock[@]}" cmake --preset fuzz >/dev/null || exit 1
+  "${lock[@]}" nice -n 19 cmake --build build/fuzz --target "${targets[@]/#/kiln_fuzz_}" >/dev/null ||
+    exit 1
+fi
+
 rows=() failed=0
 for t in "${targets[@]}"; do
   artifacts=build/fuzz/artifacts/$t
   before=$(ls "$artifacts" 2>/dev/null | wc -l)
   start=$(date +%s)
-  nice -n 19 scripts/fuzz.sh "$t" "$seconds" -runs="$runs" >/dev/null 2>&1
+  KILN_FUZZ_PREBUILT=1 nice -n 19 scripts/fuzz.sh "$t" "$seconds" -runs="$runs" >/dev/null 2>&1
   rc=$?
   wall=$(( $(date +%s) - start ))
   log=build/fuzz/$t.log

@@ -9,7 +9,8 @@
 # New inputs go to build/fuzz/corpus/<target> (kept between runs, not in the tree); a crash
 # is written to build/fuzz/artifacts/<target>/ and ends the run with a non-zero status: copy
 # it to fuzz/regressions/<target>/ with the fix, so ctest -L fuzz replays it from then on.
-# KILN_BUILD_LOCK=FILE serialises the build with other builds (flock FILE).
+# KILN_BUILD_LOCK=FILE serialises the build with other builds (flock FILE);
+# KILN_FUZZ_PREBUILT=1 skips the build (bench/fuzz_campaign.sh builds every target first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,8 +33,10 @@ fi
 
 lock=()
 [ -z "${KILN_BUILD_LOCK:-}" ] || lock=(flock "$KILN_BUILD_LOCK")
-[ -f build/fuzz/build.ninja ] || "${lock[@]}" cmake --preset fuzz >/dev/null
-"${lock[@]}" cmake --build build/fuzz --target "kiln_fuzz_$target" >/dev/null
+if [ -z "${KILN_FUZZ_PREBUILT:-}" ]; then
+  [ -f build/fuzz/build.ninja ] || "${lock[@]}" cmake --preset fuzz >/dev/null
+  "${lock[@]}" cmake --build build/fuzz --target "kiln_fuzz_$target" >/dev/null
+fi
 
 work=build/fuzz/corpus/$target artifacts=build/fuzz/artifacts/$target
 mkdir -p "$work" "$artifacts"
