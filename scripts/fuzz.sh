@@ -48,10 +48,10 @@ set +e
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   "build/fuzz/fuzz/kiln_fuzz_$target" "${args[@]}" "$@" "$work" "fuzz/corpus/$target" 2>&1 | tee "$log" |
-  grep -E '^#[0-9]+ +(INITED|DONE)|ERROR|SUMMARY|^stat::'
+  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|^stat::'
 rc=${PIPESTATUS[0]}
 set -e
-done_line=$(grep -E '^#[0-9]+ +(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1)
+done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1)
 crashes=$(ls "$artifacts" | wc -l)
 echo "fuzz $target: ${seconds}s, last status: ${done_line:-none}; exit $rc; artifacts in $artifacts: $crashes"
 exit "$rc"
