@@ -107,6 +107,7 @@ nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, doub
                    {"lower_bound_bytes", plan->lower_bound_bytes},
                    {"weights_bytes", plan->weights_bytes},
                    {"cold_weights_bytes", plan->cold_weights_bytes},
+                   {"prepacked_bytes", plan->prepacked_bytes},
                    {"dynamic_values", plan->dynamic_values},
                    {"inplace_values", plan->inplace_count},
                    {"strategy", plan->strategy}};

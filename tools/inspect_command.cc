@@ -55,6 +55,10 @@ int run_inspect(const InspectArgs& args) {
   }
   for (const ir::Value* v : graph->outputs()) std::printf("output %s: %s\n", v->name().c_str(), v->type().to_string().c_str());
   std::printf("weights: %.2f MB\n", static_cast<double>(graph->weight_bytes()) / 1e6);
+  if (const size_t packed = graph->prepacked_bytes())
+    std::printf("pre-packed weights: %.2f MB, in the layouts this CPU's kernels use (the %.2f MB of originals they "
+                "replace stay in the file's cold tail, not read at load)\n",
+                static_cast<double>(packed) / 1e6, static_cast<double>(graph->cold_weight_bytes()) / 1e6);
   if (is_kiln && kiln_model.bucket_kind != model::BucketKind::kNone) {
     // The inputs and ops above are the first bucket's; the weight section holds every
     // bucket's weights, each stored once.

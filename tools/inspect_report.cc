@@ -83,6 +83,8 @@ nlohmann::json inspect_json(const std::string& path, const InspectedModel& m, bo
   j["op_histogram"] = hist;
   j["opsets"] = graph->opset_imports();
   j["weight_bytes"] = graph->weight_bytes();
+  j["prepacked_bytes"] = graph->prepacked_bytes();
+  j["cold_weight_bytes"] = graph->cold_weight_bytes();
   j["producer"] = info.producer;
   j["source_hash"] = info.source_hash;
   if (m.is_kiln) {

@@ -73,8 +73,9 @@ bool is_inplace_candidate_op(const ir::Node& node) {
 
 Expected<MemoryPlan> plan_memory(const ir::Graph& graph, const PlanOptions& options) {
   MemoryPlan plan;
+  plan.weights_bytes = graph.weight_bytes();
   plan.cold_weights_bytes = graph.cold_weight_bytes();
-  plan.weights_bytes = graph.weight_bytes() - plan.cold_weights_bytes;
+  plan.prepacked_bytes = graph.prepacked_bytes();
   const auto& nodes = graph.nodes();
   const int steps = static_cast<int>(nodes.size());
 

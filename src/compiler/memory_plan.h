@@ -45,10 +45,11 @@ struct MemoryPlan {
   // Largest sum of buffer sizes live at one step, for this order and these in-place choices:
   // no placement of these buffers can use less.
   size_t lower_bound_bytes = 0;
-  size_t weights_bytes = 0;  // constant data the model carries and reads (not in the arena)
-  // Constant data it carries but does not read once prepared: the originals of weights stored
-  // pre-packed (the .kiln's cold tail, docs/model-format.md).
+  size_t weights_bytes = 0;  // constant data the model carries, as it came (not in the arena)
+  // Of that, what a prepared model does not read: the originals of weights stored pre-packed
+  // (the .kiln's cold tail, docs/model-format.md); and the packed copies it reads instead.
   size_t cold_weights_bytes = 0;
+  size_t prepacked_bytes = 0;
   int inplace_count = 0;     // values written over their input
   int dynamic_values = 0;    // values whose size is only known at run time (not in the arena)
   std::string strategy;      // the offset assignment kept, e.g. "greedy-by-size/first-fit"

@@ -225,11 +225,22 @@ size_t Graph::weight_bytes() const {
     if (v->has_initializer()) total += v->initializer()->size_bytes();
   for (const auto& n : nodes_) {
     for (const auto& [name, a] : n->attrs()) {
+      if (name == kPrepackedAttr || name == kPrepackedKeyAttr) continue;  // prepacked_bytes()
       if (a.kind == AttrKind::kTensor) total += a.t.size_bytes();
       if (a.kind == AttrKind::kTensors)
         for (const Tensor& t : a.tensors) total += t.size_bytes();
     }
     for (Graph* g : n->subgraphs()) total += g->weight_bytes();
+  }
+  return total;
+}
+
+size_t Graph::prepacked_bytes() const {
+  size_t total = 0;
+  for (const auto& n : nodes_) {
+    if (const Attribute* a = n->attr(kPrepackedAttr))
+      for (const Tensor& t : a->tensors) total += t.size_bytes();
+    for (Graph* g : n->subgraphs()) total += g->prepacked_bytes();
   }
   return total;
 }

@@ -177,11 +177,16 @@ class Graph {
   // Total bytes of initializer data (this graph and subgraphs).
   size_t initializer_bytes() const;
   // Initializers plus tensors held in node attributes (e.g. Constant nodes): all the
-  // constant data the model carries.
+  // constant data the model carries, in the layouts it came in (the pre-packed copies are
+  // prepacked_bytes()).
   size_t weight_bytes() const;
   // Of those, the initializers a prepared model does not read (prepacked_only_initializers),
   // counted once per distinct tensor storage.
   size_t cold_weight_bytes() const;
+  // The packed copies of weights `kiln compile` stores on nodes (kPrepackedAttr), which
+  // weight_bytes() leaves out: weight_bytes() - cold_weight_bytes() + prepacked_bytes() is
+  // what a prepared model reads.
+  size_t prepacked_bytes() const;
 
  private:
   std::string name_;

@@ -331,7 +331,7 @@ Expected<ModelSizes> model_sizes(const ir::Graph& graph) {
   KILN_RETURN_IF_ERROR(add_graph_sizes(graph, &sizes.work_bytes),
                        "the activation workspace cannot be bounded");
   // What the loaded model reads: not the originals of weights stored pre-packed.
-  sizes.weight_bytes = graph.weight_bytes() - graph.cold_weight_bytes();
+  sizes.weight_bytes = graph.weight_bytes() - graph.cold_weight_bytes() + graph.prepacked_bytes();
   return sizes;
 }
 
