@@ -243,7 +243,26 @@ Status infer_node(ir::Node& node) {
   return ok_status();
 }
 
-Status infer_graph(ir::Graph& graph) {
+namespace {
+
+// An open dim inference could not express (a Resize by scales, a Concat of differently named
+// dims, a data-dependent extent) gets a name of its own: "dim(VALUE,AXIS)". A name says only
+// "equal wherever this name appears", and every op's inference moves a dim to its outputs only
+// where the extents are equal (a Relu, a stride-1 same-padded Conv, a broadcast against 1), so
+// the passes that need equal shapes (conv and element-wise fusion, layout choice) can prove them
+// on the values downstream as they do with the model's own dim names, instead of giving up on
+// every "?". Only the main graph: a loop body's values may change extent between iterations.
+void name_open_dims(ir::Node& node) {
+  for (ir::Value* v : node.outputs()) {
+    if (!v || !v->type().is_tensor() || !v->shape().has_rank()) continue;
+    std::vector<Dim>& dims = v->type().shape.dims();
+    for (size_t axis = 0; axis < dims.size(); ++axis)
+      if (!dims[axis].is_static() && dims[axis].symbol.empty())
+        dims[axis] = Dim::symbolic(str_format("dim(%s,%zu)", v->name().c_str(), axis));
+  }
+}
+
+Status infer_graph_nodes(ir::Graph& graph, bool main_graph) {
   for (const auto& n : graph.nodes()) {
     // Subgraphs first: If, Loop and SequenceMap type their outputs from their bodies'.
     for (ir::Graph* g : n->subgraphs()) {
@@ -256,12 +275,17 @@ Status infer_graph(ir::Graph& graph) {
       }
       // Subgraph inputs are typed by the frontend from the body's declaration; if the
       // body cannot be fully inferred, execution still works with dynamic shapes.
-      Status s = infer_graph(*g);
+      Status s = infer_graph_nodes(*g, false);
       if (!s.ok()) return s.add_context("in a subgraph of node %s", n->label().c_str());
     }
     KILN_RETURN_IF_ERROR(infer_node(*n));
+    if (main_graph && n->subgraphs().empty()) name_open_dims(*n);
   }
   return ok_status();
 }
+
+}  // namespace
+
+Status infer_graph(ir::Graph& graph) { return infer_graph_nodes(graph, true); }
 
 }  // namespace kiln::ops

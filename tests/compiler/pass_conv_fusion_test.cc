@@ -1,7 +1,8 @@
 // conv_fusion: Conv [+ bias Add] [+ residual Add] [+ activation] becomes kiln FusedConv at
 // -O2/-O3 and computes what the unfused -O1 graph's ONNX reference kernels compute;
-// chains that must stay apart (shared or pinned intermediates, unknown shapes, non-constant
-// Clip bounds, a broadcasting residual) stay unfused.
+// chains that must stay apart (shared or pinned intermediates, a residual not provably of the
+// conv's shape, non-constant Clip bounds, a broadcasting residual) stay unfused; an open batch
+// does not stop a fusion.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -357,9 +358,9 @@ TEST(ConvFusionTest, NegativeCasesStayUnfused) {
        fmodel("g (float[1,3,6,6] x) => (float[1,4,4,4] c, float[1,4,4,4] y)", w, R"(
     c = Conv(x, w)
     y = Relu(c))")},
-      {"unknown input shape", fmodel("g (float[?,3,6,6] x) => (float[?,4,4,4] y)", w, R"(
+      {"residual whose open dim is not the conv's", fmodel("g (float[?,3,6,6] x, float[?,4,4,4] z) => (float[?,4,4,4] y)", w, R"(
     c = Conv(x, w)
-    y = Relu(c))")},
+    y = Add(c, z))")},
       {"non-constant clip bounds",
        fmodel("g (float[1,3,6,6] x, float lo) => (float[1,4,4,4] y)", w, R"(
     c = Conv(x, w)
@@ -377,6 +378,28 @@ TEST(ConvFusionTest, NegativeCasesStayUnfused) {
     EXPECT_EQ(count_kiln_op(*c.graph, "FusedConv"), 0);
     EXPECT_TRUE(fusions(c, "conv_fusion").empty());
   }
+}
+
+TEST(ConvFusionTest, OpenBatchFusesAndComputesTheSame) {
+  // The conv's output dims are named by shape inference even where the input's are "?", so
+  // Conv + Relu fuses with an open batch; both graphs then run at batch 2.
+  std::string text = fmodel("g (float[?,3,6,6] x) => (float[?,4,4,4] y)", finit("w", {4, 3, 3, 3}, 22), R"(
+    c = Conv(x, w)
+    y = Relu(c))");
+  auto ref = testing::compile_text(text, 1);
+  auto opt = testing::compile_text(text, 3);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  EXPECT_EQ(fusions(*opt, "conv_fusion"), (Patterns{{"Conv+Relu", 1}}));
+  Tensor x = Tensor::make(DataType::kFloat32, {2, 3, 6, 6});
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = static_cast<float>((i * 5 % 13) - 6) * 0.17f;
+  std::vector<rt::NamedValue> inputs;
+  inputs.push_back({"x", RuntimeValue(std::move(x))});
+  auto a = testing::run_graph(ref->graph, inputs);
+  auto b = testing::run_graph(opt->graph, inputs);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  testing::expect_close_rel(b[0].tensor(), a[0].tensor(), "y");
 }
 
 TEST(ConvFusionTest, NegativeCasesStillComputeTheSame) {

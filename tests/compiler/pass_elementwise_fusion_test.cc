@@ -141,6 +141,42 @@ TEST(ElementwiseFusionTest, NegativeCasesStayUnfused) {
                           3);
 }
 
+TEST(ElementwiseFusionTest, OpenDimsAreNamedSoTreesFuseAndStopAtUnprovenBroadcasts) {
+  // The pattern of a detection head compiled with open H and W: Resize by scales gives dims
+  // inference cannot express; shape inference names them, so Add(bias) + Sigmoid after the
+  // Resize fuses, and Mul + Add on z fuses while the Add of z's H with the Resize's is left
+  // out (equal only at run time) instead of spoiling the tree that feeds it.
+  std::string text = fmodel("g (float[1,2,h,w] x, float[1,2,H,W] z) => (float[1,2,?,?] y, float[1,2,?,?] y2)",
+                            "float[0] roi = {}, float[4] sc = {1.0, 1.0, 2.0, 2.0}, " + finit("b", {1, 2, 1, 1}, 3) +
+                                finit("c", {1, 2, 1, 1}, 4),
+                            R"(
+    r = Resize(x, roi, sc) <mode = "nearest">
+    a = Add(r, b)
+    y = Sigmoid(a)
+    m = Mul(z, c)
+    n = Add(m, z)
+    y2 = Add(n, r))");
+  auto ref = testing::compile_text(text, 1);
+  auto opt = testing::compile_text(text, 3);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  EXPECT_EQ(fusions(*opt, "elementwise_fusion"), (Patterns{{"Elementwise(2 ops)", 2}}));
+  EXPECT_EQ(count_op(*opt->graph, "Add"), 1);  // y2 = Add(n, r)
+  // Run both at h = w = 3 (the Resize gives 6x6) and H = W = 6.
+  std::vector<rt::NamedValue> inputs;
+  for (auto [name, extent] : {std::pair<const char*, int64_t>{"x", 3}, {"z", 6}}) {
+    Tensor t = Tensor::make(DataType::kFloat32, {1, 2, extent, extent});
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = static_cast<float>((i * 7 % 11) - 5) * 0.31f;
+    inputs.push_back({name, RuntimeValue(std::move(t))});
+  }
+  auto a = testing::run_graph(ref->graph, inputs);
+  auto b = testing::run_graph(opt->graph, inputs);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t k = 0; k < a.size(); ++k)
+    testing::expect_close_rel(b[k].tensor(), a[k].tensor(), "output " + std::to_string(k));
+}
+
 TEST(ElementwiseFusionTest, SplitsAtASharedValue) {
   // t feeds two consumers: the trees above it and below it are fused separately.
   std::string text = fmodel("g (float[2,3] x) => (float[2,3] y, float[2,3] y2)", "", R"(

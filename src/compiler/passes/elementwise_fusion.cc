@@ -92,7 +92,13 @@ class ElementwiseFuser {
     if (!fusion::known_float_tensor(n.output(0)) || !n.input(0)) return false;
     for (const ir::Value* v : n.inputs())
       if (v && !fusion::known_float_tensor(v)) return false;
-    return true;
+    // Its inputs must provably broadcast to its output: an Add of two differently named dims
+    // (equal only at run time) would make every tree through it fail the check in fuse(),
+    // losing the fusable trees that feed it; left out, it is the boundary between them.
+    Shape all = Shape::from_static({});
+    for (const ir::Value* v : n.inputs())
+      if (v && !broadcast(all, v->shape(), &all)) return false;
+    return all == n.output(0)->shape();
   }
 
   // Adds the producers of `n`'s inputs that may join the tree, recursively.
