@@ -21,6 +21,14 @@ target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_run
 file(GLOB kiln_capi_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/capi/*.cc)
 target_sources(kiln_shared PRIVATE ${kiln_capi_srcs})
 target_link_libraries(kiln_shared PRIVATE kiln_compiler)
+# The LLM engine (kilnllm*, include/kiln/llm.h): compiled into the library from src/llm's
+# sources, as single-operator mode's, since the kiln_llm archive depends on kiln_runtime
+# (linked whole above) and its C entry points are referenced by nothing inside libkiln.so.
+if(TARGET kiln_llm)
+  file(GLOB kiln_llm_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/llm/*.cc)
+  target_sources(kiln_shared PRIVATE ${kiln_llm_srcs})
+  target_link_libraries(kiln_shared PRIVATE nlohmann_json::nlohmann_json)
+endif()
 # The communication library (kilnComm*, kilnAllReduce, ...), whole like the runtime.
 if(TARGET kiln_comm_archive)
   target_link_libraries(kiln_shared PRIVATE kiln_comm)
@@ -52,6 +60,7 @@ install(TARGETS kiln_shared EXPORT kilnTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/kiln/kiln.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln.hpp
               ${PROJECT_SOURCE_DIR}/include/kiln/comm.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln_op.h
+              ${PROJECT_SOURCE_DIR}/include/kiln/llm.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 if(TARGET kiln)
   install(TARGETS kiln RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

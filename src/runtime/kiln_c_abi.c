@@ -3,6 +3,7 @@
  * the ABI promises. */
 #include "kiln/kiln.h"
 #include "kiln/kiln_op.h" /* plain C too */
+#include "kiln/llm.h"     /* and the LLM engine's API */
 
 _Static_assert(KILN_SUCCESS == 0, "KILN_SUCCESS must be 0, as ACL_SUCCESS");
 _Static_assert(sizeof(kilnError) == sizeof(int), "kilnError is an int");
@@ -15,3 +16,5 @@ _Static_assert(KILN_YUV420SP_U8 == 1 && KILN_ARGB8888_U8 == 7 && KILN_AYUV444_U8
 _Static_assert(KILN_DATA_WITHOUT_AIPP == 0 && KILN_DYNAMIC_AIPP_NODE == 3,
                "AIPP input types keep AscendCL's numbering");
 _Static_assert(KILN_ERROR_NOT_STATIC_AIPP == 100038, "AIPP errors keep AscendCL's numbering");
+_Static_assert(KILN_LLM_REQUEST_WAITING == 0 && KILN_LLM_REQUEST_CANCELLED == 3,
+               "LLM request statuses keep their numbering");

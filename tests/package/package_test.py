@@ -50,7 +50,8 @@ def api_functions(header, at_least=50):
 
 
 def check_install_tree(prefix, source_dir):
-    for rel in ["include/kiln/kiln.h", "include/kiln/kiln.hpp", "include/kiln/kiln_op.h", "lib/libkiln.so",
+    for rel in ["include/kiln/kiln.h", "include/kiln/kiln.hpp", "include/kiln/kiln_op.h", "include/kiln/llm.h",
+                "lib/libkiln.so",
                 "lib/libkiln.so.0", "lib/libkiln.so.0.1.0", "lib/pkgconfig/kiln.pc",
                 "lib/cmake/kiln/kilnConfig.cmake", "lib/cmake/kiln/kilnConfigVersion.cmake",
                 "lib/cmake/kiln/kilnTargets.cmake", "bin/kiln"]:
@@ -74,6 +75,9 @@ def check_install_tree(prefix, source_dir):
     missing = [f for f in api_functions(os.path.join(source_dir, "include/kiln/kiln_op.h"), 10)
                if f not in exported]
     check(not missing, "kiln_op.h functions not exported by libkiln.so: %s" % missing)
+    missing = [f for f in api_functions(os.path.join(source_dir, "include/kiln/llm.h"), 10)
+               if f not in exported]
+    check(not missing, "llm.h functions not exported by libkiln.so: %s" % missing)
 
     ldd = run(["ldd", lib]).stdout
     check("not found" not in ldd, "unresolved dependencies of libkiln.so:\n" + ldd)
