@@ -12,17 +12,23 @@
 //   paged           paged KV, continuous batching, prefill buckets (the engine's default).
 //
 // Every configuration runs the same requests greedily on a fresh engine (so no configuration
-// reuses another's cached prefixes) and must produce the same tokens. Printed per
-// configuration: tokens/s (generated tokens / wall time of prefill and decode), the sessions
-// that fit in --kv-memory at their final lengths, fragmentation averaged over decode steps.
+// reuses another's cached prefixes) and must produce the same tokens. Requests arrive all at
+// once, or with --arrival-rate as a seeded Poisson process (each joins the engine between steps
+// once its time has come). Printed per configuration: tokens/s (generated tokens / wall time),
+// the sessions that fit in --kv-memory at their final lengths, fragmentation averaged over
+// decode steps, and the latencies a user sees: time to first token (from the request's arrival)
+// and time per output token after the first, p50 and p99 over the requests of every run.
 // Note the baseline is favoured: its decode attention reads only the tokens written, where a
 // static graph would attend over all 2048 padded slots.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -41,6 +47,7 @@ struct LlmBenchArgs {
   int64_t requests = 16, prompt_min = 16, prompt_max = 1500, output_min = 16, output_max = 256;
   int64_t kv_memory_mib = 256, batch = 16, block_size = 16, repeat = 1;
   uint64_t seed = 1;
+  double arrival_rate = 0;  // requests per second; 0: all arrive at the start
   int threads = 0;
   const CLI::Option* threads_opt = nullptr;
   bool json = false;
@@ -48,6 +55,7 @@ struct LlmBenchArgs {
 
 struct Workload {
   std::vector<llm::Request> requests;
+  std::vector<double> arrival_s;  // per request, from the start of a run, ascending
   int64_t prompt_tokens = 0, output_tokens = 0, capped = 0;
 };
 
@@ -73,7 +81,23 @@ Workload make_workload(const LlmBenchArgs& a, const llm::DecoderConfig& c) {
     w.output_tokens += out;
     w.requests.push_back(std::move(r));
   }
+  // Poisson arrivals: exponential gaps at the rate, from a stream of their own so that the
+  // lengths and ids of a seed stay the same with or without a rate.
+  std::mt19937_64 arrivals(a.seed ^ 0x9e3779b97f4a7c15ull);
+  double t = 0;
+  for (int64_t i = 0; i < a.requests; ++i) {
+    if (a.arrival_rate > 0) t += std::exponential_distribution<double>(a.arrival_rate)(arrivals);
+    w.arrival_s.push_back(t);
+  }
   return w;
+}
+
+// Nearest-rank percentile (p in (0, 100]) of `v`; 0 for none.
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
 }
 
 struct Config {
@@ -88,6 +112,9 @@ struct Result {
   double fragmentation = 0;
   int64_t sessions_fit = 0, preemptions = 0, peak_sessions = 0, prefill_rows = 0, prefill_padded = 0, generated = 0;
   std::vector<std::vector<int64_t>> tokens;
+  // Per request of every run: time to first token (from its arrival) and time per output
+  // token after the first ((last - first) / (tokens - 1), requests of more than one token).
+  std::vector<double> ttft_ms, tpot_ms;
 };
 
 llm::EngineOptions options_for(const Config& cfg, const LlmBenchArgs& a) {
@@ -116,22 +143,44 @@ Status run_once(const std::string& model_dir, const Config& cfg, const LlmBenchA
   KILN_ASSIGN_OR_RETURN(auto model, llm::DecoderModel::load(model_dir));
   const llm::EngineOptions o = options_for(cfg, a);
   KILN_ASSIGN_OR_RETURN(auto engine, llm::Engine::create(std::move(model), o));
+  const size_t n = w.requests.size();
   std::vector<int64_t> ids;
-  for (const llm::Request& req : w.requests) {
-    KILN_ASSIGN_OR_RETURN(int64_t id, engine->add_request(req), "in configuration %s", cfg.name);
-    ids.push_back(id);
-  }
+  std::unordered_map<int64_t, size_t> index;  // engine id -> request
+  std::vector<double> first_s(n, -1), last_s(n, -1);
   int64_t peak = 0;
-  engine->on_token = [&](int64_t, int64_t) { peak = std::max(peak, engine->stats().running); };
   const auto start = std::chrono::steady_clock::now();
-  KILN_RETURN_IF_ERROR(engine->run_to_completion(), "in configuration %s", cfg.name);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  engine->on_token = [&](int64_t id, int64_t) {
+    peak = std::max(peak, engine->stats().running);
+    const size_t i = index.at(id);
+    last_s[i] = elapsed_s();
+    if (first_s[i] < 0) first_s[i] = last_s[i];
+  };
+  // Requests join between steps once their arrival time has passed; an idle engine waits for
+  // the next arrival.
+  while (ids.size() < n || !engine->idle()) {
+    const double now = elapsed_s();
+    while (ids.size() < n && w.arrival_s[ids.size()] <= now) {
+      KILN_ASSIGN_OR_RETURN(int64_t id, engine->add_request(w.requests[ids.size()]), "in configuration %s", cfg.name);
+      index[id] = ids.size();
+      ids.push_back(id);
+    }
+    if (engine->idle()) {
+      if (ids.size() < n) std::this_thread::sleep_for(std::chrono::duration<double>(w.arrival_s[ids.size()] - now));
+      continue;
+    }
+    KILN_RETURN_IF_ERROR(engine->step(), "in configuration %s", cfg.name);
+  }
+  const double seconds = elapsed_s();
   const llm::EngineStats st = engine->stats();
   r.tokens.clear();
   r.generated = 0;
-  for (int64_t id : ids) {
-    r.tokens.push_back(engine->request(id).tokens);
-    r.generated += static_cast<int64_t>(r.tokens.back().size());
+  for (size_t i = 0; i < n; ++i) {
+    r.tokens.push_back(engine->request(ids[i]).tokens);
+    const int64_t count = static_cast<int64_t>(r.tokens.back().size());
+    r.generated += count;
+    r.ttft_ms.push_back(1e3 * (first_s[i] - w.arrival_s[i]));
+    if (count > 1) r.tpot_ms.push_back(1e3 * (last_s[i] - first_s[i]) / static_cast<double>(count - 1));
   }
   r.tokens_per_s = std::max(r.tokens_per_s, r.generated / seconds);
   r.fragmentation = st.mean_fragmentation;
@@ -156,6 +205,8 @@ int run_llm_bench(const LlmBenchArgs& a) {
   if (a.batch < 1) return usage_error(cmd, "--batch must be at least 1");
   if (a.block_size < 1 || a.block_size > 4096) return usage_error(cmd, "--block-size must be in 1..4096");
   if (a.repeat < 1) return usage_error(cmd, "--repeat must be at least 1");
+  if (!(a.arrival_rate >= 0) || !std::isfinite(a.arrival_rate))
+    return usage_error(cmd, "--arrival-rate must be a number of requests per second, at least 0");
   std::string error;
   const int threads = checked_threads(cmd, a.threads_opt, a.threads, 1, &error);
   if (!error.empty()) return usage_error(cmd, error);
@@ -193,10 +244,11 @@ int run_llm_bench(const LlmBenchArgs& a) {
   if (a.json) {
     std::string s = str_format(
         "{\"model\": \"%s\", \"requests\": %lld, \"seed\": %llu, \"prompt_tokens\": %lld, \"output_tokens\": %lld, "
-        "\"capped_prompts\": %lld, \"kv_memory_mib\": %lld, \"repeat\": %lld, \"same_tokens\": %s, \"lengths\": [",
+        "\"capped_prompts\": %lld, \"kv_memory_mib\": %lld, \"repeat\": %lld, \"arrival_rate\": %g, "
+        "\"same_tokens\": %s, \"lengths\": [",
         c.name.c_str(), (long long)a.requests, (unsigned long long)a.seed, (long long)w.prompt_tokens,
         (long long)w.output_tokens, (long long)w.capped, (long long)a.kv_memory_mib, (long long)a.repeat,
-        same ? "true" : "false");
+        a.arrival_rate, same ? "true" : "false");
     for (size_t i = 0; i < w.requests.size(); ++i)
       s += str_format("%s[%lld, %lld]", i ? ", " : "", (long long)w.requests[i].prompt.size(),
                       (long long)w.requests[i].max_new_tokens);
@@ -206,20 +258,25 @@ int run_llm_bench(const LlmBenchArgs& a) {
       s += str_format(
           "%s{\"name\": \"%s\", \"tokens_per_s\": %.2f, \"generated\": %lld, \"sessions_fit\": %lld, "
           "\"peak_sessions\": %lld, \"fragmentation\": %.6f, \"preemptions\": %lld, \"prefill_rows\": %lld, "
-          "\"prefill_padded_rows\": %lld}",
+          "\"prefill_padded_rows\": %lld, \"ttft_p50_ms\": %.3f, \"ttft_p99_ms\": %.3f, \"tpot_p50_ms\": %.3f, "
+          "\"tpot_p99_ms\": %.3f}",
           i ? ", " : "", configs[i]->name, r.tokens_per_s, (long long)r.generated, (long long)r.sessions_fit,
           (long long)r.peak_sessions, r.fragmentation, (long long)r.preemptions, (long long)r.prefill_rows,
-          (long long)r.prefill_padded);
+          (long long)r.prefill_padded, percentile(r.ttft_ms, 50), percentile(r.ttft_ms, 99),
+          percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99));
     }
     std::printf("%s]}\n", s.c_str());
     return same ? 0 : kExitError;
   }
   std::printf("%s: %lld requests (seed %llu), %lld prompt tokens (%lld..%lld each, %lld shortened to the %lld-token "
-              "context), %lld output tokens (%lld..%lld); KV memory %lld MiB; best of %lld, alternated\n",
+              "context), %lld output tokens (%lld..%lld); KV memory %lld MiB; best of %lld, alternated; %s\n",
               c.name.c_str(), (long long)a.requests, (unsigned long long)a.seed, (long long)w.prompt_tokens,
               (long long)a.prompt_min, (long long)a.prompt_max, (long long)w.capped, (long long)c.context,
               (long long)w.output_tokens, (long long)a.output_min, (long long)a.output_max, (long long)a.kv_memory_mib,
-              (long long)a.repeat);
+              (long long)a.repeat,
+              a.arrival_rate > 0 ? str_format("Poisson arrivals at %g requests/s over %.1f s", a.arrival_rate,
+                                              w.arrival_s.back()).c_str()
+                                 : "all requests arrive at the start");
   std::printf("%-16s %10s %13s %13s %14s %11s %22s\n", "config", "tokens/s", "sessions-fit", "peak-running",
               "fragmentation", "preemptions", "prefill rows (padded)");
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -227,6 +284,13 @@ int run_llm_bench(const LlmBenchArgs& a) {
     std::printf("%-16s %10.1f %13lld %13lld %13.2f%% %11lld %10lld (%lld)\n", configs[i]->name, r.tokens_per_s,
                 (long long)r.sessions_fit, (long long)r.peak_sessions, 100.0 * r.fragmentation,
                 (long long)r.preemptions, (long long)r.prefill_rows, (long long)r.prefill_padded);
+  }
+  std::printf("%-16s %13s %13s %13s %13s   (TTFT from arrival; TPOT after the first token; all runs)\n",
+              "latency ms", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Result& r = results[i];
+    std::printf("%-16s %13.1f %13.1f %13.2f %13.2f\n", configs[i]->name, percentile(r.ttft_ms, 50),
+                percentile(r.ttft_ms, 99), percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99));
   }
   if (fixed && fixed_b)
     std::printf("buckets alone (fixed-buckets / fixed) tokens/s: %.2fx (acceptance >= 1.35x)\n",
@@ -258,6 +322,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--batch", args->batch, "Most sessions decoding together in paged mode (default 16)");
   app.add_option("--block-size", args->block_size, "Paged mode's KV block in tokens (default 16)");
   app.add_option("--repeat", args->repeat, "Rounds of every configuration, alternated; best tokens/s (default 1)");
+  app.add_option("--arrival-rate", args->arrival_rate,
+                 "Requests per second, Poisson arrivals from the seed (default 0: all at the start)");
   args->threads_opt = app.add_option("--threads", args->threads, "Threads (default: the cores)");
   app.add_flag("--json", args->json, "Print one JSON object instead of the table");
   return [args] { return run_llm_bench(*args); };

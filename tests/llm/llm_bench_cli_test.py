@@ -4,7 +4,8 @@ with a small workload (seconds): the JSON output is well-formed, every configura
 baseline, buckets, paged with and without buckets) generates the same greedy tokens and the
 requested count, the sessions that fit in --kv-memory and the prefill rows match what this
 script computes from the model's config.json and the printed request lengths, the table form
-prints every configuration and the ratios; bad options exit 2, a missing model or a KV memory
+prints every configuration and the ratios; with --arrival-rate the same requests arrive over
+time and TTFT/TPOT percentiles are reported; bad options exit 2, a missing model or a KV memory
 too small for one fixed-mode session exit 1 with a one-line error.
 
 usage: llm_bench_cli_test.py KILN_BINARY DATA_DIR
@@ -92,11 +93,28 @@ class LlmBench(unittest.TestCase):
         self.assertIn("sessions in 24 MiB", out)
         self.assertIn("greedy tokens: identical in every configuration", out)
 
+    def test_arrival_rate_and_latency_percentiles(self):
+        closed = json.loads(bench(MODEL, *SMALL, "--json", "--mode", "paged").stdout)
+        r = json.loads(bench(MODEL, *SMALL, "--json", "--mode", "paged", "--arrival-rate", "40").stdout)
+        self.assertEqual(r["arrival_rate"], 40)
+        self.assertEqual(closed["arrival_rate"], 0)
+        self.assertTrue(r["same_tokens"])
+        self.assertEqual(r["lengths"], closed["lengths"])  # a rate changes the arrivals only
+        for c in r["configs"] + closed["configs"]:
+            self.assertEqual(c["generated"], sum(o for _, o in r["lengths"]), c["name"])
+            self.assertGreater(c["ttft_p50_ms"], 0, c["name"])
+            self.assertGreaterEqual(c["ttft_p99_ms"], c["ttft_p50_ms"], c["name"])
+            self.assertGreater(c["tpot_p50_ms"], 0, c["name"])
+            self.assertGreaterEqual(c["tpot_p99_ms"], c["tpot_p50_ms"], c["name"])
+        out = bench(MODEL, *SMALL, "--mode", "paged", "--arrival-rate", "40").stdout
+        self.assertIn("Poisson arrivals at 40 requests/s", out)
+        self.assertIn("TTFT p50", out)
+
     def test_bad_options_are_usage_errors(self):
         for bad in (["--mode", "static"], ["--requests", "0"], ["--prompt-min", "0"], ["--prompt-min", "50",
                     "--prompt-max", "10"], ["--output-min", "0"], ["--output-max", "2", "--output-min", "3"],
                     ["--kv-memory", "0"], ["--batch", "0"], ["--block-size", "0"], ["--block-size", "5000"],
-                    ["--repeat", "0"], ["--threads", "0"]):
+                    ["--repeat", "0"], ["--threads", "0"], ["--arrival-rate", "-1"]):
             r = bench(MODEL, *bad, code=EXIT_USAGE)
             self.assertIn("kiln llm-bench: error:", r.stderr, bad)
         # CLI11's own parse errors (its message, the same exit code).
