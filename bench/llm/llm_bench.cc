@@ -7,6 +7,13 @@
 // Each mode first runs the same workload once untimed (kernels prepared), then timed.
 // Prints one JSON line: {"mode", "concurrency", "tokens", "seconds", "decode_tokens_per_s", "first"
 // (the first sequence's greedy tokens, which the two modes must agree on), ...}.
+//   --mode latency: Kiln's side of bench/llm/ort_decode_compare.py, a long-lived process: the
+//                  engine (batch 1) is made once, then each stdin line "decode K ID,ID,..."
+//                  runs that prompt greedily for K + 2 tokens and answers one JSON line with the
+//                  time of each of its last K steps, pure decode steps at contexts P+2..P+K+1
+//                  (the first step is the prefill and the first decode): {"prefill_ms",
+//                  "step_ms": [...], "tokens": [...]}. "quit" ends it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -144,6 +151,70 @@ int run_plain(const Args& a) {
   return 0;
 }
 
+// "1,2,3" -> ids; empty on anything else.
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t used = 0;
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    try {
+      ids.push_back(std::stoll(text.substr(pos, comma - pos), &used));
+    } catch (const std::exception&) {
+      return {};
+    }
+    if (used != comma - pos) return {};
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+int run_latency(const Args& a) {
+  auto model = DecoderModel::load(a.model);
+  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().to_string().c_str()), 1;
+  EngineOptions o;
+  o.max_batch = 1;
+  auto engine = Engine::create(std::move(*model), o);
+  if (!engine.ok()) return std::fprintf(stderr, "%s\n", engine.status().to_string().c_str()), 1;
+  Engine& e = **engine;
+  std::printf("{\"ready\": true, \"model\": \"%s\"}\n", e.config().name.c_str());
+  std::fflush(stdout);
+  char line[1 << 16];
+  while (std::fgets(line, sizeof(line), stdin)) {
+    char command[16] = {0}, ids_text[sizeof(line)] = {0};
+    long long k = 0;
+    if (std::sscanf(line, "%15s", command) == 1 && std::string(command) == "quit") break;
+    if (std::sscanf(line, "%15s %lld %65535s", command, &k, ids_text) != 3 || std::string(command) != "decode" ||
+        k < 1) {
+      std::printf("{\"error\": \"bad command (decode K ID,ID,... | quit)\"}\n");
+      return 1;
+    }
+    const std::vector<int64_t> prompt = parse_ids(ids_text);
+    auto id = e.add_request({prompt, k + 2, {}, {}});
+    if (!id.ok()) {
+      std::printf("{\"error\": \"%s\"}\n", id.status().message().c_str());
+      return 1;
+    }
+    std::vector<double> step_ms;
+    double prefill_ms = 0;
+    while (!e.idle()) {
+      const double t0 = now_s();
+      Status st = e.step();
+      const double ms = (now_s() - t0) * 1e3;
+      if (!st.ok()) return std::fprintf(stderr, "%s\n", st.to_string().c_str()), 1;
+      if (prefill_ms == 0) prefill_ms = ms;
+      else step_ms.push_back(ms);
+    }
+    std::string times = "[";
+    for (size_t i = 0; i < step_ms.size(); ++i) times += (i ? ", " : "") + std::to_string(step_ms[i]);
+    std::printf("{\"context\": %zu, \"prefill_ms\": %.3f, \"step_ms\": %s], \"tokens\": %s}\n", prompt.size(),
+                prefill_ms, times.c_str(), json_list(e.request(*id).tokens).c_str());
+    std::fflush(stdout);
+    if (Status st = e.forget(*id); !st.ok()) return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln::llm
 
@@ -163,8 +234,9 @@ int main(int argc, char** argv) {
     else return std::fprintf(stderr, "unknown argument %s\n", arg.c_str()), 2;
   }
   if (a.model.empty() || a.concurrency < 1 || a.prompt < 1 || a.new_tokens < 2) {
-    std::fprintf(stderr, "usage: llm_bench MODEL_DIR [--mode engine|plain] [--concurrency N] [--prompt P] [--new-tokens M>=2]\n");
+    std::fprintf(stderr, "usage: llm_bench MODEL_DIR [--mode engine|plain|latency] [--concurrency N] [--prompt P] [--new-tokens M>=2]\n");
     return 2;
   }
+  if (a.mode == "latency") return kiln::llm::run_latency(a);
   return a.mode == "plain" ? kiln::llm::run_plain(a) : kiln::llm::run_engine(a);
 }
