@@ -162,7 +162,9 @@ std::string openai_error_body(int http_status, const std::string& message) {
                      : http_status == 503 ? "overloaded_error"
                                           : "server_error";
   json code = http_status == 404 ? json("model_not_found") : json(nullptr);
-  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump();
+  // As error_body: bytes of the request that are not UTF-8 are written as U+FFFD.
+  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kiln::serve

@@ -3,10 +3,12 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -45,12 +47,59 @@ void send_status(httplib::Response& res, const Status& s) { send_error(res, http
 
 void send_json(httplib::Response& res, const json& j) {
   res.status = 200;
-  res.set_content(j.dump(), kJson);
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
 }
 
 json tensor_metadata(const TensorInfo& t) {
   return {{"name", t.name}, {"datatype", kserve_datatype(t.dtype)}, {"shape", t.dims}};
 }
+
+// httplib's server with its per-connection entry point (protected: listen() calls it for
+// each request read from an accepted socket) opened to serve_bytes.
+class HttplibServer : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+};
+
+// A connection whose input is a byte string and whose output is collected: what httplib
+// reads from and writes to in place of a socket (serve_bytes). Reads past the end return 0,
+// the end of the stream, as a client that closed its side.
+class ByteStream : public httplib::Stream {
+ public:
+  explicit ByteStream(std::string_view in) : in_(in) {}
+  bool is_readable() const override { return true; }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* p, size_t n) override {
+    n = std::min(n, in_.size() - pos_);
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* p, size_t n) override {
+    out_.append(p, n);
+    return static_cast<ssize_t>(n);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
+  bool at_end() const { return pos_ == in_.size(); }
+  std::string& out() { return out_; }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+  std::string out_;
+};
+
+// The statuses serve_bytes collects on this thread (the logger runs on the thread that
+// answered the request).
+thread_local std::vector<int>* tls_statuses = nullptr;
 
 }  // namespace
 
@@ -59,7 +108,7 @@ struct HttpServer::Impl {
   ModelRegistry& registry;
   Metrics& metrics;
   HttpOptions options;
-  httplib::Server server;
+  HttplibServer server;
   std::atomic<bool> ready{true};
   std::atomic<int64_t> completion_ids{0};
 
@@ -341,7 +390,10 @@ struct HttpServer::Impl {
       }
       send_error(res, 500, what);
     });
-    server.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.count_http(res.status); });
+    server.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+      metrics.count_http(res.status);
+      if (tls_statuses != nullptr) tls_statuses->push_back(res.status);
+    });
   }
 };
 
@@ -379,6 +431,19 @@ void HttpServer::listen() { impl_->server.listen_after_bind(); }
 void HttpServer::stop() {
   impl_->ready = false;
   impl_->server.stop();
+}
+
+std::string HttpServer::serve_bytes(std::string_view bytes, std::vector<int>* statuses, int max_requests) {
+  ByteStream stream(bytes);
+  tls_statuses = statuses;
+  // As httplib's keep-alive loop over a socket: the last request allowed is answered with
+  // "Connection: close"; a request that fails to parse or asks to close ends the connection.
+  for (int i = 0; i < max_requests && !stream.at_end(); ++i) {
+    bool closed = false;
+    if (!impl_->server.process_request(stream, i + 1 == max_requests, closed, nullptr) || closed) break;
+  }
+  tls_statuses = nullptr;
+  return std::move(stream.out());
 }
 
 }  // namespace kiln::serve

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
@@ -40,6 +42,15 @@ class HttpServer {
   void listen();
   // Safe from any thread; health/ready turns false at once.
   void stop();
+
+  // One connection served without a socket (the fuzz target fuzz/serve_http.cc, tests):
+  // httplib's parser reads the requests out of `bytes` (keep-alive: one after another until
+  // the bytes end, a request closes the connection or `max_requests` were answered), and each
+  // is routed and answered as listen() would, the handlers and models included. Returns the
+  // bytes the server wrote back; *statuses, when given, gets each response's HTTP status.
+  // Needs no bind(); safe from any thread, as the handlers are.
+  std::string serve_bytes(std::string_view bytes, std::vector<int>* statuses = nullptr,
+                          int max_requests = 16);
 
  private:
   struct Impl;

@@ -243,7 +243,11 @@ std::optional<DataType> dtype_from_kserve(std::string_view name) {
   return std::nullopt;
 }
 
-std::string error_body(const std::string& message) { return json{{"error", message}}.dump(); }
+// A message may quote bytes of the request (its path, a header) that are not UTF-8, on which
+// dump() would throw: those are written as U+FFFD.
+std::string error_body(const std::string& message) {
+  return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 Expected<InferRequest> parse_infer_request(std::string_view body, std::optional<size_t> header_length) {
   std::string_view header = body, binary;
