@@ -60,6 +60,7 @@ install(TARGETS kiln_shared EXPORT kilnTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/kiln/kiln.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln.hpp
               ${PROJECT_SOURCE_DIR}/include/kiln/comm.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln_op.h
+              ${PROJECT_SOURCE_DIR}/include/kiln/custom_op.h
               ${PROJECT_SOURCE_DIR}/include/kiln/llm.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 if(TARGET kiln)

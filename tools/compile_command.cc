@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compiler.h"
+#include "compiler/custom_op_plugin.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pass_manager.h"
 #include "ir/value_bytes.h"
@@ -43,6 +44,7 @@ struct CompileArgs {
   std::string fusion_switch_file;
   std::string insert_op_conf;  // AIPP configuration (docs/aipp.md)
   std::string report;
+  std::vector<std::string> custom_ops;  // plugin libraries (docs/dsl.md)
   bool list_passes = false;
   bool check = false;
   bool quiet = false;
@@ -203,6 +205,13 @@ int run_compile(const CompileArgs& args_in) {
     if (!aipp.ok()) return report_error("compile", aipp.status().to_string());
     options.aipp = std::move(*aipp);
   }
+  // Custom-op plugins: native code, loaded before the model is read (their ops must be known).
+  for (const std::string& plugin : args.custom_ops) {
+    auto ops = compiler::load_custom_op_plugin(plugin);
+    if (!ops.ok()) return report_error("compile", ops.status().to_string());
+    if (!args.quiet)
+      for (const std::string& op : *ops) std::printf("custom op %s from %s\n", op.c_str(), plugin.c_str());
+  }
   // The model must be a file (a directory is named as such, not "no such file").
   if (auto kind = sniff_model_kind(args.model); !kind.ok()) return report_error("compile", kind.status().to_string());
   if (args.check) return run_check(args, options);
@@ -279,6 +288,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_flag("--no-prepack", args->no_prepack,
                "Store weights as the ONNX model has them, not pre-packed for this CPU's kernels (the "
                "load then packs them; for a .kiln that runs on CPUs of another ISA, docs/model-format.md)");
+  app.add_option("--custom-ops", args->custom_ops,
+                 "Custom-op plugin (a shared library built against include/kiln/custom_op.h, repeatable): "
+                 "defines ops Kiln lacks by DSL expressions, compiled into the model (docs/dsl.md). A plugin is "
+                 "code run by this command: load only plugins you trust");
   app.add_option("--report", args->report, "Write the compile report (JSON) to this file");
   app.add_flag("--list-passes", args->list_passes, "List the passes, their levels and whether they run");
   app.add_flag("--check", args->check,

@@ -118,6 +118,10 @@ const std::vector<EnvKnob>& env_knobs() {
       // dsl/build_cache.cc
       {"KILN_DSL_CACHE_DIR", "a directory", "$XDG_CACHE_HOME/kiln/dsl, else ~/.cache/kiln/dsl",
        "Where DSL kernels are compiled to and loaded from (one .cc and one .so per kernel).", nullptr},
+      // compiler/passes/fusion_util.cc
+      {"KILN_CUSTOM_OP_EPILOGUE", "0, 1", "1",
+       "0 keeps custom ops that compute a built-in activation out of conv/matmul epilogues (DSL kernels).",
+       valid_switch},
       // comm/communicator.cc, comm/link.cc
       {"KILN_COMM_TIMEOUT", "seconds, a number in (0, 1e6]", "30",
        "How long a collective waits for a peer before it fails.", nullptr, true},

@@ -32,7 +32,7 @@ const ActivationSpec kSpecs[] = {
     {"HardSwish", FusedActivationKind::kHardSwish, 2, 1.0f / 6.0f, 0.5f},
     {"Sigmoid", FusedActivationKind::kSigmoid, 0},
     {"Tanh", FusedActivationKind::kTanh, 0},
-    {"Silu", FusedActivationKind::kSilu, 0},
+    {"Silu", FusedActivationKind::kSilu, 1, 1.0f},  // beta: Swish, x * sigmoid(beta x)
     {"Gelu", FusedActivationKind::kGelu, 0},
     {"GeluTanh", FusedActivationKind::kGeluTanh, 0},
 };
@@ -76,7 +76,7 @@ T activation_value(const FusedActivation& act, T x) {
     case FusedActivationKind::kTanh:
       return std::tanh(x);
     case FusedActivationKind::kSilu:
-      return x * sigmoid(x);
+      return x * sigmoid(p0 * x);
     case FusedActivationKind::kGelu:
       return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
     case FusedActivationKind::kGeluTanh: {

@@ -41,6 +41,7 @@ Expected<const ir::Graph*> checked_body(const ir::Node& node) {
   if (body.outputs().size() != 1)
     return invalid_argument("node %s: the body has %zu outputs, expected 1", label.c_str(), body.outputs().size());
   for (const auto& n : body.nodes()) {
+    if (n->domain() == kKilnDomain && n->op_type() == "DslElementwise") continue;  // a custom op (docs/dsl.md)
     if (!n->domain().empty() || !allowed_ops().count(n->op_type()))
       return invalid_argument("node %s: body node %s is not one of the elementwise ops FusedElementwise may hold",
                               label.c_str(), n->label().c_str());

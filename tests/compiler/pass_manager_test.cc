@@ -28,7 +28,7 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
   auto o0 = testing::compile_text(kModel, 0);
   ASSERT_TRUE(o0.ok()) << o0.status().to_string();
   EXPECT_EQ(names_run(*o0), (std::vector<std::string>{"constant_node_folding", "shape_inference",
-                                                      "gradient_lowering", "dead_node_removal",
+                                                      "custom_op_lowering", "gradient_lowering", "dead_node_removal",
                                                       "precision_assignment"}));
   EXPECT_EQ(o0->nodes_before, 5u);
   EXPECT_EQ(o0->graph->nodes().size(), 3u);  // Identity, Mul, Relu
@@ -41,7 +41,8 @@ TEST(PassManagerTest, LevelsChooseThePasses) {
     if (p.min_level <= 1) level1.push_back(p.name);
   }
   EXPECT_EQ(names_run(*o3), all);
-  std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference",        "gradient_lowering",
+  std::vector<std::string> expected_level1{"constant_node_folding", "shape_inference",        "custom_op_lowering",
+                                           "gradient_lowering",
                                            "constant_folding",      "symbolic_shape_folding", "algebraic_simplify",
                                            "batchnorm_folding",     "cse",                    "dead_node_removal",
                                            "precision_assignment"};

@@ -24,6 +24,7 @@
 
 #include "compiler/passes/fusion_util.h"
 #include "compiler/passes/passes.h"
+#include "ops/custom_expr.h"
 #include "ops/registry.h"
 
 namespace kiln::compiler {
@@ -221,7 +222,7 @@ class ConvFuser {
     if (scaled) pattern += "+Scale";
     if (biased) pattern += "+Bias";
     if (in[3]) pattern += "+Add";
-    if (has_act) pattern += "+" + act.name;
+    if (has_act) pattern += "+" + act.name + ops::custom_op_pattern_note(act.nodes);
     if (post_affine) pattern += "+Affine";
 
     ir::Value* old_w = conv.input(1);

@@ -14,6 +14,7 @@
 
 #include "compiler/passes/fusion_util.h"
 #include "compiler/passes/passes.h"
+#include "ops/custom_expr.h"
 #include "ops/registry.h"
 
 namespace kiln::compiler {
@@ -74,9 +75,13 @@ class ElementwiseFuser {
 
  private:
   bool eligible(const ir::Node& n) const {
-    if (!n.domain().empty() || n.num_outputs() != 1 || !n.output(0)) return false;
+    // Custom ops (kiln DslElementwise, docs/dsl.md) fuse as the built-in ones do.
+    const bool custom = n.domain() == ops::kKilnDomain && n.op_type() == "DslElementwise";
+    if ((!n.domain().empty() && !custom) || n.num_outputs() != 1 || !n.output(0)) return false;
     const std::string& op = n.op_type();
-    if (binary_elementwise(op)) {
+    if (custom) {
+      if (n.num_inputs() < 1) return false;
+    } else if (binary_elementwise(op)) {
       if (n.num_inputs() != 2) return false;
     } else if (unary_elementwise(op)) {
       if (op == "Clip") {
@@ -148,7 +153,8 @@ class ElementwiseFuser {
       map[out] = b;
       std::vector<ir::Value*> ins;
       for (ir::Value* v : n->inputs()) ins.push_back(v ? map.at(v) : nullptr);
-      ir::Node* bn = body->add_node(n->name(), n->op_type(), "", n->opset(), std::move(ins), {b});
+      ir::Node* bn = body->add_node(n->name(), n->op_type(), n->domain(), n->opset(), std::move(ins), {b});
+      if (!n->domain().empty()) body->opset_imports()[n->domain()] = n->opset();
       bn->attrs() = n->attrs();
     }
     body->outputs().push_back(map.at(y));
@@ -157,7 +163,7 @@ class ElementwiseFuser {
     ir::Node* fused =
         fusion::add_fused_node(g_, uses_, "FusedElementwise", tree, inputs, y, removed_);
     fused->attrs()["body"] = ir::Attribute::from_graph(std::move(body));
-    ctx_.count_fusion("Elementwise(" + std::to_string(count) + " ops)");
+    ctx_.count_fusion("Elementwise(" + std::to_string(count) + " ops)" + ops::custom_op_pattern_note(tree));
   }
 
   ir::Graph& g_;

@@ -2,8 +2,10 @@
 #include "compiler/passes/fusion_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
+#include "ops/custom_expr.h"
 #include "ops/registry.h"
 
 namespace kiln::compiler::fusion {
@@ -124,6 +126,21 @@ bool unary_activation(const ir::Graph& g, const ir::Node& n, const ir::Value* x,
     return false;
   }
   if (n.domain() != ops::kKilnDomain || n.num_inputs() != 1) return false;
+  if (n.op_type() == "DslElementwise") {
+    // A custom op (docs/dsl.md) whose compute is one of the table's activations of x0, as
+    // x0 * sigmoid(beta * x0): the epilogue runs it as that activation (oneDNN's post-op), as
+    // it would the built-in one. KILN_CUSTOM_OP_EPILOGUE=0 keeps it a DSL kernel.
+    static const bool enabled = [] {
+      const char* e = std::getenv("KILN_CUSTOM_OP_EPILOGUE");
+      return !(e && std::string(e) == "0");
+    }();
+    if (!enabled) return false;
+    Expected<ops::CustomExpr> e = ops::parse_custom_expr(n.attr_string("compute", ""));
+    std::string name;
+    if (!e.ok() || !ops::custom_expr_activation(*e, &name, &act->params)) return false;
+    act->name = name == "Swish" ? "Silu" : name;  // Silu's parameter is Swish's beta
+    return true;
+  }
   if (n.op_type() == "HardSwish") {
     act->name = "HardSwish";
     act->params = {n.attr_float("alpha", 1.0f / 6.0f), n.attr_float("beta", 0.5f)};

@@ -10,6 +10,7 @@
 
 #include "compiler/passes/fusion_util.h"
 #include "compiler/passes/passes.h"
+#include "ops/custom_expr.h"
 
 namespace kiln::compiler {
 namespace {
@@ -76,7 +77,7 @@ class MatMulFuser {
     if (has_act) {
       chain.insert(chain.end(), act.nodes.begin(), act.nodes.end());
       y = act.output;
-      pattern += "+" + act.name;
+      pattern += "+" + act.name + ops::custom_op_pattern_note(act.nodes);
     }
     if (chain.size() == 1) return;
     ir::Node* n = fusion::add_fused_node(g_, uses_, "FusedMatMul", chain, in, y, removed_);
@@ -98,7 +99,7 @@ class MatMulFuser {
         fusion::add_fused_node(g_, uses_, "FusedGemm", chain, gemm.inputs(), act.output, removed_);
     n->attrs() = std::move(attrs);
     fusion::set_activation(*n, act);
-    ctx_.count_fusion("Gemm+" + act.name);
+    ctx_.count_fusion("Gemm+" + act.name + ops::custom_op_pattern_note(act.nodes));
   }
 
   ir::Graph& g_;

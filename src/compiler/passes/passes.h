@@ -8,6 +8,7 @@ namespace kiln::compiler {
 
 PassInfo constant_node_folding_pass();  // Constant nodes -> initializers (required)
 PassInfo shape_inference_pass();        // dtype and shape of every value (required)
+PassInfo custom_op_lowering_pass();     // plugin custom ops -> kiln DslElementwise (required)
 PassInfo gradient_lowering_pass();      // Gradient nodes -> ordinary ops (required)
 PassInfo qdq_folding_pass();         // DQ/Q around Conv, MatMul, Gemm, MaxPool -> int8 ops (-O2)
 PassInfo constant_folding_pass();       // constant inputs and static Shape -> initializers (-O1)

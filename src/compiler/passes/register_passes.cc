@@ -6,7 +6,8 @@
 namespace kiln::compiler {
 
 void register_builtin_passes(PassRegistry& registry) {
-  for (PassInfo p : {constant_node_folding_pass(), shape_inference_pass(), gradient_lowering_pass(),
+  for (PassInfo p : {constant_node_folding_pass(), shape_inference_pass(), custom_op_lowering_pass(),
+                     gradient_lowering_pass(),
                      qdq_folding_pass(), constant_folding_pass(), dynamic_quant_fusion_pass(),
                      symbolic_shape_folding_pass(), algebraic_simplify_pass(),
                      batchnorm_folding_pass(), layernorm_fusion_pass(), gelu_fusion_pass(),

@@ -5,7 +5,8 @@
 // subgraph executor, one tensor per op; the program costs a few nanoseconds per op and tile
 // instead, which is what a long chain of small ops (the benchmark's 1000 Adds on [1, 64])
 // is made of. Lone ONNX Add/Sub/Mul/Div/Relu/Sigmoid/Tanh/HardSigmoid nodes run as a program of
-// one instruction.
+// one instruction. Custom ops (kiln DslElementwise, docs/dsl.md) are an instruction that calls
+// their DSL-generated kernel on the tile (kernels/cpu/dsl_elementwise.h), alone or in a chain.
 //
 // Taken: float32 inputs, output and body constants; each input has the output's shape, one
 // element, or broadcasts along one contiguous run of the output's dims (a bias [C] over
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/dsl_elementwise.h"
 #include "kernels/kernel_registry.h"
 #include "ops/registry.h"
 
@@ -32,7 +34,10 @@ constexpr int64_t kTile = 1024;
 enum class Op : uint8_t {
   kAdd, kSub, kMul, kDiv, kMax, kMin,  // binary
   kRelu, kLeakyRelu, kHardSigmoid, kClip, kSigmoid, kTanh, kExp, kSqrt, kNeg, kAbs, kReciprocal, kErf,
+  kDsl,  // a custom op: a = the index of its DslCall, b = -1
 };
+
+constexpr int kMaxDslArgs = 8;
 
 struct OpInfo {
   Op op;
@@ -66,8 +71,27 @@ struct Instr {
 // o reads input element (o / inner) % size.
 enum class InputKind : uint8_t { kFull, kScalar, kBlock };
 
+// A custom op's DSL kernel over a tile: args are registers, fn is built at prepare.
+struct DslCall {
+  ops::CustomExpr expr;
+  std::vector<int> args;
+  dsl::EntryFn fn = nullptr;
+  std::shared_ptr<dsl::Kernel> keep;
+};
+
+bool is_dsl_node(const ir::Node& n) { return n.domain() == ops::kKilnDomain && n.op_type() == "DslElementwise"; }
+
+Expected<ops::CustomExpr> dsl_node_expr(const ir::Node& n) {
+  KILN_ASSIGN_OR_RETURN(ops::CustomExpr e, ops::parse_custom_expr(n.attr_string("compute", "")), "node %s",
+                        n.label().c_str());
+  if (n.num_inputs() < 1 || n.num_inputs() > kMaxDslArgs || ops::custom_expr_inputs(e) > n.num_inputs())
+    return unsupported("node %s: %d inputs", n.label().c_str(), n.num_inputs());
+  return e;
+}
+
 struct Program {
   std::vector<Instr> code;
+  std::vector<DslCall> calls;
   std::vector<InputKind> input_kinds;
   std::vector<int64_t> input_sizes;  // elements of each input
   std::vector<int64_t> input_inner;  // kBlock: output elements per input element step
@@ -193,14 +217,63 @@ Expected<Program> compile_body(const ir::Node& node) {
     Instr in;
     const ir::Value* out;
     int a_const = -1, b_const = -1;  // constant indices to patch
+    std::vector<int> dsl_args, dsl_consts;  // kDsl: operands as a, b above, and constants
   };
   std::vector<Pending> code;
   std::vector<int> free_temps;
   int temps = 0;
   std::unordered_map<const ir::Value*, int> temp_of;
+  // A free temporary register, else a new one.
+  auto take_temp = [&]() {
+    if (free_temps.empty()) return temps++;
+    const int t = free_temps.back();
+    free_temps.pop_back();
+    return t;
+  };
+  // Frees the temporary of `v` when body node `i` is its last reader.
+  auto release_if_dying = [&](const ir::Value* v, size_t i) {
+    auto t = temp_of.find(v);
+    if (t != temp_of.end() && last_use[v] == i && v != body_out) {
+      free_temps.push_back(t->second);
+      temp_of.erase(t);
+    }
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node& n = *nodes[i];
     if (n.op_type() == "Constant") continue;  // read through scalar_of where used
+    if (is_dsl_node(n)) {
+      // A custom op: its operands as registers, temporaries or constants; its result in a
+      // temporary of its own (the DSL kernel's buffers are restrict), then dying operands freed.
+      KILN_ASSIGN_OR_RETURN(ops::CustomExpr e, dsl_node_expr(n));
+      Pending pd;
+      pd.in.op = Op::kDsl;
+      pd.in.a = static_cast<int>(p.calls.size());
+      pd.in.b = -1;
+      pd.out = n.output(0);
+      for (const ir::Value* v : n.inputs()) {
+        int raw = 0, c = -1;
+        if (auto r = reg.find(v); r != reg.end()) {
+          raw = r->second;
+        } else if (auto t = temp_of.find(v); t != temp_of.end()) {
+          raw = -1000 - t->second;
+        } else {
+          c = constant_index(v);
+          if (c == -1) return unsupported("node %s: body value %s is neither computed nor a scalar", label.c_str(),
+                                          v ? v->name().c_str() : "(omitted)");
+        }
+        pd.dsl_args.push_back(raw);
+        pd.dsl_consts.push_back(c);
+      }
+      const int t = take_temp();
+      for (const ir::Value* v : n.inputs()) release_if_dying(v, i);
+      temp_of[pd.out] = t;
+      pd.in.dst = -1000 - t;
+      DslCall call;
+      call.expr = std::move(e);
+      p.calls.push_back(std::move(call));
+      code.push_back(pd);
+      continue;
+    }
     auto it = op_table().find(n.op_type());
     if (!n.domain().empty() || it == op_table().end() || n.num_outputs() != 1)
       return unsupported("node %s: body op %s is not taken by the fast kernel", label.c_str(), n.op_type().c_str());
@@ -237,21 +310,8 @@ Expected<Program> compile_body(const ir::Node& node) {
     if (info.op == Op::kClip && !clip_bounds(n, &pd.in.p0, &pd.in.p1))
       return unsupported("node %s: Clip with bounds that are not constants", label.c_str());
     // Operands whose value dies here free their temporaries before the result takes one.
-    for (int k = 0; k < operands; ++k) {
-      const ir::Value* v = n.input(k);
-      auto t = temp_of.find(v);
-      if (t != temp_of.end() && last_use[v] == i && v != body_out) {
-        free_temps.push_back(t->second);
-        temp_of.erase(t);
-      }
-    }
-    int t;
-    if (!free_temps.empty()) {
-      t = free_temps.back();
-      free_temps.pop_back();
-    } else {
-      t = temps++;
-    }
+    for (int k = 0; k < operands; ++k) release_if_dying(n.input(k), i);
+    const int t = take_temp();
     temp_of[pd.out] = t;
     pd.in.dst = -1000 - t;
     code.push_back(pd);
@@ -264,6 +324,13 @@ Expected<Program> compile_body(const ir::Node& node) {
   for (Pending& pd : code) {
     Instr in = pd.in;
     in.dst = patch(in.dst);
+    if (in.op == Op::kDsl) {
+      DslCall& call = p.calls[static_cast<size_t>(in.a)];
+      for (size_t k = 0; k < pd.dsl_args.size(); ++k)
+        call.args.push_back(pd.dsl_consts[k] >= 0 ? p.first_const() + pd.dsl_consts[k] : patch(pd.dsl_args[k]));
+      p.code.push_back(in);
+      continue;
+    }
     in.a = pd.a_const >= 0 ? p.first_const() + pd.a_const : patch(in.a);
     if (in.b != -1 || pd.b_const >= 0) in.b = pd.b_const >= 0 ? p.first_const() + pd.b_const : patch(in.b);
     p.code.push_back(in);
@@ -277,6 +344,24 @@ Expected<Program> compile_body(const ir::Node& node) {
 // to the reference).
 Expected<Program> compile_single(const ir::Node& node) {
   const std::string label = node.label();
+  if (is_dsl_node(node)) {
+    KILN_ASSIGN_OR_RETURN(ops::CustomExpr e, dsl_node_expr(node));
+    Program p;
+    KILN_RETURN_IF_ERROR(classify_inputs(node, p));
+    DslCall call;
+    call.expr = std::move(e);
+    for (int k = 0; k < node.num_inputs(); ++k) call.args.push_back(k);
+    p.calls.push_back(std::move(call));
+    Instr in;
+    in.op = Op::kDsl;
+    in.a = 0;
+    in.b = -1;
+    p.num_temps = 1;
+    in.dst = p.first_temp();
+    p.output_reg = in.dst;
+    p.code.push_back(in);
+    return p;
+  }
   auto it = op_table().find(node.op_type());
   if (node.domain() != ops::kOnnxDomain || it == op_table().end() || node.num_outputs() != 1 ||
       node.num_inputs() != it->second.arity || (it->second.op == Op::kClip && node.opset() >= 11))
@@ -362,7 +447,7 @@ class FusedElementwiseKernel final : public Kernel {
     parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) { run_tiles(ctx, out, t0, t1); });
     return ok_status();
   }
-  std::string implementation() const override { return "kiln:tiled"; }
+  std::string implementation() const override { return program.calls.empty() ? "kiln:tiled" : "kiln:tiled+dsl"; }
 
   void run_tiles(const ops::KernelContext& ctx, float* out, int64_t t0, int64_t t1) const {
     const Program& p = program;
@@ -427,6 +512,16 @@ class FusedElementwiseKernel final : public Kernel {
       }
       for (const Instr& in : p.code) {
         float* d = in.dst == p.output_reg ? out + start : dst[static_cast<size_t>(in.dst)];
+        if (in.op == Op::kDsl) {
+          const DslCall& c = p.calls[static_cast<size_t>(in.a)];
+          float* bufs[kMaxDslArgs + 1];
+          for (size_t k = 0; k < c.args.size(); ++k) bufs[k] = const_cast<float*>(src[static_cast<size_t>(c.args[k])]);
+          bufs[c.args.size()] = d;
+          const int64_t dims[1] = {n};
+          c.fn(bufs, dims);
+          src[static_cast<size_t>(in.dst)] = d;
+          continue;
+        }
         run_instr(in, d, src[static_cast<size_t>(in.a)], in.b >= 0 ? src[static_cast<size_t>(in.b)] : nullptr, n);
         src[static_cast<size_t>(in.dst)] = d;
       }
@@ -438,11 +533,18 @@ class FusedElementwiseKernel final : public Kernel {
 };
 
 Expected<Program> compile_node(const ir::Node& node) {
-  return node.domain() == ops::kKilnDomain ? compile_body(node) : compile_single(node);
+  return node.domain() == ops::kKilnDomain && !is_dsl_node(node) ? compile_body(node) : compile_single(node);
 }
 
 Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(Program p, compile_node(node));
+  // Custom ops: their DSL kernels, built (or taken from the disk cache) here, at load.
+  for (DslCall& c : p.calls) {
+    KILN_ASSIGN_OR_RETURN(DslTileKernel k, dsl_tile_kernel(c.expr, static_cast<int>(c.args.size())), "node %s",
+                          node.label().c_str());
+    c.fn = k.fn;
+    c.keep = std::move(k.kernel);
+  }
   KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
   auto k = std::make_unique<FusedElementwiseKernel>();
   k->program = std::move(p);
@@ -462,6 +564,8 @@ Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node
                                       .prepare = prepare_fused_elementwise}))
 
 KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kKilnDomain, "FusedElementwise");
+// A custom op the fusion left alone: its DSL kernel as a program of one instruction.
+KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kKilnDomain, "DslElementwise");
 // The same program, one instruction long, for elementwise ops the fusion left alone.
 KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Add");
 KILN_REGISTER_ELEMENTWISE_KERNEL(ops::kOnnxDomain, "Sub");

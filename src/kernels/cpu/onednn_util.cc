@@ -103,7 +103,7 @@ Status append_activation(const ops::FusedActivation& act, dnnl::post_ops& po) {
     case Kind::kHardSwish: steps.push_back({Alg::eltwise_hardswish, 0.0f, 0.0f}); break;
     case Kind::kSigmoid: steps.push_back({Alg::eltwise_logistic, 0.0f, 0.0f}); break;
     case Kind::kTanh: steps.push_back({Alg::eltwise_tanh, 0.0f, 0.0f}); break;
-    case Kind::kSilu: steps.push_back({Alg::eltwise_swish, 1.0f, 0.0f}); break;
+    case Kind::kSilu: steps.push_back({Alg::eltwise_swish, act.p0, 0.0f}); break;
     case Kind::kGelu: steps.push_back({Alg::eltwise_gelu_erf, 0.0f, 0.0f}); break;
     case Kind::kGeluTanh: steps.push_back({Alg::eltwise_gelu_tanh, 0.0f, 0.0f}); break;
   }

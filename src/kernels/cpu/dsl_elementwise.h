@@ -1,0 +1,30 @@
+// The DSL kernel of a custom element-wise op (docs/dsl.md): its compute expression
+// (ops/custom_expr.h) as a DSL compute over one symbolic extent n, vectorised, generated as
+// C++, compiled and cached on disk by src/dsl. FusedElementwise's program calls it once per
+// tile (kernels/cpu/fused_elementwise.cc), inside a fused chain or alone.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "dsl/build_cache.h"
+#include "ops/custom_expr.h"
+
+namespace kiln::kernels {
+
+// y[i] = e(x0[i], ..., x{num_inputs-1}[i]) for i in [0, n): fn(buffers, &n) with buffers
+// {x0, ..., y} (y must not alias an input). Built once per (expression, input count) and
+// process; `kernel` keeps the library loaded.
+struct DslTileKernel {
+  dsl::EntryFn fn = nullptr;
+  std::shared_ptr<dsl::Kernel> kernel;
+};
+
+// Errors: the expression does not lower (a kiln bug: the parser admits only what lowers), the
+// system compiler failed or is missing, the library did not load.
+Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs);
+
+// The DSL source of that kernel's compute as loop IR, for `kiln inspect`-style dumps and tests.
+Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs);
+
+}  // namespace kiln::kernels
