@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/cpu_features.h"
 #include "core/version.h"
 
 namespace kiln::dsl {
@@ -51,12 +52,10 @@ const std::string& compiler_version() {
 }
 
 std::string isa_features() {
+  // The features -march=native turns into code paths of the kernels built here.
   std::string s;
-  __builtin_cpu_init();
-#define KILN_DSL_FEATURE(name) if (__builtin_cpu_supports(name)) s += name " ";
-  KILN_DSL_FEATURE("sse4.2") KILN_DSL_FEATURE("avx") KILN_DSL_FEATURE("avx2") KILN_DSL_FEATURE("fma")
-  KILN_DSL_FEATURE("avx512f") KILN_DSL_FEATURE("avx512bw") KILN_DSL_FEATURE("avx512vl")
-#undef KILN_DSL_FEATURE
+  for (const char* name : {"sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl"})
+    if (cpu_features().has(name)) s += std::string(name) + " ";
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include <new>
 #include <unordered_set>
 
+#include "core/cpu_features.h"
 #include "core/huge_pages.h"
 #include "core/logging.h"
 #include "model/kiln_model.h"
@@ -28,7 +29,6 @@
 #include "model/model_format.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #endif
 
 namespace kiln::model {
@@ -855,63 +855,6 @@ Expected<LoadedModel> load_model_from_memory(const void* data, size_t size) {
   return parse(base, size, std::move(owner), "<memory>");
 }
 
-std::vector<std::string> host_cpu_features() {
-  std::vector<std::string> out;
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return out;
-  const unsigned max_leaf = a;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return out;
-  const unsigned ecx1 = c;
-  // The CPU having AVX registers is not enough: the OS must save them (XCR0).
-  uint64_t xcr0 = 0;
-  if (ecx1 & (1u << 27)) {  // OSXSAVE
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    xcr0 = (uint64_t{hi} << 32) | lo;
-  }
-  const bool ymm = (xcr0 & 0x6) == 0x6;
-  const bool zmm = ymm && (xcr0 & 0xe0) == 0xe0;
-  const bool tiles = (xcr0 & 0x60000) == 0x60000;
-  auto add = [&](bool cond, const char* name) {
-    if (cond) out.emplace_back(name);
-  };
-  add(ecx1 & (1u << 20), "sse4.2");
-  add(ecx1 & (1u << 23), "popcnt");
-  add(ymm && (ecx1 & (1u << 28)), "avx");
-  add(ymm && (ecx1 & (1u << 12)), "fma");
-  add(ymm && (ecx1 & (1u << 29)), "f16c");
-  if (max_leaf >= 7) {
-    __cpuid_count(7, 0, a, b, c, d);
-    const unsigned ebx7 = b, ecx7 = c, edx7 = d, max_sub = a;
-    add(ymm && (ebx7 & (1u << 5)), "avx2");
-    add(ebx7 & (1u << 3), "bmi1");
-    add(ebx7 & (1u << 8), "bmi2");
-    add(zmm && (ebx7 & (1u << 16)), "avx512f");
-    add(zmm && (ebx7 & (1u << 17)), "avx512dq");
-    add(zmm && (ebx7 & (1u << 28)), "avx512cd");
-    add(zmm && (ebx7 & (1u << 30)), "avx512bw");
-    add(zmm && (ebx7 & (1u << 31)), "avx512vl");
-    add(zmm && (ebx7 & (1u << 21)), "avx512_ifma");
-    add(zmm && (ecx7 & (1u << 1)), "avx512_vbmi");
-    add(zmm && (ecx7 & (1u << 6)), "avx512_vbmi2");
-    add(zmm && (ecx7 & (1u << 11)), "avx512_vnni");
-    add(zmm && (ecx7 & (1u << 12)), "avx512_bitalg");
-    add(zmm && (ecx7 & (1u << 14)), "avx512_vpopcntdq");
-    add(zmm && (edx7 & (1u << 23)), "avx512_fp16");
-    unsigned eax71 = 0;
-    if (max_sub >= 1) {
-      __cpuid_count(7, 1, a, b, c, d);
-      eax71 = a;
-    }
-    add(ymm && (eax71 & (1u << 4)), "avx_vnni");
-    add(zmm && (eax71 & (1u << 5)), "avx512_bf16");
-    add(tiles && (edx7 & (1u << 24)), "amx_tile");
-    add(tiles && (edx7 & (1u << 22)), "amx_bf16");
-    add(tiles && (edx7 & (1u << 25)), "amx_int8");
-  }
-#endif
-  return out;
-}
+std::vector<std::string> host_cpu_features() { return cpu_features().names; }
 
 }  // namespace kiln::model

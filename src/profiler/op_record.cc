@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "ir/graph.h"
 #include "profiler/profiler.h"
@@ -148,10 +149,9 @@ double peak_gflops_per_core() {
     // fp32 FLOP per cycle with FMA: 2 x lanes x 2 FMA units.
     double per_cycle = 16;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    if (cpu_features().avx512f) {
       per_cycle = 64;
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    } else if (cpu_features().avx2 && cpu_features().fma) {
       per_cycle = 32;
     }
 #endif

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "core/cpu_features.h"
 #include "core/huge_pages.h"
 #include "core/logging.h"
 
@@ -330,7 +331,7 @@ void stream_copy_sse2(char* dst, const char* src, size_t bytes) {
 }
 
 void stream_copy(char* dst, const char* src, size_t bytes) {
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  static const bool has_avx2 = cpu_features().avx2;
   // Head up to a 64-byte boundary of dst and the tail past the last whole 128 bytes go
   // through memcpy; the streaming stores need aligned destinations.
   size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;

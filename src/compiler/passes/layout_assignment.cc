@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "compiler/passes/fusion_util.h"
+#include "core/cpu_features.h"
 #include "compiler/passes/passes.h"
 #include "kernels/kernel_registry.h"
 #include "ops/layout.h"
@@ -239,7 +240,7 @@ class LayoutAssigner {
 
 int64_t layout_channel_block(const PassContext& ctx) {
   if (ctx.options().channel_block > 0) return ctx.options().channel_block;
-  return __builtin_cpu_supports("avx512f") ? 16 : 8;  // the compiling CPU's convolution kernels
+  return cpu_features().avx512f ? 16 : 8;  // the compiling CPU's convolution kernels
 }
 
 PassInfo layout_assignment_pass() {

@@ -1,6 +1,7 @@
 // Runtime choice among the Highway targets a kernel file compiled (hwy/foreach_target.h),
 // without libhwy's dispatcher (HWY_DYNAMIC_DISPATCH needs the shared library; these checks
-// need only the compiler's cpuid support). A kernel picks its function once, at prepare:
+// need only Kiln's one CPU feature detection, core/cpu_features.h). A kernel picks its
+// function once, at prepare:
 //
 //   fn_ = KILN_SIMD_SELECT(kiln::kernels::attention_simd, attention_tasks);
 //   impl_ = std::string("simd:") + KILN_SIMD_TARGET_NAME();
@@ -8,32 +9,17 @@
 // Include it after <hwy/highway.h>, in the file's HWY_ONCE section.
 #pragma once
 
-#include <cpuid.h>
 #include <hwy/highway.h>
+
+#include "core/cpu_features.h"
 
 namespace kiln::kernels::simd {
 
-// F16C from cpuid leaf 1: clang before 16 has no "f16c" for __builtin_cpu_supports (the
-// fuzz preset builds with clang-14). The OS saving the ymm state is checked by "avx2".
-inline bool cpu_has_f16c() {
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-}
-
-// What Highway's AVX3 target (AVX-512 F/VL/DQ/BW) needs; __builtin_cpu_supports also checks
-// that the OS saves the zmm state.
-inline bool cpu_has_avx3() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
-}
+// What Highway's AVX3 target (AVX-512 F/VL/DQ/BW) needs, the OS saving the zmm state.
+inline bool cpu_has_avx3() { return ::kiln::cpu_features().highway_avx3(); }
 
 // What Highway's AVX2 target needs besides AVX2: FMA, BMI2 and F16C.
-inline bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("bmi2") && cpu_has_f16c();
-}
+inline bool cpu_has_avx2() { return ::kiln::cpu_features().highway_avx2(); }
 
 }  // namespace kiln::kernels::simd
 
