@@ -1,4 +1,4 @@
-// Every public C function of kiln.h, comm.h and kiln_op.h, called with invalid arguments (NULL
+// Every public C function of kiln.h, comm.h, kiln_op.h and llm.h, called with invalid arguments (NULL
 // pointers, model ids 0 and 999999, a destroyed stream, event and foreign handles), before
 // kilnInit and after: each returns an error code or its documented fallback, and none
 // crashes. The list is checked against the headers, so a new public function without a
@@ -18,6 +18,7 @@
 #include "kiln/comm.h"
 #include "kiln/kiln.h"
 #include "kiln/kiln_op.h"
+#include "kiln/llm.h"
 
 namespace {
 
@@ -406,6 +407,40 @@ std::vector<Probe> probes() {
       {"kilnopGetCacheStats", [](bool) { return err(kilnopGetCacheStats(nullptr, nullptr, nullptr)); }},
       // No invalid input: clearing the cache always works.
       {"kilnopClearCache", [](bool) { return kilnopClearCache() == KILN_SUCCESS; }},
+      // ---- LLM decoding (llm.h): NULL pointers, a foreign engine handle, no model ----
+      {"kilnllmEngineOptionsInit", [](bool) { return err(kilnllmEngineOptionsInit(nullptr)); }},
+      {"kilnllmRequestParamsInit", [](bool) { return err(kilnllmRequestParamsInit(nullptr)); }},
+      {"kilnllmCreateEngine",
+       [](bool) {
+         kilnllmEngine* engine = nullptr;
+         return err(kilnllmCreateEngine(nullptr, nullptr, &engine)) &&
+                err(kilnllmCreateEngine("/nonexistent/decoder", nullptr, &engine)) && engine == nullptr;
+       }},
+      {"kilnllmDestroyEngine",
+       [](bool) {
+         return err(kilnllmDestroyEngine(nullptr)) && err(kilnllmDestroyEngine(foreign<kilnllmEngine>()));
+       }},
+      {"kilnllmGetModelInfo", [](bool) { return err(kilnllmGetModelInfo(foreign<kilnllmEngine>(), nullptr)); }},
+      {"kilnllmAddRequest",
+       [](bool) {
+         int64_t id = 0;
+         return err(kilnllmAddRequest(foreign<kilnllmEngine>(), nullptr, 1, nullptr, &id));
+       }},
+      {"kilnllmCancelRequest", [](bool) { return err(kilnllmCancelRequest(foreign<kilnllmEngine>(), 0)); }},
+      {"kilnllmReleaseRequest", [](bool) { return err(kilnllmReleaseRequest(nullptr, 0)); }},
+      {"kilnllmGetRequestStatus",
+       [](bool) { return err(kilnllmGetRequestStatus(foreign<kilnllmEngine>(), 0, nullptr, nullptr)); }},
+      {"kilnllmGetRequestTokens",
+       [](bool) { return err(kilnllmGetRequestTokens(foreign<kilnllmEngine>(), 0, nullptr, 4, nullptr)); }},
+      {"kilnllmPollTokens",
+       [](bool) { return err(kilnllmPollTokens(foreign<kilnllmEngine>(), 0, nullptr, 4, nullptr, nullptr)); }},
+      {"kilnllmGetRequestLogits",
+       [](bool) { return err(kilnllmGetRequestLogits(foreign<kilnllmEngine>(), 0, 0, nullptr, 0)); }},
+      {"kilnllmSetTokenCallback",
+       [](bool) { return err(kilnllmSetTokenCallback(foreign<kilnllmEngine>(), nullptr, nullptr)); }},
+      {"kilnllmStep", [](bool) { return err(kilnllmStep(foreign<kilnllmEngine>(), nullptr)); }},
+      {"kilnllmRunToCompletion", [](bool) { return err(kilnllmRunToCompletion(nullptr)); }},
+      {"kilnllmGetStats", [](bool) { return err(kilnllmGetStats(foreign<kilnllmEngine>(), nullptr)); }},
   };
 }
 
@@ -439,6 +474,7 @@ TEST(EntryGuardTest, EveryPublicFunctionHasAProbe) {
   std::set<std::string> declared = declared_functions("kiln.h");
   for (const std::string& n : declared_functions("comm.h")) declared.insert(n);
   for (const std::string& n : declared_functions("kiln_op.h")) declared.insert(n);
+  for (const std::string& n : declared_functions("llm.h")) declared.insert(n);
   ASSERT_GT(declared.size(), 100u);
   for (const std::string& n : declared) EXPECT_TRUE(probed.count(n)) << n << " has no probe here";
   for (const std::string& n : probed)
