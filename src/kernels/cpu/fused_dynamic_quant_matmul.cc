@@ -38,6 +38,8 @@ Expected<DqMatMulPlan> plan_dq_matmul(const ir::Node& node) {
   const std::string label = node.label();
   if (node.domain() != ops::kKilnDomain || node.op_type() != "FusedDynamicQuantMatMul")
     return unsupported("node %s: not a FusedDynamicQuantMatMul", label.c_str());
+  if (!onednn::int8_sums_exact())
+    return unsupported("node %s: this CPU has no VNNI (oneDNN's int8 sums would saturate)", label.c_str());
   if (node.num_inputs() < 3 || node.num_outputs() != 1 || !node.input(0) || !node.input(1) || !node.input(2) ||
       !node.output(0))
     return unsupported("node %s: unexpected inputs/outputs", label.c_str());
@@ -73,6 +75,9 @@ Expected<DqMatMulPlan> plan_dq_matmul(const ir::Node& node) {
 
 class DqMatMulKernel final : public Kernel {
  public:
+  DqMatMulKernel(DqMatMulPlan p, const ops::KernelFn* ref) : reference(ref), plan(std::move(p)) {}
+  // Packs w and makes the int8 matmul with its epilogue (prepare_planned).
+  Status init(const ir::Node& node);
   Status run(ops::KernelContext& ctx) const override {
     const ir::Node& node = ctx.node();
     const Tensor* x = ctx.input(0);
@@ -131,22 +136,16 @@ class DqMatMulKernel final : public Kernel {
   size_t scratch_bytes = 0, q_offset = 0, scales_offset = 0, workspace_bytes = 0;
 };
 
-Expected<std::unique_ptr<Kernel>> prepare_dq_matmul(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(DqMatMulPlan plan, plan_dq_matmul(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  auto k = std::make_unique<DqMatMulKernel>();
-  k->plan = std::move(plan);
-  k->reference = &schema->kernel_fn();
-  const DqMatMulPlan& p = k->plan;
+Status DqMatMulKernel::init(const ir::Node& node) {
+  const DqMatMulPlan& p = plan;
   try {
     onednn::CreationThreadsScope threads;
     const auto ab = memory::format_tag::ab;
-    k->src_md = memory::desc({p.m, p.k}, memory::data_type::u8, ab);
-    k->dst_md = memory::desc({p.m, p.n}, memory::data_type::f32, ab);
+    src_md = memory::desc({p.m, p.k}, memory::data_type::u8, ab);
+    dst_md = memory::desc({p.m, p.n}, memory::data_type::f32, ab);
     const int64_t num_scales = static_cast<int64_t>(p.w_scale.size());
-    k->scales_md = memory::desc({num_scales}, memory::data_type::f32, memory::format_tag::a);
-    k->zp_md = memory::desc({1}, memory::data_type::s32, memory::format_tag::a);
+    scales_md = memory::desc({num_scales}, memory::data_type::f32, memory::format_tag::a);
+    zp_md = memory::desc({1}, memory::data_type::s32, memory::format_tag::a);
     const memory::desc user_w({p.k, p.n}, memory::data_type::s8, ab);
     const memory::desc any_w({p.k, p.n}, memory::data_type::s8, memory::format_tag::any);
     const memory::desc bias_md({1, p.n}, memory::data_type::f32, ab);
@@ -159,22 +158,24 @@ Expected<std::unique_ptr<Kernel>> prepare_dq_matmul(const ir::Node& node) {
       po.append_binary(dnnl::algorithm::binary_add, bias_md);
       attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(k->src_md, any_w, k->dst_md), attr, onednn::cpu_engine());
-    k->impl = onednn::implementation_name(pd);
-    if (k->impl.rfind("onednn:ref", 0) == 0)
-      return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl.c_str());
-    k->matmul = dnnl::matmul(pd);
-    k->scratch_bytes = pd.scratchpad_desc().get_size();
-    k->q_offset = onednn::align64(k->scratch_bytes);
-    k->scales_offset = k->q_offset + onednn::align64(static_cast<size_t>(p.m * p.k));
-    k->workspace_bytes = k->scales_offset + static_cast<size_t>(num_scales) * sizeof(float);
-    k->weights_buffer = onednn::pack_shared(user_w, p.w->raw_data(), pd.weights_desc());
-    k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
-    if (p.bias) k->bias = memory(bias_md, onednn::cpu_engine(), const_cast<void*>(p.bias->raw_data()));
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_w, dst_md), attr, onednn::cpu_engine());
+    KILN_ASSIGN_OR_RETURN(impl, onednn::fast_implementation(node, pd));
+    matmul = dnnl::matmul(pd);
+    scratch_bytes = pd.scratchpad_desc().get_size();
+    q_offset = onednn::align64(scratch_bytes);
+    scales_offset = q_offset + onednn::align64(static_cast<size_t>(p.m * p.k));
+    workspace_bytes = scales_offset + static_cast<size_t>(num_scales) * sizeof(float);
+    weights_buffer = onednn::pack_shared(user_w, p.w->raw_data(), pd.weights_desc());
+    weights = memory(pd.weights_desc(), onednn::cpu_engine(), weights_buffer.get());
+    if (p.bias) bias = memory(bias_md, onednn::cpu_engine(), const_cast<void*>(p.bias->raw_data()));
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no int8 matmul for it: %s", node.label().c_str(), e.what());
   }
-  return std::unique_ptr<Kernel>(std::move(k));
+  return ok_status();
+}
+
+Expected<std::unique_ptr<Kernel>> prepare_dq_matmul(const ir::Node& node) {
+  return onednn::prepare_planned<DqMatMulKernel>(node, plan_dq_matmul);
 }
 
 Status dq_matmul_applicable(const ir::Node& node) { return plan_dq_matmul(node).status(); }

@@ -53,6 +53,8 @@ Expected<MatMulIntegerPlan> plan_matmul_integer(const ir::Node& node) {
   const std::string label = node.label();
   if (node.domain() != ops::kOnnxDomain || node.op_type() != "MatMulInteger")
     return unsupported("node %s: not a MatMulInteger", label.c_str());
+  if (!onednn::int8_sums_exact())
+    return unsupported("node %s: this CPU has no VNNI (oneDNN's int8 sums would saturate)", label.c_str());
   const ir::Value* a = node.input(0);
   const ir::Value* b = node.input(1);
   const ir::Value* y = node.output(0);
@@ -131,6 +133,9 @@ void shift_weights(MatMulIntegerPlan& p) {
 
 class OnednnMatMulIntegerKernel final : public Kernel {
  public:
+  OnednnMatMulIntegerKernel(MatMulIntegerPlan p, const ops::KernelFn* ref) : reference(ref), plan(std::move(p)) {}
+  // Packs B - s and makes the int8 matmul (prepare_planned).
+  Status init(const ir::Node& node);
   Status run(ops::KernelContext& ctx) const override {
     const ir::Node& node = ctx.node();
     const Tensor* a = ctx.input(0);
@@ -202,38 +207,34 @@ class OnednnMatMulIntegerKernel final : public Kernel {
   size_t scratch_bytes = 0;
 };
 
-Expected<std::unique_ptr<Kernel>> prepare_matmul_integer(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(MatMulIntegerPlan plan, plan_matmul_integer(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
-  auto k = std::make_unique<OnednnMatMulIntegerKernel>();
-  k->plan = std::move(plan);
-  k->reference = &schema->kernel_fn();
-  MatMulIntegerPlan& p = k->plan;
+Status OnednnMatMulIntegerKernel::init(const ir::Node& node) {
+  MatMulIntegerPlan& p = plan;
   shift_weights(p);
   try {
     onednn::CreationThreadsScope threads;
     const auto ab = memory::format_tag::ab;
-    k->src_md = memory::desc({p.m, p.k}, dnnl_x8(p.a_dtype), ab);
-    k->dst_md = memory::desc({p.m, p.n}, memory::data_type::s32, ab);
+    src_md = memory::desc({p.m, p.k}, dnnl_x8(p.a_dtype), ab);
+    dst_md = memory::desc({p.m, p.n}, memory::data_type::s32, ab);
     const memory::desc user_w({p.k, p.n}, memory::data_type::s8, ab);
     const memory::desc any_w({p.k, p.n}, memory::data_type::s8, memory::format_tag::any);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     // A runtime source zero point when the node has one (its value is known at run time only).
     if (p.has_a_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(k->src_md, any_w, k->dst_md), attr, onednn::cpu_engine());
-    k->impl = onednn::implementation_name(pd);
-    if (k->impl.rfind("onednn:ref", 0) == 0)
-      return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl.c_str());
-    k->matmul = dnnl::matmul(pd);
-    k->scratch_bytes = pd.scratchpad_desc().get_size();
-    k->weights_buffer = onednn::pack_shared_here(user_w, p.b_shifted.data(), pd.weights_desc());
-    k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, any_w, dst_md), attr, onednn::cpu_engine());
+    KILN_ASSIGN_OR_RETURN(impl, onednn::fast_implementation(node, pd));
+    matmul = dnnl::matmul(pd);
+    scratch_bytes = pd.scratchpad_desc().get_size();
+    weights_buffer = onednn::pack_shared_here(user_w, p.b_shifted.data(), pd.weights_desc());
+    weights = memory(pd.weights_desc(), onednn::cpu_engine(), weights_buffer.get());
   } catch (const dnnl::error& e) {
     return unsupported("node %s: oneDNN has no int8 matmul for it: %s", node.label().c_str(), e.what());
   }
-  return std::unique_ptr<Kernel>(std::move(k));
+  return ok_status();
+}
+
+Expected<std::unique_ptr<Kernel>> prepare_matmul_integer(const ir::Node& node) {
+  return onednn::prepare_planned<OnednnMatMulIntegerKernel>(node, plan_matmul_integer);
 }
 
 Status matmul_integer_applicable(const ir::Node& node) { return plan_matmul_integer(node).status(); }

@@ -131,6 +131,35 @@ SingleThreadScope::SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set
 
 SingleThreadScope::~SingleThreadScope() { omp_set_num_threads(saved_); }
 
+ConvWindow conv_window(const ops::WindowGeometry& geo) {
+  ConvWindow w;
+  for (int d = 0; d < geo.rank(); ++d) {
+    w.strides.push_back(geo.strides[static_cast<size_t>(d)]);
+    w.dilations.push_back(geo.dilations[static_cast<size_t>(d)] - 1);  // oneDNN counts the gaps
+    w.pad_l.push_back(geo.pad_begin(d));
+    w.pad_r.push_back(geo.pad_end(d));
+  }
+  return w;
+}
+
+dnnl::memory::dims grouped_weight_dims(const std::vector<int64_t>& w_dims, int64_t group) {
+  dnnl::memory::dims dims = to_dims(w_dims);
+  if (group > 1) {
+    dims[0] /= group;
+    dims.insert(dims.begin(), group);
+  }
+  return dims;
+}
+
+bool int8_sums_exact() {
+  static const bool exact = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16 ||
+           isa == dnnl::cpu_isa::avx512_core_amx || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
+  return exact;
+}
+
 std::string implementation_name(const dnnl::primitive_desc_base& pd) {
   const char* info = nullptr;
   if (dnnl_primitive_desc_query(pd.get(), dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
@@ -342,6 +371,13 @@ void LayoutBridge::run(const dnnl::primitive& p, const Args& extra, char* ws, co
   if (reorder_dst)
     Args{{DNNL_ARG_FROM, &m.dst}, {DNNL_ARG_TO, &m.y_user}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(dst_reorder, s);
   s.wait();
+}
+
+Expected<std::string> fast_implementation(const ir::Node& node, const dnnl::primitive_desc_base& pd) {
+  std::string name = implementation_name(pd);
+  if (name.rfind("onednn:ref", 0) == 0)
+    return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), name.c_str());
+  return name;
 }
 
 }  // namespace kiln::kernels::onednn

@@ -15,7 +15,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/status.h"
+#include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
+#include "ops/spatial_util.h"
 
 namespace kiln::kernels::onednn {
 
@@ -48,6 +50,23 @@ inline dnnl::memory::dims to_dims(const std::vector<int64_t>& v) {
 // ncw / nchw / ncdhw for activations and oiw / oihw / oidhw (goiw ... with groups) for
 // weights.
 dnnl::memory::format_tag plain_tag(int rank);
+
+// A convolution's window as oneDNN takes it: strides, dilations as gaps (ONNX's minus 1), and
+// the padding before and after, per spatial dim.
+struct ConvWindow {
+  dnnl::memory::dims strides, dilations, pad_l, pad_r;
+};
+ConvWindow conv_window(const ops::WindowGeometry& geo);
+
+// Weights dims [M, C/g, k...] as oneDNN's convolutions take them: as they are for one group,
+// else [g, M/g, C/g, k...] (goihw ...).
+dnnl::memory::dims grouped_weight_dims(const std::vector<int64_t>& w_dims, int64_t group);
+
+// Whether oneDNN's int8 (u8/s8 x s8) kernels sum byte products exactly in int32 here: with
+// VNNI (AVX512-VNNI or AVX-VNNI) they do; without it they add pairs of products in saturating
+// int16 first (vpmaddubsw), so kernels that promise integer results equal to the reference
+// (MatMulInteger, ConvInteger) refuse such CPUs.
+bool int8_sums_exact();
 
 // Whether `act` can run as oneDNN eltwise post-ops. Not mapped: HardSwish with other
 // parameters than ONNX's (1/6, 0.5) (oneDNN 2.6's hardswish has them fixed), and Clip with
@@ -204,7 +223,22 @@ class Args {
   int count_ = 0;
 };
 
+// prepare() of a oneDNN kernel: KernelT(plan_fn(node)'s plan, the op's reference kernel)
+// (prepare_with_reference), then KernelT::init(node) makes its primitives and packs its weights;
+// an error of either means "not this kernel".
+template <typename KernelT, typename PlanFn>
+Expected<std::unique_ptr<Kernel>> prepare_planned(const ir::Node& node, PlanFn plan_fn) {
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, prepare_with_reference<KernelT>(node, plan_fn));
+  KILN_RETURN_IF_ERROR(static_cast<KernelT&>(*kernel).init(node));
+  return kernel;
+}
+
 // "onednn:" + the implementation oneDNN picked, e.g. "onednn:jit:avx512_core".
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
+
+// implementation_name(pd), or why it is no fast kernel when it is oneDNN's reference
+// implementation ("node N: oneDNN offers only onednn:ref:any"): the node then runs on Kiln's
+// reference kernel, which the compile report names.
+Expected<std::string> fast_implementation(const ir::Node& node, const dnnl::primitive_desc_base& pd);
 
 }  // namespace kiln::kernels::onednn

@@ -215,16 +215,10 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
   for (const Tensor* t : k->plan.constants) k->constants.push_back(t ? *t : Tensor());
   const QConvPlan& p = k->plan;
   const int rank = static_cast<int>(p.x_dims.size());
-  const int n = rank - 2;
   try {
     onednn::CreationThreadsScope threads;
-    memory::dims w_dims = onednn::to_dims(p.w_dims);
-    int w_rank = rank;
-    if (p.group > 1) {
-      w_dims[0] /= p.group;
-      w_dims.insert(w_dims.begin(), p.group);
-      ++w_rank;
-    }
+    const memory::dims w_dims = onednn::grouped_weight_dims(p.w_dims, p.group);
+    const int w_rank = static_cast<int>(w_dims.size());
     const auto s8 = memory::data_type::s8;
     k->layouts.user_src = memory::desc(onednn::to_dims(p.x_dims), dnnl_x8(p.x_dtype),
                                        p.x_channels_last ? memory::format_tag::nhwc : onednn::plain_tag(rank));
@@ -236,13 +230,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     const memory::desc any_w(w_dims, s8, memory::format_tag::any);
     const memory::desc bias_md =
         p.bias.empty() ? memory::desc() : memory::desc({p.w_dims[0]}, memory::data_type::f32, memory::format_tag::a);
-    memory::dims strides, dilations, pad_l, pad_r;
-    for (int d = 0; d < n; ++d) {
-      strides.push_back(p.geo.strides[d]);
-      dilations.push_back(p.geo.dilations[d] - 1);
-      pad_l.push_back(p.geo.pad_begin(d));
-      pad_r.push_back(p.geo.pad_end(d));
-    }
+    const onednn::ConvWindow cw = onednn::conv_window(p.geo);
     dnnl::post_ops po;
     KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, po));
     dnnl::primitive_attr attr;
@@ -256,7 +244,8 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     if (p.x_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     if (p.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         any_src, any_w, bias_md, any_dst, strides, dilations, pad_l, pad_r);
+                                         any_src, any_w, bias_md, any_dst, cw.strides, cw.dilations, cw.pad_l,
+                                         cw.pad_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::cpu_engine());
     k->impl_ = onednn::implementation_name(pd);
     // oneDNN's reference int8 convolution is no fast kernel: the node then runs Kiln's own
