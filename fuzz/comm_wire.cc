@@ -1,7 +1,8 @@
 // Fuzz target: the collective wire protocol as a peer sends it (comm/bootstrap.h, "What a
 // peer sends, decoded"): a rank's hello to the root listener and how the listener cuts it
 // from the stream, the root's frames to a joining rank (progress, error, timed out, world
-// table), the hello on a TCP data link, a status channel's answer, and the root info blob.
+// table, challenge), a rank's answer to the challenge, the hello on a TCP data link, a status
+// channel's answer, and the root info blob.
 // The first byte picks the message, the second the world size a joining rank expects; the
 // rest is the peer's bytes.
 #include <cstddef>
@@ -28,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2 || size > (1u << 16)) return -1;
   const int world = 1 + data[1] % 16;
   const std::string bytes(reinterpret_cast<const char*>(data) + 2, size - 2);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0: {  // a hello to the root: decoded, encoded again (no longer), decoded the same
       kiln::Expected<Hello> h = decode_hello(bytes);
       if (!h.ok()) break;
@@ -63,6 +64,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               f->table.data_addrs.size() == f->table.peers.size());
         for (size_t r = 0; r < f->table.peers.size(); ++r)
           check(f->table.peers[r].rank == static_cast<int>(r));
+        check(f->mac.size() == kAuthMacBytes && bytes.size() >= kAuthMacBytes &&
+              bytes.compare(bytes.size() - kAuthMacBytes, kAuthMacBytes, f->mac) == 0);
+      } else if (f->kind == RootFrame::Kind::kChallenge) {
+        check(f->challenge.size() == kAuthNonceBytes);
       }
       break;
     }
@@ -77,6 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 5: {  // the root info blob (kilnCommInitRank's, handed from rank 0 to the others)
       kiln::Expected<RootInfo> info = decode_root_info(std::span<const char>(bytes));
       if (info.ok()) check(!info->addr.empty());
+      break;
+    }
+    case 6: {  // a rank's answer to the root's challenge: decoded, encoded back to the bytes
+      kiln::Expected<HelloAuth> a = decode_hello_auth(bytes);
+      if (a.ok()) check(a->mac.size() == kAuthMacBytes && a->nonce.size() == kAuthNonceBytes &&
+                        encode_hello_auth(*a) == bytes);
       break;
     }
   }

@@ -20,6 +20,8 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
   # kiln serve (src/serve): the HTTP server library
   libcpp-httplib-dev
+  # the collectives' authenticated handshakes (HMAC-SHA256): OpenSSL's libcrypto
+  libssl-dev
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests
   openmpi-bin libopenmpi-dev iproute2

@@ -4,6 +4,10 @@
 #include "comm/bootstrap.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,18 +21,24 @@
 #include <random>
 #include <thread>
 
+#include "core/logging.h"
+
 namespace kiln::comm {
 namespace {
 
 constexpr uint32_t kRootInfoMagic = 0x4b524f4f;  // "KROO"
 constexpr uint32_t kRootInfoVersion = 1;
 constexpr uint32_t kHelloMagic = 0x4b4c4e42;  // "KLNB"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: the authenticated handshake
 constexpr size_t kMaxAddr = 1024;
 constexpr size_t kMaxHost = 256;
 constexpr size_t kMaxRanks = 1 << 16;
 constexpr size_t kRootInfoHeader = 4 + 4 + 8 + 4;
-enum FrameType : uint8_t { kProgress = 1, kTable = 2, kError = 3, kTimedOut = 4 };
+// Root -> rank: kProgress, kTable, kError, kTimedOut, kChallenge; rank -> root: the hello
+// (no type byte, it starts with kHelloMagic), then kHelloAuth.
+enum FrameType : uint8_t { kProgress = 1, kTable = 2, kError = 3, kTimedOut = 4, kChallenge = 5, kHelloAuth = 6 };
+constexpr std::string_view kHelloLabel = "kiln bootstrap hello";
+constexpr std::string_view kTableLabel = "kiln bootstrap table";
 
 uint64_t fnv(const char* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -49,6 +59,64 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+// ---- Authentication --------------------------------------------------------------------------
+
+std::string world_key(const std::string& secret, uint64_t unique_id) {
+  if (!secret.empty()) return "secret:" + secret;
+  const char* env = std::getenv("KILN_COMM_SECRET");
+  if (env != nullptr && *env != '\0') return std::string("secret:") + env;
+  std::string key = "unique id:";
+  key.append(reinterpret_cast<const char*>(&unique_id), sizeof(unique_id));
+  return key;
+}
+
+std::string auth_nonce() {
+  std::string n(kAuthNonceBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
+    // OpenSSL's generator failed (no entropy source): fall back to std::random_device.
+    std::random_device rd;
+    for (char& c : n) c = static_cast<char>(rd());
+  }
+  return n;
+}
+
+std::string auth_mac(const std::string& key, std::string_view label, std::string_view nonce,
+                     std::string_view message) {
+  std::string data;
+  data.reserve(label.size() + 1 + nonce.size() + message.size());
+  data.append(label);
+  data.push_back('\0');
+  data.append(nonce);
+  data.append(message);
+  std::string mac(kAuthMacBytes, '\0');
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+       reinterpret_cast<unsigned char*>(mac.data()), &len);
+  mac.resize(len);
+  return mac;
+}
+
+bool auth_mac_matches(const std::string& got, const std::string& want) {
+  return got.size() == want.size() && !want.empty() &&
+         CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0;
+}
+
+std::string encode_hello_auth(const HelloAuth& a) {
+  WireWriter w;
+  w.u8(kHelloAuth);
+  w.bytes(a.mac.data(), a.mac.size());
+  w.bytes(a.nonce.data(), a.nonce.size());
+  return w.data();
+}
+
+Expected<HelloAuth> decode_hello_auth(const std::string& frame) {
+  if (frame.size() != 1 + kAuthMacBytes + kAuthNonceBytes || static_cast<uint8_t>(frame[0]) != kHelloAuth) {
+    return invalid_argument("not an answer to the root's challenge (%zu bytes)", frame.size());
+  }
+  return HelloAuth{frame.substr(1, kAuthMacBytes), frame.substr(1 + kAuthMacBytes)};
+}
 
 // ---- Root listener --------------------------------------------------------------------------
 
@@ -105,10 +173,11 @@ namespace {
 
 class RootServer {
  public:
-  RootServer(int listen_fd, uint64_t unique_id, std::string rendezvous_file)
+  RootServer(int listen_fd, uint64_t unique_id, std::string rendezvous_file, std::string key)
       : listen_fd_(listen_fd),
         unique_id_(unique_id),
-        rendezvous_file_(std::move(rendezvous_file)) {}
+        rendezvous_file_(std::move(rendezvous_file)),
+        key_(std::move(key)) {}
   ~RootServer() { ::close(listen_fd_); }
   void stop() { stop_.store(true); }
   void run();
@@ -116,11 +185,16 @@ class RootServer {
  private:
   struct Client {
     int fd = -1;
+    std::string peer;  // "ip:port", for the log
     std::string buf;
     bool joined = false;
     Hello hello;
+    std::string hello_frame;   // what the hello's MAC covers
+    std::string challenge;     // sent in answer to the hello; empty: no hello yet
+    std::string nonce;         // the rank's, which the table's MAC answers
   };
   void on_frame(Client& c, const std::string& frame);
+  void on_hello_auth(Client& c, const std::string& frame);
   void reject(Client& c, const std::string& why);
   void send_progress();
   void send_table();
@@ -128,15 +202,19 @@ class RootServer {
   int listen_fd_;
   uint64_t unique_id_;
   std::string rendezvous_file_;
+  std::string key_;
   std::atomic<bool> stop_{false};
   std::vector<Client> clients_;
   int size_ = 0;              // from the first hello
   std::vector<int> joined_;   // client index by rank, -1: not yet
   bool progress_dirty_ = false;
   bool done_ = false;
+  bool accept_failed_ = false;  // warned once
 };
 
 void RootServer::reject(Client& c, const std::string& why) {
+  KILN_LOG(kWarning, "comm: rank 0's bootstrap listener refused the connection from %s: %s",
+           c.peer.c_str(), why.c_str());
   WireWriter w;
   w.u8(kError);
   w.str(why);
@@ -146,11 +224,38 @@ void RootServer::reject(Client& c, const std::string& why) {
 }
 
 void RootServer::on_frame(Client& c, const std::string& frame) {
+  if (c.joined) return;  // nothing more is expected from a rank that joined
+  if (!c.challenge.empty()) return on_hello_auth(c, frame);
   Expected<Hello> h = decode_hello(frame);
   if (!h.ok()) return reject(c, h.status().message());
   if (h->unique_id != unique_id_) {
     return reject(c, "this root listener belongs to another communicator (root info mismatch)");
   }
+  // Nothing of the hello counts before the client proved it knows the key.
+  c.hello = std::move(h).value();
+  c.hello_frame = frame;
+  c.challenge = auth_nonce();
+  WireWriter w;
+  w.u8(kChallenge);
+  w.bytes(c.challenge.data(), c.challenge.size());
+  if (!send_frame(c.fd, w.data(), Clock::now() + std::chrono::milliseconds(500)).ok()) {
+    ::close(c.fd);
+    c.fd = -1;
+  }
+}
+
+void RootServer::on_hello_auth(Client& c, const std::string& frame) {
+  Expected<HelloAuth> a = decode_hello_auth(frame);
+  if (!a.ok()) return reject(c, a.status().message());
+  if (!auth_mac_matches(a->mac, auth_mac(key_, kHelloLabel, c.challenge, c.hello_frame))) {
+    return reject(c, str_format("authentication failed: the hello of rank %d (host %s, pid %lld) "
+                                "is not signed with this job's key (KILN_COMM_SECRET differs, or "
+                                "not a rank of this job)",
+                                c.hello.rank, c.hello.info.host.c_str(),
+                                static_cast<long long>(c.hello.info.pid)));
+  }
+  c.nonce = a->nonce;
+  const Hello* h = &c.hello;
   if (h->size <= 0 || static_cast<size_t>(h->size) > kMaxRanks) {
     return reject(c, str_format("world size %d is out of range", h->size));
   }
@@ -178,7 +283,6 @@ void RootServer::on_frame(Client& c, const std::string& frame) {
   }
   slot = static_cast<int>(&c - clients_.data());
   c.joined = true;
-  c.hello = std::move(h).value();
   progress_dirty_ = true;
 }
 
@@ -195,7 +299,7 @@ void RootServer::send_progress() {
 }
 
 void RootServer::send_table() {
-  WireWriter w;
+  WireWriter w;  // the same table for every rank, each signed for its nonce
   w.u8(kTable);
   w.u64(random_id());  // the world's nonce
   bool tcp = false;
@@ -212,7 +316,7 @@ void RootServer::send_table() {
   auto deadline = Clock::now() + std::chrono::seconds(10);
   for (int slot : joined_) {
     Client& c = clients_[static_cast<size_t>(slot)];
-    if (c.fd >= 0) send_frame(c.fd, w.data(), deadline).ignore_error();
+    if (c.fd >= 0) send_frame(c.fd, w.data() + auth_mac(key_, kTableLabel, c.nonce, w.data()), deadline).ignore_error();
   }
 }
 
@@ -229,7 +333,16 @@ void RootServer::run() {
       if (fd >= 0) {
         Client c;
         c.fd = fd;
+        c.peer = socket_peer_addr(fd);
         clients_.push_back(std::move(c));
+      } else if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: the connection stays in the backlog; retry without spinning.
+        if (!accept_failed_) {
+          KILN_LOG(kWarning, "comm: rank 0's bootstrap listener cannot accept connections: %s",
+                   std::strerror(errno));
+        }
+        accept_failed_ = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -240,13 +353,12 @@ void RootServer::run() {
       if (n > 0) {
         c.buf.append(buf, static_cast<size_t>(n));
         std::string frame;
-        HelloCut cut = cut_hello_frame(c.buf, &frame);
-        if (cut == HelloCut::kTooBig) {
-          reject(c, "oversized bootstrap hello");
-        } else if (cut == HelloCut::kFrame && !c.joined) {
+        HelloCut cut = HelloCut::kFrame;
+        while (c.fd >= 0 && (cut = cut_hello_frame(c.buf, &frame)) == HelloCut::kFrame) {
+          c.buf.erase(0, 4 + frame.size());
           on_frame(c, frame);
-          c.buf.clear();
         }
+        if (cut == HelloCut::kTooBig) reject(c, "oversized bootstrap hello");
       } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         // A rank that joined and left still counts as joined (it may have given up at its
         // deadline; if it died, linking to it fails naming it). The table is not sent to it.
@@ -319,6 +431,9 @@ Expected<WorldTable> decode_table(const std::string& frame, uint64_t unique_id, 
     t.peers.push_back(std::move(p));
     t.data_addrs.push_back(std::move(addr));
   }
+  if (r.remaining() != kAuthMacBytes) {
+    return invalid_argument("world table from the root without its authentication code");
+  }
   return t;
 }
 
@@ -347,8 +462,15 @@ Expected<RootFrame> decode_root_frame(const std::string& frame, uint64_t unique_
     r.str(&out.why, 4096);
     return out;
   }
+  if (type == kChallenge) {
+    out.kind = RootFrame::Kind::kChallenge;
+    if (r.remaining() != kAuthNonceBytes) return invalid_argument("malformed challenge from the root");
+    out.challenge = frame.substr(1);
+    return out;
+  }
   out.kind = RootFrame::Kind::kTable;
   KILN_ASSIGN_OR_RETURN(out.table, decode_table(frame, unique_id, size));
+  out.mac = frame.substr(frame.size() - kAuthMacBytes);
   return out;
 }
 
@@ -361,7 +483,8 @@ uint64_t random_id() {
 }
 
 Expected<RootInfo> start_root_with_id(const std::string& bind, uint64_t unique_id,
-                                      const std::string& rendezvous_file) {
+                                      const std::string& rendezvous_file,
+                                      const std::string& secret) {
   std::string host;
   int port = 0;
   if (!bind.empty()) {
@@ -377,7 +500,7 @@ Expected<RootInfo> start_root_with_id(const std::string& bind, uint64_t unique_i
   info.addr = (any ? reachable_host_ip() : host.find(':') != std::string::npos ? "[" + host + "]"
                                                                                : host) +
               ":" + std::to_string(bound);
-  auto server = std::make_shared<RootServer>(fd, unique_id, rendezvous_file);
+  auto server = std::make_shared<RootServer>(fd, unique_id, rendezvous_file, world_key(secret, unique_id));
   {
     std::lock_guard<std::mutex> lock(roots_mu());
     roots()[unique_id] = server;
@@ -489,8 +612,12 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
   hello.force_tcp = options.force_tcp || env_force_tcp();
   hello.info = local_peer_info(rank);
   hello.data_addr = socket_local_ip(*root_fd) + ":" + std::to_string(data_port);
-  KILN_RETURN_IF_ERROR(send_frame(*root_fd, encode_hello(hello), deadline),
+  const std::string hello_frame = encode_hello(hello);
+  KILN_RETURN_IF_ERROR(send_frame(*root_fd, hello_frame, deadline),
                        "join: rank %d greeting the root at %s", rank, options.root.addr.c_str());
+  const std::string key = world_key(options.secret, options.root.unique_id);
+  const std::string nonce = auth_nonce();
+  bool answered = false;  // the root's challenge
 
   std::vector<uint8_t> joined(static_cast<size_t>(size), 0);
   joined[static_cast<size_t>(rank)] = 1;
@@ -524,7 +651,26 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
       return failed_precondition("join: rank %d rejected by the root at %s: %s", rank,
                                  options.root.addr.c_str(), f.why.c_str());
     }
+    if (f.kind == RootFrame::Kind::kChallenge) {
+      if (answered) {
+        return failed_precondition("join: rank %d: the root at %s challenged it twice (not a Kiln "
+                                   "root listener of this protocol)", rank, options.root.addr.c_str());
+      }
+      answered = true;
+      HelloAuth a{auth_mac(key, kHelloLabel, f.challenge, hello_frame), nonce};
+      KILN_RETURN_IF_ERROR(send_frame(*root_fd, encode_hello_auth(a), deadline),
+                           "join: rank %d answering the root's challenge at %s", rank,
+                           options.root.addr.c_str());
+      continue;
+    }
+    const std::string signed_part = frame->substr(0, frame->size() - kAuthMacBytes);
+    if (!answered || !auth_mac_matches(f.mac, auth_mac(key, kTableLabel, nonce, signed_part))) {
+      return failed_precondition(
+          "join: rank %d: the world table from %s is not signed with this job's key (not rank 0's "
+          "listener of this job, or KILN_COMM_SECRET differs)", rank, options.root.addr.c_str());
+    }
     table = std::move(f.table);
+    table.key = key;
     break;
   }
   // Everyone joined; rank 0's root is done.

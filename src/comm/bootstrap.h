@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace kiln::comm {
 // What the root tells every rank once all have joined.
 struct WorldTable {
   uint64_t unique_id = 0;
+  std::string key;     // the world's key (world_key), this rank's own: never sent
   uint64_t nonce = 0;  // new per world: names of shared-memory segments, TCP link hellos
   bool force_tcp = false;
   std::vector<PeerInfo> peers;         // by rank
@@ -27,8 +29,10 @@ struct WorldTable {
 // start_root with a given unique id (launchers derive it from the job, so every rank knows
 // it without a root info blob). `rendezvous_file`, if not empty, is removed when the
 // listener ends (the file through which the launch handed its address to the other ranks).
+// `secret`: the job's secret (world_key); empty: KILN_COMM_SECRET.
 Expected<RootInfo> start_root_with_id(const std::string& bind, uint64_t unique_id,
-                                      const std::string& rendezvous_file = "");
+                                      const std::string& rendezvous_file = "",
+                                      const std::string& secret = "");
 // Stops the listener of `unique_id` in this process, if it still runs (rank 0 gave up).
 void stop_root(uint64_t unique_id);
 uint64_t random_id();
@@ -48,6 +52,26 @@ Expected<std::unique_ptr<StatusChannel>> start_tcp_status_channel(const WorldTab
                                                                   int listen_fd,
                                                                   const std::vector<int>& peers);
 
+// ---- Authentication --------------------------------------------------------------------------
+// No byte a peer sends is trusted before it proved that it knows the world's key, by
+// HMAC-SHA256 challenge-response (docs/comm.md "Authentication"): the root listener
+// challenges each hello and signs the world table it sends to each rank; a rank's TCP
+// listener challenges each link hello.
+
+constexpr size_t kAuthNonceBytes = 16;
+constexpr size_t kAuthMacBytes = 32;
+// The world's key: `secret` when not empty, else KILN_COMM_SECRET when set and not empty,
+// else one derived from the unique id (which then only keeps apart jobs and strangers who do
+// not know the root info).
+std::string world_key(const std::string& secret, uint64_t unique_id);
+// kAuthNonceBytes fresh random bytes.
+std::string auth_nonce();
+// HMAC-SHA256(key, label || 0 || nonce || message): kAuthMacBytes bytes.
+std::string auth_mac(const std::string& key, std::string_view label, std::string_view nonce,
+                     std::string_view message);
+// Whether `got` is `want` (constant time in the bytes compared; sizes must match).
+bool auth_mac_matches(const std::string& got, const std::string& want);
+
 // ---- Sockets ------------------------------------------------------------------------------
 
 // "host:port" or "[v6addr]:port" -> (host, port).
@@ -59,6 +83,8 @@ Expected<int> tcp_listen(const std::string& host, int port, int* bound_port);
 Expected<int> tcp_connect(const std::string& addr, Clock::time_point deadline);
 // The local IP address of a connected socket (the interface that reaches its peer).
 std::string socket_local_ip(int fd);
+// "ip:port" of a connected socket's peer ("?" when unknown), for messages.
+std::string socket_peer_addr(int fd);
 // An address of this host other hosts can likely reach (default-route interface, else the
 // first non-loopback IPv4 address, else 127.0.0.1).
 std::string reachable_host_ip();
@@ -77,6 +103,9 @@ void set_nodelay(int fd);
 // stay with the receiver.
 
 // A rank's hello to the root listener: the payload of the first frame it sends.
+// The root answers a hello with a challenge (RootFrame::kChallenge); the rank proves it knows
+// the key with a HelloAuth frame, and the root's world table to it then carries a MAC over
+// the rank's nonce and the table.
 struct Hello {
   int rank = 0;
   int size = 0;
@@ -95,20 +124,34 @@ Expected<Hello> decode_hello(const std::string& frame);
 enum class HelloCut { kNeedMore, kTooBig, kFrame };
 HelloCut cut_hello_frame(const std::string& buf, std::string* frame);
 
+// A rank's answer to the root's challenge: the MAC of the challenge and its hello frame
+// (label "kiln bootstrap hello"), and its own nonce, which the root signs the table with.
+struct HelloAuth {
+  std::string mac;    // kAuthMacBytes
+  std::string nonce;  // kAuthNonceBytes
+};
+std::string encode_hello_auth(const HelloAuth& a);
+Expected<HelloAuth> decode_hello_auth(const std::string& frame);
+
 // A frame from the root listener to a joining rank of a world of `size` ranks.
 struct RootFrame {
-  enum class Kind { kProgress, kTimedOut, kError, kTable };
+  enum class Kind { kProgress, kTimedOut, kError, kTable, kChallenge };
   Kind kind = Kind::kProgress;
   std::vector<uint8_t> joined;  // kProgress: one flag per rank; empty when malformed (ignored)
   std::string why;              // kTimedOut, kError: the root's message
   WorldTable table;             // kTable
+  std::string mac;              // kTable: the MAC over the rank's nonce and the frame before it
+  std::string challenge;        // kChallenge: kAuthNonceBytes
 };
-// Errors: a frame of no known type, or a malformed or truncated table.
+// Errors: a frame of no known type, a malformed or truncated table or challenge. The table's
+// MAC is the caller's to check (the frame's first size - kAuthMacBytes bytes are signed).
 Expected<RootFrame> decode_root_frame(const std::string& frame, uint64_t unique_id, int size);
 
 // The hello a rank sends first on a TCP data link to a lower rank (make_tcp_links): the
 // sender's rank when the frame is of the world (`unique_id`, `nonce`), else an error. The
 // caller checks the rank against its peers.
+// The lower rank then sends a challenge (kAuthNonceBytes) and the higher rank answers with
+// auth_mac(key, "kiln link hello", challenge, the hello frame) before the link is used.
 Expected<uint32_t> decode_link_hello(const std::string& frame, uint64_t unique_id, uint64_t nonce);
 std::string encode_link_hello(uint64_t unique_id, uint64_t nonce, uint32_t rank);
 

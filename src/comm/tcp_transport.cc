@@ -18,11 +18,13 @@
 #include <thread>
 
 #include "comm/bootstrap.h"
+#include "core/logging.h"
 
 namespace kiln::comm {
 namespace {
 
 constexpr uint32_t kLinkHelloMagic = 0x4b4c4e4c;  // "KLNL"
+constexpr std::string_view kLinkLabel = "kiln link hello";
 constexpr size_t kRecvBuffer = 256u << 10;
 
 int ms_until(Clock::time_point deadline) {
@@ -292,6 +294,12 @@ Expected<int> tcp_connect(const std::string& addr, Clock::time_point deadline) {
     } else {
       for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
         int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+          // Out of descriptors or memory: retrying until the deadline would only hide why.
+          const int err = errno;
+          freeaddrinfo(res);
+          return resource_exhausted("cannot connect to %s: no socket: %s", addr.c_str(), std::strerror(err));
+        }
         if (fd < 0) continue;
         set_nonblocking(fd, true);
         int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
@@ -320,20 +328,49 @@ Expected<int> tcp_connect(const std::string& addr, Clock::time_point deadline) {
   }
 }
 
+namespace {
+
+// The IP address of a socket name ("[v6]" in brackets), and its port; false for a family
+// other than IPv4 and IPv6.
+bool format_sockaddr(const sockaddr_storage& ss, std::string* ip, unsigned* port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+    *ip = "[";  // (not "[" + string: GCC 12 warns -Wrestrict on that)
+    ip->append(buf);
+    ip->push_back(']');
+    *port = ntohs(a->sin6_port);
+    return true;
+  }
+  if (ss.ss_family != AF_INET) return false;
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+  inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+  *ip = buf;
+  *port = ntohs(a->sin_port);
+  return true;
+}
+
+}  // namespace
+
 std::string socket_local_ip(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
-  if (ss.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
-    std::string out = "[";  // (not "[" + string: GCC 12 warns -Wrestrict on that)
-    out.append(buf);
-    out.push_back(']');
-    return out;
+  std::string ip;
+  unsigned port = 0;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !format_sockaddr(ss, &ip, &port)) {
+    return "127.0.0.1";
   }
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
-  return buf;
+  return ip;
+}
+
+std::string socket_peer_addr(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  std::string ip;
+  unsigned port = 0;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !format_sockaddr(ss, &ip, &port)) return "?";
+  return ip + ":" + std::to_string(port);
 }
 
 std::string reachable_host_ip() {
@@ -477,7 +514,29 @@ Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
                          s.message().c_str());
     }
   }
+  // Each lower peer challenges the hello; the answer proves this rank knows the world's key.
+  // (A lower peer waits only on ranks below it, so these waits end.)
+  for (int p : peers) {
+    if (p > rank) continue;
+    const int fd = fds[static_cast<size_t>(p)];
+    Expected<std::string> challenge = recv_frame(fd, deadline, kAuthNonceBytes);
+    Status s = challenge.ok() && challenge->size() != kAuthNonceBytes
+                   ? invalid_argument("a challenge of %zu bytes", challenge->size())
+                   : challenge.status();
+    if (s.ok()) {
+      const std::string hello = encode_link_hello(table.unique_id, table.nonce, static_cast<uint32_t>(rank));
+      s = send_frame(fd, auth_mac(table.key, kLinkLabel, *challenge, hello), deadline);
+    }
+    if (!s.ok()) {
+      cleanup();
+      return Status(s.code() == StatusCode::kDeadlineExceeded ? s.code() : StatusCode::kUnavailable,
+                    str_format("%s did not complete the TCP link handshake: %s",
+                               describe_peer(table.peers[static_cast<size_t>(p)]).c_str(),
+                               s.message().c_str()));
+    }
+  }
   size_t accepted = 0;
+  std::string accept_error;  // why accept() failed last, for the deadline's message
   while (accepted < expect_accepts) {
     Status w = wait_fd(listen_fd, POLLIN, deadline, "accept");
     if (!w.ok()) {
@@ -488,19 +547,48 @@ Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
         }
       }
       cleanup();
-      return deadline_exceeded("rank(s) %s did not connect to rank %d's TCP listener in time",
-                               missing.c_str(), rank);
+      return deadline_exceeded("rank(s) %s did not connect to rank %d's TCP listener in time%s",
+                               missing.c_str(), rank, accept_error.c_str());
     }
     int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // A stray or stale connection is dropped; only a hello of this world counts.
-    Expected<std::string> hello =
-        recv_frame(fd, std::min(deadline, Clock::now() + std::chrono::seconds(5)), 64);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {  // the connection waits in the backlog
+        accept_error = str_format(" (accepting failed: %s)", std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      continue;
+    }
+    // A stray or stale connection is refused (logged, closed); only a hello of this world,
+    // from an expected peer, answering the challenge with the world's key, counts. A peer
+    // that stalls holds this loop for at most 5 s.
+    const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    Expected<std::string> hello = recv_frame(fd, hello_deadline, 64);
     Expected<uint32_t> from =
         hello.ok() ? decode_link_hello(*hello, table.unique_id, table.nonce) : hello.status();
     uint32_t peer = from.ok() ? *from : 0;
-    if (!from.ok() || peer >= table.peers.size() || static_cast<int>(peer) <= rank || fds[peer] >= 0 ||
-        std::find(peers.begin(), peers.end(), static_cast<int>(peer)) == peers.end()) {
+    Status why = from.status();
+    if (why.ok() && (peer >= table.peers.size() || static_cast<int>(peer) <= rank ||
+                     std::find(peers.begin(), peers.end(), static_cast<int>(peer)) == peers.end())) {
+      why = invalid_argument("rank %u is not a higher rank of another host", peer);
+    } else if (why.ok() && fds[peer] >= 0) {
+      why = invalid_argument("rank %u is linked already", peer);
+    }
+    if (why.ok()) {
+      const std::string challenge = auth_nonce();
+      why = send_frame(fd, challenge, hello_deadline);
+      if (why.ok()) {
+        Expected<std::string> answer = recv_frame(fd, hello_deadline, kAuthMacBytes);
+        if (!answer.ok()) {
+          why = answer.status();
+        } else if (!auth_mac_matches(*answer, auth_mac(table.key, kLinkLabel, challenge, *hello))) {
+          why = invalid_argument("authentication failed: the hello of rank %u is not signed with "
+                                 "this job's key", peer);
+        }
+      }
+    }
+    if (!why.ok()) {
+      KILN_LOG(kWarning, "comm: rank %d's TCP link listener refused the connection from %s: %s",
+               rank, socket_peer_addr(fd).c_str(), why.message().c_str());
       ::close(fd);
       continue;
     }

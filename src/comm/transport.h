@@ -154,6 +154,9 @@ struct JoinOptions {
   int size = 1;
   RootInfo root;           // rank 0 must have called start_root() for it in this process
   bool force_tcp = false;  // KILN_COMM_TRANSPORT=tcp
+  // The job's secret every connection of the world proves it knows (bootstrap.h,
+  // "Authentication"); empty: KILN_COMM_SECRET, else a key derived from root.unique_id.
+  std::string secret;
 };
 Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options, Clock::time_point deadline);
 

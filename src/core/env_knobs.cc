@@ -137,6 +137,9 @@ const std::vector<EnvKnob>& env_knobs() {
        "Ring buffer size of the shared-memory transport.", valid_shm_buffer},
       {"KILN_COMM_SHM_SINGLE_COPY", "0, 1", "0", "1 sends shared-memory messages with one copy (process_vm_readv).",
        valid_switch},
+      // comm/bootstrap.cc
+      {"KILN_COMM_SECRET", "a string", "unset (a key derived from the root info)",
+       "The job's secret: every bootstrap and TCP link connection proves it knows it (HMAC).", nullptr},
       // comm/launch_env.cc: set by a launcher, as mpirun sets OMPI_COMM_WORLD_*.
       {"KILN_RANK", "an integer >= 0", "from the MPI launcher", "This process's rank.", valid_rank},
       {"KILN_WORLD_SIZE", "an integer >= 1", "from the MPI launcher", "Ranks in all.", valid_world_size},
