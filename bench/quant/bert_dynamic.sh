@@ -10,15 +10,18 @@
 # Goal (issue 28): cosine >= 0.99 and Kiln int8 <= 0.45x ORT fp32.
 #
 # usage: bench/quant/bert_dynamic.sh BERT.onnx INPUT_IDS.npy ATTENTION_MASK.npy [per-tensor|per-column]
-#        [WORK_DIR]   (the e2e export: build/release/e2e/models/bert/{model.onnx,input_*.npy})
+#        [WORK_DIR] [default|passive]   (the e2e export: build/release/e2e/models/bert/{model.onnx,
+#        input_*.npy}; the last: OMP_WAIT_POLICY of the Kiln processes, passive on a machine other
+#        work keeps busy, see docs/quantization.md "Threads on a shared machine")
 set -e
 here=$(dirname "$0")
 src=$(cd "$here/../.." && pwd)
-model=$1 ids=$2 mask=$3 kind=${4:-per-tensor} work=${5:-$(mktemp -d)}
+model=$1 ids=$2 mask=$3 kind=${4:-per-tensor} work=${5:-$(mktemp -d)} policy=${6:-default}
 mkdir -p "$work"
 q="$work/bert.dynamic.$kind.onnx"
 if [ "$kind" = per-column ]; then pc=--per-channel; else pc=; fi
 /usr/bin/python3 "$here/quantize_dynamic.py" "$model" "$q" $pc
 /usr/bin/python3 "$here/int8_bench.py" --fp32 "$model" --qdq "$q" --input "input_ids=$ids" \
-  --input "attention_mask=$mask" --threads 1,2 --runs 15 --work-dir "$work/bench"
+  --input "attention_mask=$mask" --threads 1,2 --runs 15 --work-dir "$work/bench" \
+  --kiln-omp-wait-policy "$policy"
 PYTHONPATH="$src/build/release/python" /usr/bin/python3 "$here/bert_cosine.py" "$model" "$q" --n 100 --threads 2

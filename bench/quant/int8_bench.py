@@ -15,11 +15,19 @@ ONNX Runtime's quantize_dynamic and bench/quant/quantize_dynamic.py write it).
 
 Each engine runs warm in one long-lived process per model and thread count (Kiln in
 bench/ort_compare/kiln_session over the C API, ORT in bench/ort_compare/run_ort.js), as
-bench/ort_compare.sh does. Prints medians and the ratios the issue asks for (kiln int8 / ort
-fp32 and kiln int8 / ort qdq), and one JSON line.
+bench/ort_compare.sh does. All thread counts are open at once and alternated in the same
+rounds, so 1 and 2 threads see the same machine load. Prints medians and the ratios the issue
+asks for (kiln int8 / ort fp32 and kiln int8 / ort qdq), the 1-minute load average over the
+rounds and each process's context switches per timed run (voluntary: a thread slept;
+involuntary: the scheduler preempted one), and one JSON line.
+
+On a machine whose cores other processes keep busy, OpenMP's spin-waiting makes Kiln's
+multi-threaded runs slow (docs/quantization.md, "Threads on a shared machine");
+--kiln-omp-wait-policy passive runs the Kiln processes with OMP_WAIT_POLICY=passive.
 
 usage: int8_bench.py --fp32 M.onnx --qdq M.int8.onnx --input NAME=X.npy [--threads 1,2]
                      [--runs 15] [--build-dir build/release] [--work-dir DIR] [--no-build]
+                     [--kiln-omp-wait-policy default|passive|active]
 """
 
 import argparse
@@ -55,22 +63,61 @@ def open_sessions(args, kiln_models, threads):
     inputs = [f"{k}={v}" for k, v in args.inputs.items()]
     exe = os.path.join(args.build_dir, "bench", "kiln_session")
     node = [args.node, os.path.join(SRC, "bench", "ort_compare", "run_ort.js")]
-    return {
-        "kiln int8": Session([exe, kiln_models["int8"], str(threads)] + inputs, "Kiln int8"),
-        "kiln fp32": Session([exe, kiln_models["fp32"], str(threads)] + inputs, "Kiln fp32"),
-        "ort fp32": Session(node + [args.fp32, str(threads)] + inputs, "ONNX Runtime fp32"),
-        "ort qdq": Session(node + [args.qdq, str(threads)] + inputs, "ONNX Runtime QDQ"),
-    }
+    saved = os.environ.get("OMP_WAIT_POLICY")
+    if args.kiln_omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.kiln_omp_wait_policy
+    try:
+        kiln = {"kiln int8": Session([exe, kiln_models["int8"], str(threads)] + inputs, "Kiln int8"),
+                "kiln fp32": Session([exe, kiln_models["fp32"], str(threads)] + inputs, "Kiln fp32")}
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+        else:
+            os.environ["OMP_WAIT_POLICY"] = saved
+    return {**kiln,
+            "ort fp32": Session(node + [args.fp32, str(threads)] + inputs, "ONNX Runtime fp32"),
+            "ort qdq": Session(node + [args.qdq, str(threads)] + inputs, "ONNX Runtime QDQ")}
+
+
+def context_switches(pid):
+    """(voluntary, involuntary) context switches of all threads of process `pid` so far."""
+    vol = invol = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        invol += int(line.split()[1])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return vol, invol
 
 
 def measure(args, sessions):
-    times = {e: [] for e in ENGINES}
+    """sessions: {(engine, threads): Session}. Every round times each once, in an order that
+    rotates every round. Returns medians, context switches per timed run, and the load range."""
+    keys = list(sessions)
+    times = {k: [] for k in keys}
+    switches = {k: [0, 0] for k in keys}
+    loads = []
     for b in range(math.ceil(args.runs / args.block)):
-        shift = b % len(ENGINES)
-        for e in ENGINES[shift:] + ENGINES[:shift]:
+        loads.append(os.getloadavg()[0])
+        shift = b % len(keys)
+        for k in keys[shift:] + keys[:shift]:
             time.sleep(args.settle_ms / 1000.0)  # let the previous engine's spinning threads stop
-            times[e] += sessions[e].time(args.block, 1)
-    return {e: statistics.median(t) for e, t in times.items()}
+            pid = sessions[k].proc.pid
+            before = context_switches(pid)
+            times[k] += sessions[k].time(args.block, 1)
+            after = context_switches(pid)
+            for i in range(2):
+                switches[k][i] += after[i] - before[i]
+    runs = {k: len(t) for k, t in times.items()}
+    med = {k: statistics.median(t) for k, t in times.items()}
+    # Per timed run; the untimed warm-up run of each block counts too.
+    ctx = {k: [round(v / runs[k]) for v in switches[k]] for k in keys}
+    return med, ctx, (min(loads), max(loads))
 
 
 def main(argv):
@@ -87,6 +134,8 @@ def main(argv):
     p.add_argument("--work-dir", default="")
     p.add_argument("--node", default="node")
     p.add_argument("--no-build", action="store_true", help="time the binaries as they are (built beforehand)")
+    p.add_argument("--kiln-omp-wait-policy", choices=("default", "passive", "active"), default="default",
+                   help="OMP_WAIT_POLICY of the Kiln processes (default: as the environment has it)")
     args = p.parse_args(argv)
     args.inputs = dict(kv.split("=", 1) for kv in args.input)
     kiln = os.path.join(args.build_dir, "tools", "kiln")
@@ -103,22 +152,32 @@ def main(argv):
                     if any(t in k for t in ("QLinear", "Integer", "DynamicQuant"))}
     print(f"kiln int8 model: fusions {report.get('fusions', {})}")
     print(f"kiln int8 model: int8 kernels {int8_kernels}")
-    rows = []
-    for threads in [int(t) for t in args.threads.split(",")]:
-        sessions = open_sessions(args, models, threads)
-        try:
-            med = measure(args, sessions)
-        finally:
-            for s in sessions.values():
-                s.__exit__(None, None, None)
-        rows.append((threads, med))
-    print(f"\nmedians of {args.runs} alternated runs (ms); {os.path.basename(args.qdq)}")
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    sessions = {}
+    try:
+        for threads in thread_counts:
+            for e, sess in open_sessions(args, models, threads).items():
+                sessions[(e, threads)] = sess
+        med, ctx, load = measure(args, sessions)
+    finally:
+        for sess in sessions.values():
+            sess.__exit__(None, None, None)
+    rows = [(t, {e: med[(e, t)] for e in ENGINES}) for t in thread_counts]
+    print(f"\nmedians of {args.runs} runs (ms), all thread counts alternated; {os.path.basename(args.qdq)}; "
+          f"Kiln's OMP_WAIT_POLICY: {args.kiln_omp_wait_policy}")
+    print(f"load average (1 min) over the rounds: {load[0]:.2f} - {load[1]:.2f} on {os.cpu_count()} cpus")
     print(f"{'threads':>7} " + " ".join(f"{e:>10}" for e in ENGINES) + "  int8/ort-fp32  int8/ort-qdq  int8/kiln-fp32")
-    for threads, med in rows:
-        print(f"{threads:>7} " + " ".join(f"{med[e]:>10.3f}" for e in ENGINES) +
-              f"  {med['kiln int8'] / med['ort fp32']:>13.3f}  {med['kiln int8'] / med['ort qdq']:>12.3f}"
-              f"  {med['kiln int8'] / med['kiln fp32']:>14.3f}")
-    print(json.dumps({"model": args.qdq, "rows": [{"threads": t, **m} for t, m in rows]}))
+    for threads, m in rows:
+        print(f"{threads:>7} " + " ".join(f"{m[e]:>10.3f}" for e in ENGINES) +
+              f"  {m['kiln int8'] / m['ort fp32']:>13.3f}  {m['kiln int8'] / m['ort qdq']:>12.3f}"
+              f"  {m['kiln int8'] / m['kiln fp32']:>14.3f}")
+    print("context switches per run (voluntary/involuntary, all threads of the process):")
+    for threads in thread_counts:
+        print(f"{threads:>7} " + " ".join(f"{'%d/%d' % tuple(ctx[(e, threads)]):>10}" for e in ENGINES))
+    print(json.dumps({"model": args.qdq, "kiln_omp_wait_policy": args.kiln_omp_wait_policy,
+                      "load_avg_1min": list(load),
+                      "rows": [{"threads": t, **m, "context_switches": {e: ctx[(e, t)] for e in ENGINES}}
+                               for t, m in rows]}))
     return 0
 
 
