@@ -56,9 +56,10 @@ bool dispatch_matmul(DataType t, Fn&& fn) {
   }
 }
 
+}  // namespace
+
 // ---- MatMul ------------------------------------------------------------------------
 
-// Output shape of MatMul from possibly symbolic operand shapes.
 Expected<Shape> matmul_shape(const ir::Node& node, const Shape& a, const Shape& b) {
   const std::string label = node.label();
   if (!a.has_rank() || !b.has_rank()) return Shape::unknown_rank();
@@ -79,6 +80,8 @@ Expected<Shape> matmul_shape(const ir::Node& node, const Shape& a, const Shape& 
   if (b.rank() > 1) out.dims().push_back(b2[b2.rank() - 1]);
   return out;
 }
+
+namespace {
 
 Status infer_matmul(InferContext& ctx) {
   const ir::TensorType& a = ctx.input_type(0);

@@ -9,6 +9,7 @@
 
 #include "core/lowp.h"
 #include "ops/elementwise_common.h"
+#include "ops/gemm_util.h"
 #include "ops/spatial_util.h"
 
 namespace kiln::ops {
@@ -128,7 +129,12 @@ std::vector<int32_t> int_matmul(const MatMulGeometry& g, const std::vector<int32
 
 // Output shape of the matmul ops during inference (unknown when the operands are not static).
 Shape matmul_output_shape(const ir::Node& node, const Shape& a, const Shape& b) {
-  if (!a.is_static() || !b.is_static()) return Shape::unknown_rank();
+  if (!a.is_static() || !b.is_static()) {
+    // Open dims (a model compiled without --input-shape): MatMul's rule keeps the rank and the
+    // symbols, so the node and the ones after it get per-shape fast kernels.
+    auto s = matmul_shape(node, a, b);
+    return s.ok() ? *s : Shape::unknown_rank();
+  }
   auto g = matmul_geometry(node, a.static_dims(), b.static_dims());
   return g.ok() ? Shape::from_static(g->out) : Shape::unknown_rank();
 }

@@ -159,6 +159,44 @@ class DynamicQuantTest(unittest.TestCase):
         self.assertEqual(rep["kernels"].get("MatMulInteger/onednn"), 1, rep["kernels"])
         self.assert_close(outs["y"], numpy_unfused(x, w_q, w_scale, b, w_zp), "u8 weights")
 
+    def test_open_dims_run_on_the_fast_kernels_per_shape(self):
+        """A model compiled without --input-shape, x [batch, seq, K], two layers deep, outputs
+        declared without shapes: MatMulInteger's inference keeps the rank (MatMul's rule), so
+        every chain fuses (the pass needs ranks) and the nodes get per-shape fast kernels."""
+        m = Model(seed=9)
+        w1, s1, b1, _ = m.linear(m.dql("x"), "h", 64, 48, True, True)
+        w2, s2, b2, _ = m.linear(m.dql("h"), "y1", 48, 24, False, True)
+        w3, s3, b3, z3 = m.linear(m.dql("h"), "y2", 48, 16, True, True, w_type=np.uint8)
+        d = os.path.join(WORK, "open")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "m.onnx")
+        m.save(path, ["batch", "seq", 64], [("h", None), ("y1", None), ("y2", None)])
+        report = os.path.join(d, "report.json")
+        r = run(["compile", path, "-o", os.path.join(d, "m.kiln"), "--report", report])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["fusions"].get("FusedDynamicQuantMatMul"), 2, rep["fusions"])
+        self.assertEqual(rep["kernels"].get("kiln.FusedDynamicQuantMatMul/onednn"), 2, rep["kernels"])
+        self.assertEqual(rep["kernels"].get("MatMulInteger/onednn"), 1, rep["kernels"])
+        self.assertGreaterEqual(rep["per_shape_kernels"], 3, rep)
+        for shape in ((2, 17, 64), (1, 5, 64)):
+            x = m.rng.normal(0.1, 1.2, shape).astype(np.float32)
+            xp = os.path.join(d, "x.npy")
+            np.save(xp, x)
+            od = os.path.join(d, "out_%d_%d" % shape[:2])
+            r = run(["run", os.path.join(d, "m.kiln"), "--input", "x=" + xp, "--output-dir", od])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(od, "outputs.json")) as f:
+                meta = json.load(f)
+            outs = {name: np.load(os.path.join(od, e["file"])) for name, e in meta.items()}
+            h = outs["h"]
+            self.assertEqual(h.shape, shape[:2] + (48,))
+            self.assert_close(h, numpy_unfused(x, w1, s1, b1), f"h at {shape}")
+            # The second layer from Kiln's h: NumPy's h may round an activation to the other
+            # side of a quantisation step.
+            self.assert_close(outs["y1"], numpy_unfused(h, w2, s2, b2), f"y1 at {shape}")
+            self.assert_close(outs["y2"], numpy_unfused(h, w3, s3, b3, z3), f"y2 at {shape}")
 
 if __name__ == "__main__":
     KILN, WORK = sys.argv[1], sys.argv[2]
