@@ -392,7 +392,11 @@ Status write_file(const std::string& tmp, const uint8_t* metadata, size_t metada
       }
     KILN_RETURN_IF_ERROR(w.pad_to(h.file_size));
     h.checksum = combine_checksum(&h, w.digest());
-    return w.write_at(&h, sizeof(h), 0);
+    KILN_RETURN_IF_ERROR(w.write_at(&h, sizeof(h), 0));
+    // On the disk before the rename makes it the file: a crash or power loss after the rename
+    // leaves the whole new file or the old one, never a renamed file of missing blocks.
+    if (::fsync(fd) != 0) return unavailable("cannot flush '%s' to disk: %s", tmp.c_str(), std::strerror(errno));
+    return ok_status();
   }();
   if (::close(fd) != 0 && status.ok())
     status = unavailable("cannot close '%s': %s", tmp.c_str(), std::strerror(errno));
