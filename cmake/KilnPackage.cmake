@@ -61,7 +61,7 @@ install(TARGETS kiln_shared EXPORT kilnTargets
 install(FILES ${PROJECT_SOURCE_DIR}/include/kiln/kiln.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln.hpp
               ${PROJECT_SOURCE_DIR}/include/kiln/comm.h ${PROJECT_SOURCE_DIR}/include/kiln/kiln_op.h
               ${PROJECT_SOURCE_DIR}/include/kiln/custom_op.h
-              ${PROJECT_SOURCE_DIR}/include/kiln/llm.h
+              ${PROJECT_SOURCE_DIR}/include/kiln/llm.h ${PROJECT_SOURCE_DIR}/include/kiln/llm.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
 if(TARGET kiln)
   install(TARGETS kiln RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
