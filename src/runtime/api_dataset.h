@@ -1,5 +1,5 @@
 // The C API's host objects that more than one family of entry points reads: tensor descs,
-// data buffers and datasets (defined with their entry points in api_model.cc; AIPP's in
+// data buffers and datasets (defined with their entry points in api_dataset.cc; AIPP's in
 // api_aipp.cc write into dataset buffers), the live-handle sets that check them, and the
 // prologue of an entry point that needs kilnInit.
 #pragma once
@@ -37,5 +37,8 @@ namespace kiln::rt {
 HandleSet<kilnTensorDesc>& tensor_descs();
 HandleSet<kilnDataBuffer>& data_buffers();
 HandleSet<kilnmdlDataset>& datasets();
+// Guards the contents of dataset-owned descs (a queued execution writes them on its stream's
+// thread while the dataset may be read for another submission).
+std::mutex& owned_desc_mutex();
 
 }  // namespace kiln::rt
