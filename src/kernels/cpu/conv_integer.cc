@@ -74,6 +74,7 @@ struct ConvIntegerPlan {
   std::vector<int8_t> w_packed;  // W', [M, C/group, k...]
   std::vector<int32_t> z;        // w_zp[m] - s per output channel; empty when W' = W - w_zp
   std::vector<int32_t> w_sums;   // sum_c W'[m, c, k], [M, k...]
+  std::vector<uint32_t> w_totals;  // sum_{c, k} W'[m, c, k], [M] (wrapping)
 };
 
 Expected<ConvIntegerPlan> plan_conv_integer(const ir::Node& node) {
@@ -221,6 +222,10 @@ void pack_weights(ConvIntegerPlan& p, const WeightShift& shift) {
     any = any || zp != sub;
   }
   if (any) p.z = std::move(z);
+  p.w_totals.assign(static_cast<size_t>(c_out), 0);
+  for (int64_t m = 0; m < c_out; ++m)
+    for (int64_t k = 0; k < k_size; ++k)
+      p.w_totals[static_cast<size_t>(m)] += static_cast<uint32_t>(p.w_sums[static_cast<size_t>(m * k_size + k)]);
 }
 
 class OnednnConvIntegerKernel final : public Kernel {
@@ -294,23 +299,43 @@ inline void for_each_tap(const Window3& w, int64_t od, int64_t oh, int64_t ow, F
   }
 }
 
+// The outputs whose window lies inside X along dim d (all taps in bounds): [lo, hi).
+void inner_range(const Window3& w, int d, int64_t* lo, int64_t* hi) {
+  const int64_t span = (w.k[d] - 1) * w.dilation[d];
+  *lo = std::min(w.out[d], (w.pad[d] + w.stride[d] - 1) / w.stride[d]);
+  const int64_t last = w.in[d] - 1 - span + w.pad[d];  // o * stride <= last
+  *hi = last < 0 ? 0 : std::min(w.out[d], last / w.stride[d] + 1);
+  if (*hi < *lo) *hi = *lo;
+}
+
 void OnednnConvIntegerKernel::subtract_zero_point_term(int32_t x_zp, int32_t* y) const {
   const Window3& w = plan.win;
   const int64_t batch = plan.x_dims[0], c_out = plan.w_dims[0];
   const int64_t k_size = w.k[0] * w.k[1] * w.k[2], out_size = w.out[0] * w.out[1] * w.out[2];
   const uint32_t zp = static_cast<uint32_t>(x_zp);
-  // Per output channel and row: V[m, o] once, for every image of the batch.
+  int64_t lo[3], hi[3];
+  for (int d = 0; d < 3; ++d) inner_range(w, d, &lo[d], &hi[d]);
+  // Per output channel and row: V[m, o] once, for every image of the batch. Inside X (most
+  // outputs) V is the sum of all of W'[m]; only the border's windows are summed tap by tap.
   parallel_for(0, c_out * w.out[0] * w.out[1], 1, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       const int64_t oh = row % w.out[1], od = row / w.out[1] % w.out[0], m = row / (w.out[1] * w.out[0]);
       const int32_t* sums = plan.w_sums.data() + m * k_size;
-      for (int64_t ow = 0; ow < w.out[2]; ++ow) {
-        uint32_t v = 0;
-        for_each_tap(w, od, oh, ow, [&](int64_t k, int64_t) { v += static_cast<uint32_t>(sums[k]); });
-        const int64_t o = (od * w.out[1] + oh) * w.out[2] + ow;
-        for (int64_t n = 0; n < batch; ++n) {
-          uint32_t& out = reinterpret_cast<uint32_t*>(y)[(n * c_out + m) * out_size + o];
-          out -= zp * v;
+      const bool inner_row = od >= lo[0] && od < hi[0] && oh >= lo[1] && oh < hi[1];
+      const int64_t row_start = (od * w.out[1] + oh) * w.out[2];
+      for (int64_t n = 0; n < batch; ++n) {
+        uint32_t* ys = reinterpret_cast<uint32_t*>(y) + (n * c_out + m) * out_size + row_start;
+        int64_t ow = 0;
+        while (ow < w.out[2]) {
+          if (inner_row && ow == lo[2] && lo[2] < hi[2]) {
+            const uint32_t full = zp * plan.w_totals[static_cast<size_t>(m)];
+            for (; ow < hi[2]; ++ow) ys[ow] -= full;
+            continue;
+          }
+          uint32_t v = 0;
+          for_each_tap(w, od, oh, ow, [&](int64_t k, int64_t) { v += static_cast<uint32_t>(sums[k]); });
+          ys[ow] -= zp * v;
+          ++ow;
         }
       }
     }
