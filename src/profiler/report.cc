@@ -1,6 +1,9 @@
 // Writers of a profile directory, its reader, and the diff of two profiles.
 #include "profiler/report.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -206,13 +209,31 @@ nlohmann::json timeline_json(const Profile& p) {
   return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
+// Writes `text` to `path` through `path.tmp`, flushed to the disk and renamed: a full disk
+// or a crash leaves the old file or the whole new one, never half of it.
 Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return unavailable("cannot write %s: %s", path.c_str(), std::strerror(errno));
-  out << text;
-  out.close();
-  if (!out) return unavailable("cannot write %s: %s", path.c_str(), std::strerror(errno));
-  return ok_status();
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return unavailable("cannot write %s: %s", tmp.c_str(), std::strerror(errno));
+  Status status;
+  for (size_t off = 0; status.ok() && off < text.size();) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      status = unavailable("cannot write %s at offset %zu: %s", tmp.c_str(), off,
+                           n < 0 ? std::strerror(errno) : "no progress");
+    } else {
+      off += static_cast<size_t>(n);
+    }
+  }
+  if (status.ok() && ::fsync(fd) != 0)
+    status = unavailable("cannot flush %s to disk: %s", tmp.c_str(), std::strerror(errno));
+  if (::close(fd) != 0 && status.ok())
+    status = unavailable("cannot close %s: %s", tmp.c_str(), std::strerror(errno));
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    status = unavailable("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno));
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
 }
 
 }  // namespace

@@ -3,13 +3,12 @@
 // offset, leaves neither the file nor its temporary behind, keeps an older file of that name
 // whole, and the same process writes the model once space is back.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "../file_size_limit.h"
 #include "model/kiln_model.h"
 #include "model_test_util.h"
 
@@ -48,17 +47,9 @@ TEST(ModelWriteExhaustionTest, FullDiskLeavesNothingHalfWrittenAndTheWriterRecov
 
   Status s;
   {
-    struct sigaction ignore {}, saved {};
-    ignore.sa_handler = SIG_IGN;
-    sigaction(SIGXFSZ, &ignore, &saved);  // a write past the limit is EFBIG, not a signal
-    rlimit limit{}, low{};
-    getrlimit(RLIMIT_FSIZE, &limit);
-    low = limit;
-    low.rlim_cur = 16384;  // the "disk" fills a quarter into the weights
-    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
+    test::FileSizeLimit full_disk(16384);  // the "disk" fills a quarter into the weights
+    ASSERT_TRUE(full_disk.ok());
     s = write_model(g, info, path);
-    setrlimit(RLIMIT_FSIZE, &limit);
-    sigaction(SIGXFSZ, &saved, nullptr);
   }
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
