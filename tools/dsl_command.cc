@@ -11,6 +11,7 @@
 #include "dsl/auto_schedule.h"
 #include "dsl/build_cache.h"
 #include "dsl/examples.h"
+#include "dsl/tuning.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -21,6 +22,7 @@ struct DslArgs {
   std::string shape = "8,768";
   std::string schedule = "default";
   std::string emit = "ir";
+  std::string tuning_db;  // --schedule tuned
   bool symbolic = false;
   int time = 0;
 };
@@ -37,6 +39,19 @@ int run_dsl(const DslArgs& args) {
   if (!ex.ok()) return usage_error("dsl", ex.status().message());
   dsl::Schedule s({ex->output});
   if (args.schedule == "hand") ex->tuned_schedule(s, *ex);
+  if (args.schedule == "tuned") {
+    // The knobs `kiln tune` recorded for this op, shape and CPU.
+    if (args.tuning_db.empty()) return usage_error("dsl", "--schedule tuned needs --tuning-db FILE");
+    if (args.symbolic) return usage_error("dsl", "--schedule tuned is per shape: not with --symbolic");
+    auto db = dsl::read_tuning_db(args.tuning_db);
+    if (!db.ok()) return report_error("dsl", db.status().to_string());
+    const dsl::TuningEntry* e = dsl::find_tuning_entry(*db, ex->name, rows, cols, dsl::tuning_target());
+    if (!e)
+      return report_error("dsl", "tuning database " + args.tuning_db + " has no entry for " + ex->name + " [" +
+                                     std::to_string(rows) + ", " + std::to_string(cols) + "] on " +
+                                     dsl::tuning_target() + ": run kiln tune --op " + ex->name + " first");
+    dsl::apply_knobs(s, *ex, e->knobs);
+  }
   dsl::auto_schedule(s);
   auto f = dsl::lower(s, ex->args, ex->name);
   if (!f.ok()) return report_error("dsl", f.status().to_string());
@@ -74,8 +89,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--example", args->example, "The operator: layernorm, softmax, gelu_bias_add")
       ->check(CLI::IsMember({"layernorm", "softmax", "gelu_bias_add"}));
   app.add_option("--shape", args->shape, "ROWS,COLS of its input (default 8,768)");
-  app.add_option("--schedule", args->schedule, "default (automatic) or hand")
-      ->check(CLI::IsMember({"default", "hand"}));
+  app.add_option("--schedule", args->schedule,
+                 "default (automatic), hand, or tuned (the knobs kiln tune recorded in --tuning-db)")
+      ->check(CLI::IsMember({"default", "hand", "tuned"}));
+  app.add_option("--tuning-db", args->tuning_db, "Tuning database of kiln tune, for --schedule tuned");
   app.add_option("--emit", args->emit, "What to print: ir (lowered loops), c (generated C++), none")
       ->check(CLI::IsMember({"ir", "c", "none"}));
   app.add_flag("--symbolic", args->symbolic, "Keep rows and cols symbolic (bound when the kernel runs)");

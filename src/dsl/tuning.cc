@@ -1,0 +1,167 @@
+// Schedule knobs for the row-wise example operators and the JSON tuning database.
+#include "dsl/tuning.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::dsl {
+
+std::string knobs_text(const ScheduleKnobs& k) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld", k.fuse_rows ? 1 : 0,
+                k.keep ? 1 : 0, static_cast<long long>(k.row_split), static_cast<long long>(k.col_split));
+  return buf;
+}
+
+void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
+  Stage& o = s[e.output];
+  const Axis row = o.axes()[0];
+  const Axis col = o.axes().size() == 2 ? o.axes()[1] : Axis();
+  // The output's column loop: vectorized whole, or split with the inner part vectorized.
+  auto schedule_cols = [&](Stage& st, const Axis& c) {
+    if (!c) return;
+    if (k.col_split > 1) {
+      auto [outer, inner] = st.split(c, k.col_split);
+      st.vectorize(inner);
+    } else {
+      st.vectorize(c);
+    }
+  };
+  // fuse_rows: one parallel region, each row's reductions and intermediates inside the output's
+  // row loop; else a parallel region per stage, rows across threads.
+  for (Stage& st : s.stages()) {
+    if (st.tensor() == e.output.node()) continue;
+    const bool reduction = !st.reduce_axes().empty();
+    if (!reduction && !k.keep) {
+      st.compute_inline();
+      continue;
+    }
+    if (k.fuse_rows)
+      st.compute_at(o, row);
+    else
+      st.parallel(st.axes()[0]);
+    if (!reduction && st.axes().size() == 2) st.vectorize(st.axes()[1]);
+  }
+  if (k.fuse_rows || k.row_split <= 1) {
+    o.parallel(row);
+  } else {
+    auto [outer, inner] = o.split(row, k.row_split);
+    o.parallel(outer);
+  }
+  schedule_cols(o, col);
+}
+
+ScheduleKnobs hand_knobs(const std::string& op) {
+  // LayerNorm: every stage in the row loop; Softmax and GELU-bias-add: a region per stage with
+  // the element-wise intermediates kept.
+  return ScheduleKnobs{op == "layernorm", true, 0, 0};
+}
+
+std::vector<ScheduleKnobs> knob_space() {
+  std::vector<ScheduleKnobs> out;
+  for (bool fuse : {false, true})
+    for (bool keep : {true, false})
+      for (int64_t rs : {0, 2, 4, 8}) {
+        if (fuse && rs != 0) continue;
+        for (int64_t cs : {0, 16, 32, 64, 128}) out.push_back(ScheduleKnobs{fuse, keep, rs, cs});
+      }
+  return out;
+}
+
+std::string tuning_target() {
+  std::string s;
+  __builtin_cpu_init();
+#define KILN_TUNE_FEATURE(name) \
+  if (__builtin_cpu_supports(name)) s += s.empty() ? name : " " name;
+  KILN_TUNE_FEATURE("avx2") KILN_TUNE_FEATURE("fma") KILN_TUNE_FEATURE("avx512f") KILN_TUNE_FEATURE("avx512bw")
+#undef KILN_TUNE_FEATURE
+  return s.empty() ? "baseline" : s;
+}
+
+namespace {
+
+using nlohmann::json;
+
+Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
+  TuningEntry e;
+  try {
+    e.op = j.at("op").get<std::string>();
+    e.rows = j.at("shape").at(0).get<int64_t>();
+    e.cols = j.at("shape").at(1).get<int64_t>();
+    e.target = j.at("target").get<std::string>();
+    const json& k = j.at("knobs");
+    e.knobs.fuse_rows = k.at("fuse_rows").get<bool>();
+    e.knobs.keep = k.at("keep").get<bool>();
+    e.knobs.row_split = k.at("row_split").get<int64_t>();
+    e.knobs.col_split = k.at("col_split").get<int64_t>();
+    e.us = j.value("us", 0.0);
+    e.default_us = j.value("default_us", 0.0);
+    e.trials = j.value("trials", 0);
+    e.seed = j.value("seed", uint64_t{0});
+  } catch (const json::exception& ex) {
+    return invalid_argument("tuning database entry %zu: %s", index, ex.what());
+  }
+  if (e.rows < 1 || e.cols < 1 || e.knobs.row_split < 0 || e.knobs.col_split < 0 || e.knobs.row_split > 1 << 20 ||
+      e.knobs.col_split > 1 << 20)
+    return invalid_argument("tuning database entry %zu (%s): a shape or split out of range", index, e.op.c_str());
+  return e;
+}
+
+}  // namespace
+
+Expected<std::vector<TuningEntry>> read_tuning_db(const std::string& path) {
+  std::vector<TuningEntry> out;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return out;
+  std::ifstream in(path);
+  if (!in) return unavailable("cannot read tuning database %s", path.c_str());
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("entries") || !j["entries"].is_array())
+    return invalid_argument("tuning database %s: not JSON of the form {\"version\": 1, \"entries\": [...]}",
+                            path.c_str());
+  for (size_t i = 0; i < j["entries"].size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(TuningEntry e, entry_from_json(j["entries"][i], i), "in %s", path.c_str());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status write_tuning_db(const std::string& path, const std::vector<TuningEntry>& entries) {
+  json list = json::array();
+  for (const TuningEntry& e : entries)
+    list.push_back({{"op", e.op},
+                    {"shape", {e.rows, e.cols}},
+                    {"target", e.target},
+                    {"knobs",
+                     {{"fuse_rows", e.knobs.fuse_rows},
+                      {"keep", e.knobs.keep},
+                      {"row_split", e.knobs.row_split},
+                      {"col_split", e.knobs.col_split}}},
+                    {"us", e.us},
+                    {"default_us", e.default_us},
+                    {"trials", e.trials},
+                    {"seed", e.seed}});
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << json{{"version", 1}, {"entries", list}}.dump(2) << "\n";
+    if (!out) return unavailable("cannot write %s", tmp.c_str());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return unavailable("cannot write tuning database %s: %s", path.c_str(), ec.message().c_str());
+  return ok_status();
+}
+
+const TuningEntry* find_tuning_entry(const std::vector<TuningEntry>& db, const std::string& op, int64_t rows,
+                                     int64_t cols, const std::string& target) {
+  for (const TuningEntry& e : db)
+    if (e.op == op && e.rows == rows && e.cols == cols && e.target == target) return &e;
+  return nullptr;
+}
+
+}  // namespace kiln::dsl

@@ -1,0 +1,64 @@
+// Schedule tuning of the DSL's example operators (docs/dsl.md, "Tuning"): a small space of
+// schedule knobs over the row-wise operators, searched at random by measurement, and a JSON
+// tuning database keeping the best knobs per (op, shape, target).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "dsl/examples.h"
+#include "dsl/schedule.h"
+
+namespace kiln::dsl {
+
+// One point of the search space (every example's output is [rows, cols]).
+struct ScheduleKnobs {
+  bool fuse_rows = false;      // every other stage computed inside the output's row loop
+  bool keep = true;            // element-wise intermediates in buffers (false: inlined, recomputed)
+  int64_t row_split = 0;       // > 1: the output's row loop split by this, the outer loop parallel
+  int64_t col_split = 0;       // > 1: the output's column loop split by this, the inner loop vectorized
+  bool operator==(const ScheduleKnobs& o) const {
+    return fuse_rows == o.fuse_rows && keep == o.keep && row_split == o.row_split && col_split == o.col_split;
+  }
+};
+
+// "fuse_rows=1 keep=1 row_split=0 col_split=64".
+std::string knobs_text(const ScheduleKnobs& k);
+
+// Applies `k` to a fresh schedule of `e` (auto_schedule fills in nothing: every stage is set).
+void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k);
+
+// The knobs that reproduce the example's hand schedule (examples.cc), where the search starts.
+ScheduleKnobs hand_knobs(const std::string& op);
+
+// Every point of the space, in a fixed order (fuse_rows x keep x row_split {0,2,4,8} x
+// col_split {0,16,32,64,128}; row_split only without fuse_rows).
+std::vector<ScheduleKnobs> knob_space();
+
+// The key of a database entry: the target is the CPU's ISA features the kernels are built for.
+std::string tuning_target();
+
+struct TuningEntry {
+  std::string op;
+  int64_t rows = 0, cols = 0;
+  std::string target;
+  ScheduleKnobs knobs;
+  double us = 0;          // the best candidate's median time
+  double default_us = 0;  // auto_schedule's, measured in the same run
+  int trials = 0;
+  uint64_t seed = 0;
+};
+
+// Reads a database (a missing file is an empty one). Errors: unreadable or malformed JSON,
+// fields of the wrong type (naming the entry).
+Expected<std::vector<TuningEntry>> read_tuning_db(const std::string& path);
+// Writes `entries` (replacing the file atomically).
+Status write_tuning_db(const std::string& path, const std::vector<TuningEntry>& entries);
+// The entry for (op, rows, cols, target), or null.
+const TuningEntry* find_tuning_entry(const std::vector<TuningEntry>& db, const std::string& op, int64_t rows,
+                                     int64_t cols, const std::string& target);
+
+}  // namespace kiln::dsl
