@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Kiln's ConvInteger kernel against ONNX Runtime 1.30 on the same model, side by side.
 
-The model: ResNet-50's convolution shapes at batch 1 as ConvInteger nodes (one per shape,
-each on its own graph input), uint8 activations with a zero point given at run time and uint8
+The model: the three convolutions of each ResNet-50 stage's first bottleneck block (12 shapes,
+no downsample branch) at batch 1 as ConvInteger nodes (each on its own graph input), uint8 activations with a zero point given at run time and uint8
 weights with one zero point per layer (ONNX Runtime's ConvInteger takes no per-channel ones), as
 ONNX Runtime's quantize_dynamic writes a Conv. Weights are random, the zero points such that
 W - w_zp stays in int8 (the kernel then packs W - w_zp and needs no weight correction), or, with
@@ -36,7 +36,7 @@ SRC = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRC, "bench", "ort_compare"))
 from driver import BenchError, Session  # noqa: E402
 
-# (C_in, H, W, C_out, k, stride): ResNet-50's distinct convolution shapes (stem excluded).
+# (C_in, H, W, C_out, k, stride): each ResNet-50 stage's first bottleneck block (1x1, 3x3, 1x1).
 LAYERS = [(64, 56, 56, 64, 1, 1), (64, 56, 56, 64, 3, 1), (64, 56, 56, 256, 1, 1), (256, 56, 56, 128, 1, 1),
           (128, 56, 56, 128, 3, 2), (128, 28, 28, 512, 1, 1), (512, 28, 28, 256, 1, 1), (256, 28, 28, 256, 3, 2),
           (256, 14, 14, 1024, 1, 1), (1024, 14, 14, 512, 1, 1), (512, 14, 14, 512, 3, 2), (512, 7, 7, 2048, 1, 1)]
@@ -133,7 +133,7 @@ def main(argv):
         for s in sessions.values():
             s.__exit__(None, None, None)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\nmedians of {args.runs} runs (ms), 12 ConvInteger layers of ResNet-50's shapes, "
+    print(f"\nmedians of {args.runs} runs (ms), 12 ConvInteger layers (ResNet-50's first blocks), "
           f"{'wide' if args.wide_zero_points else 'narrow'} weight zero points; Kiln's OMP_WAIT_POLICY: "
           f"{args.kiln_omp_wait_policy}; outputs equal to ONNX Runtime's")
     print(f"load average (1 min) over the rounds: {min(loads):.2f} - {max(loads):.2f} on {os.cpu_count()} cpus")
