@@ -11,6 +11,7 @@
    pads (asymmetric, auto_pad), strides, dilations, groups, depthwise, 1-D and 3-D, and sums
    past float32's exact integers (2^24: on brgconv, or refused with the reason for an int8 X).
    All in one model, compiled and run once; outputs equal exactly.
+3. Open dims (compiled without --input-shape), run at two shapes: the kernel per shape.
 
 Usage: conv_integer_test.py KILN WORKDIR
 """
@@ -212,6 +213,29 @@ class ConvIntegerTest(unittest.TestCase):
         self.assertIn("may pass 2^24", reasons["conv_large_sums_s8_groups"])
         for name, y in want.items():
             np.testing.assert_array_equal(outs[name], y, name)
+
+    def test_open_dims_run_on_the_kernel_per_shape(self):
+        """X [N, 4, H, W] compiled without --input-shape: the kernel is prepared per shape."""
+        rng = np.random.default_rng(7)
+        w = rng.integers(0, 256, (8, 4, 3, 3)).astype(np.uint8)
+        node = helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"], name="conv", pads=[1, 1, 1, 1])
+        g = helper.make_graph([node], "open", [helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", 4, "H", "W"]),
+                                               helper.make_tensor_value_info("xzp", TensorProto.UINT8, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(30), "wzp")])
+        d = os.path.join(WORK, "open")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "m.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)]), path)
+        for i, shape in enumerate(((1, 4, 9, 7), (2, 4, 5, 12))):
+            x = rng.integers(0, 256, shape).astype(np.uint8)
+            run_dir = os.path.join(d, str(i))
+            os.makedirs(run_dir, exist_ok=True)
+            rep, outs = self.compile_and_run(run_dir, path, {"x": x, "xzp": np.array(7, np.uint8)})
+            self.assertEqual(rep["kernels"].get("ConvInteger/onednn"), 1, rep["kernels"])
+            self.assertEqual(rep["per_shape_kernels"], 1, rep)
+            want = numpy_conv_integer(x, w, 7, np.uint8(30), [1, 1], [1, 1], [1, 1, 1, 1], 1)
+            np.testing.assert_array_equal(outs["y"], want, f"open dims at {shape}")
 
 
 if __name__ == "__main__":
