@@ -51,7 +51,7 @@ def api_functions(header, at_least=50):
 
 def check_install_tree(prefix, source_dir):
     for rel in ["include/kiln/kiln.h", "include/kiln/kiln.hpp", "include/kiln/kiln_op.h", "include/kiln/llm.h",
-                "include/kiln/llm.hpp", "lib/libkiln.so",
+                "include/kiln/llm.hpp", "include/kiln/custom_op.h", "lib/libkiln.so",
                 "lib/libkiln.so.0", "lib/libkiln.so.0.1.0", "lib/pkgconfig/kiln.pc",
                 "lib/cmake/kiln/kilnConfig.cmake", "lib/cmake/kiln/kilnConfigVersion.cmake",
                 "lib/cmake/kiln/kilnTargets.cmake", "bin/kiln"]:
