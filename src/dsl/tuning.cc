@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_features.h"
+
 namespace kiln::dsl {
 
 std::string knobs_text(const ScheduleKnobs& k) {
@@ -74,11 +76,8 @@ std::vector<ScheduleKnobs> knob_space() {
 
 std::string tuning_target() {
   std::string s;
-  __builtin_cpu_init();
-#define KILN_TUNE_FEATURE(name) \
-  if (__builtin_cpu_supports(name)) s += s.empty() ? name : " " name;
-  KILN_TUNE_FEATURE("avx2") KILN_TUNE_FEATURE("fma") KILN_TUNE_FEATURE("avx512f") KILN_TUNE_FEATURE("avx512bw")
-#undef KILN_TUNE_FEATURE
+  for (const char* name : {"avx2", "fma", "avx512f", "avx512bw"})
+    if (cpu_features().has(name)) s += (s.empty() ? "" : " ") + std::string(name);
   return s.empty() ? "baseline" : s;
 }
 
