@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 namespace {
 

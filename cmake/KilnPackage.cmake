@@ -5,34 +5,24 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# libkiln.so.0 -> libkiln.so.0.1.0. The runtime archive is linked whole (its kiln* entry
-# points are referenced by nothing inside the library) and so are the op and kernel archives
-# (through kiln_runtime's kiln_ops and kiln_kernels), so the op and kernel registries are
-# complete. The fast kernels make libkiln.so depend on the system's libdnnl.so.2 (oneDNN,
-# libdnnl-dev at build time, scripts/install-deps.sh). kiln.map exports the kiln* C
-# functions only.
-add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/runtime/kiln_c_abi.c)
+# libkiln.so.0 -> libkiln.so.0.1.0: the C API layer (src/capi) and what it exposes. The capi
+# sources are compiled into the library itself, not linked as the kiln_capi archive: that
+# archive depends on kiln_runtime, which is linked whole here (so the op and kernel archives,
+# through kiln_runtime's kiln_ops and kiln_kernels, are whole and their registries complete),
+# and CMake refuses the same archive whole and plain. For the same reason the LLM engine's
+# sources are compiled in rather than the kiln_llm archive linked. Single-operator mode brings
+# the compiler into libkiln.so, since an op is compiled on its first call. The fast kernels
+# make libkiln.so depend on the system's libdnnl.so.2 (oneDNN, libdnnl-dev at build time,
+# scripts/install-deps.sh). kiln.map exports the kiln* C functions only.
+file(GLOB kiln_capi_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/capi/*.cc)
+file(GLOB kiln_llm_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/llm/*.cc)
+add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/capi/kiln_c_abi.c ${kiln_capi_srcs}
+            ${kiln_llm_srcs})
 add_library(kiln::kiln ALIAS kiln_shared)
 target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_runtime>")
-# Single-operator mode (kilnop*, include/kiln/kiln_op.h): its sources are compiled into the
-# library itself (an archive of them depends on kiln_runtime, which is linked whole above, and
-# CMake refuses the same archive whole and plain). It brings the compiler into libkiln.so,
-# since an op is compiled on its first call.
-file(GLOB kiln_capi_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/capi/*.cc)
-target_sources(kiln_shared PRIVATE ${kiln_capi_srcs})
-target_link_libraries(kiln_shared PRIVATE kiln_compiler)
-# The LLM engine (kilnllm*, include/kiln/llm.h): compiled into the library from src/llm's
-# sources, as single-operator mode's, since the kiln_llm archive depends on kiln_runtime
-# (linked whole above) and its C entry points are referenced by nothing inside libkiln.so.
-if(TARGET kiln_llm)
-  file(GLOB kiln_llm_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/llm/*.cc)
-  target_sources(kiln_shared PRIVATE ${kiln_llm_srcs})
-  target_link_libraries(kiln_shared PRIVATE nlohmann_json::nlohmann_json)
-endif()
-# The communication library (kilnComm*, kilnAllReduce, ...), whole like the runtime.
-if(TARGET kiln_comm_archive)
-  target_link_libraries(kiln_shared PRIVATE kiln_comm)
-endif()
+# The communication library, whole like the runtime (it names no link dependency on
+# kiln_runtime: src/comm/CMakeLists.txt).
+target_link_libraries(kiln_shared PRIVATE kiln_comm kiln_compiler nlohmann_json::nlohmann_json)
 target_include_directories(kiln_shared
   PRIVATE ${PROJECT_SOURCE_DIR}/include
   INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>

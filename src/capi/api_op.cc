@@ -26,9 +26,9 @@
 
 #include "compiler/compiler.h"
 #include "ops/registry.h"
-#include "runtime/api_dataset.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_dataset.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 #include "runtime/device.h"
 #include "runtime/model_runtime.h"
 #include "runtime/stream.h"

@@ -127,7 +127,7 @@ const std::vector<EnvKnob>& env_knobs() {
        "How long a collective waits for a peer before it fails.", nullptr, true},
       {"KILN_COMM_ALGO", "ring, halving_doubling, tree, pairwise, hierarchical, oneshot, auto", "auto",
        "Collective algorithm.", nullptr, true},
-      // comm/api_comm.cc, comm/bootstrap.cc
+      // capi/api_comm.cc, comm/bootstrap.cc
       {"KILN_COMM_TRANSPORT", "auto, tcp", "auto", "tcp forces TCP between ranks on one host.", nullptr, true},
       // comm/algorithms/group.cc
       {"KILN_COMM_CHUNK_BYTES", "an integer >= 64", "524288", "Pipeline chunk of the collective algorithms.",

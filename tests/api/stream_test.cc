@@ -23,7 +23,7 @@
 
 #include "core/parallel.h"
 #include "kiln/kiln.h"
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 namespace {
 

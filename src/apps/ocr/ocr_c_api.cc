@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "apps/ocr/pipeline.h"
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 struct kilnOcrPipeline {
   std::unique_ptr<kiln::ocr::Pipeline> pipeline;

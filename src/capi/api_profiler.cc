@@ -5,8 +5,8 @@
 
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 
 using kiln::Status;
 using kiln::StatusCode;

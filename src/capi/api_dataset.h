@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 struct kilnTensorDesc {
   kilnDataType dtype = KILN_DT_UNDEFINED;

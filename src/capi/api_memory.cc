@@ -15,8 +15,8 @@
 #include "core/logging.h"
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 #include "runtime/memory.h"
 
 namespace kiln::rt {

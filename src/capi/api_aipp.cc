@@ -20,9 +20,9 @@
 #include "ops/aipp_params.h"
 #include "ops/registry.h"
 #include "profiler/profiler.h"
-#include "runtime/api_dataset.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_dataset.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 #include "runtime/memory.h"
 #include "runtime/model_runtime.h"
 

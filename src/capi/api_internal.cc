@@ -1,7 +1,7 @@
 // The C API's shared state: the runtime created by kilnInit, error messages, contexts and
 // the current context of each thread, stream handles, finalize hooks, and the queues
 // that hand host callbacks to subscribed report threads.
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 #include <pthread.h>
 

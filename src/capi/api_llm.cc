@@ -21,8 +21,8 @@
 
 #include "core/parallel.h"
 #include "llm/engine.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 
 struct kilnllmEngine {
   // What the C layer keeps per request beside the engine's state.

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "runtime/api_dataset.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_dataset.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 #include "runtime/model_runtime.h"
 
 namespace kiln::rt {

@@ -21,7 +21,7 @@
 
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
-#include "runtime/api_internal.h"
+#include "capi/api_internal.h"
 
 namespace kiln::rt {
 

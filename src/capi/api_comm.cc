@@ -19,8 +19,8 @@
 #include "comm/reduce_ops.h"
 #include "comm/transport.h"
 #include "kiln/comm.h"
-#include "runtime/api_guard.h"
-#include "runtime/api_internal.h"
+#include "capi/api_guard.h"
+#include "capi/api_internal.h"
 #include "runtime/memory.h"
 
 namespace kiln::comm {
