@@ -34,6 +34,21 @@ function(kiln_test name)
   endif()
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  kiln_precompile_common_headers(${name} "${ARG_SRCS}" <gtest/gtest.h>)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${ARG_LABELS}" ENVIRONMENT "KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# kiln_precompile_common_headers(target sources header...): parses the headers every source of
+# a many-source target includes once, as a precompiled header, instead of once per source
+# (GoogleTest, CLI11 and nlohmann/json: 15-20% of a test's or a subcommand's compile
+# time; the build on CI's two cores is most of its budget). Targets of fewer than 8 sources
+# keep their plain build: the precompiled header's own compile costs about what it saves them. KILN_PRECOMPILE_HEADERS=OFF turns it off (a
+# check that every file includes what it uses).
+option(KILN_PRECOMPILE_HEADERS "Precompile the common headers of many-source targets" ON)
+function(kiln_precompile_common_headers target sources)
+  list(LENGTH sources count)
+  if(KILN_PRECOMPILE_HEADERS AND count GREATER_EQUAL 8)
+    target_precompile_headers(${target} PRIVATE ${ARGN} <string> <vector> <memory> <functional>)
+  endif()
 endfunction()
