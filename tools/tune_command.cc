@@ -142,7 +142,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--op", args->op, "The DSL operator to tune: layernorm, softmax, gelu_bias_add")
       ->check(CLI::IsMember({"layernorm", "softmax", "gelu_bias_add"}));
   app.add_option("--shape", args->shape, "ROWS,COLS of its input (default 128,768)");
-  app.add_option("--trials", args->trials, "Schedules to measure at most (default 16; the space has 50)")
+  app.add_option("--trials", args->trials, "Schedules to measure at most (default 16; the space has 150)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--time", args->time_s, "Stop starting trials after this many seconds (default: no limit)")
       ->check(CLI::NonNegativeNumber);

@@ -400,6 +400,7 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const Axi
     if (inner_loop) {
       inner_loop->accumulator = acc;
       inner_loop->reduce_op = static_cast<int>(op);
+      inner_loop->reduce_lanes = st.lanes();
     }
     auto seq = make(StmtKind::kSeq);
     seq->body = {let, rloops, store(acc_var)};

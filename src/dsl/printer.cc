@@ -86,7 +86,8 @@ std::string to_string(const StmtPtr& s, int indent) {
   switch (s->kind) {
     case StmtKind::kFor:
       out = pad + for_kind(s->for_kind) + " (" + s->name + ", 0, " + to_string(s->a) + ") {" +
-            (s->reduce_loop ? "  // reduction" : "") + "\n";
+            (s->reduce_loop ? "  // reduction" : "") +
+             (s->reduce_lanes > 1 ? ", " + std::to_string(s->reduce_lanes) + " lanes" : "") + "\n";
       for (const StmtPtr& b : s->body) out += to_string(b, indent + 1);
       return out + pad + "}\n";
     case StmtKind::kSeq:

@@ -115,6 +115,16 @@ void Stage::vectorize(const Axis& a) { annotate(a, ForKind::kVectorized, "vector
 void Stage::unroll(const Axis& a) { annotate(a, ForKind::kUnrolled, "unroll"); }
 void Stage::parallel(const Axis& a) { annotate(a, ForKind::kParallel, "parallel"); }
 
+void Stage::reduce_lanes(int64_t lanes) {
+  if (!tensor_) return fail("reduce_lanes: the tensor is not part of this schedule");
+  if (reduce_axes_.empty()) return fail("reduce_lanes: '" + tensor_->name + "' is not a reduction");
+  if (lanes < 2 || lanes > 1024)
+    return fail("reduce_lanes: " + std::to_string(lanes) + " partial results for '" + tensor_->name +
+                "', expected 2 to 1024");
+  lanes_ = lanes;
+  trace_.push_back(tensor_->name + ".reduce_lanes(" + std::to_string(lanes) + ")");
+}
+
 void Stage::compute_inline() {
   if (!tensor_) return fail("compute_inline: the tensor is not part of this schedule");
   inlined_ = true;

@@ -41,6 +41,12 @@ class Stage {
   void vectorize(const Axis& a);
   void unroll(const Axis& a);
   void parallel(const Axis& a);
+  // The innermost reduction loop accumulates in `lanes` partial results, each iteration updating
+  // partial (k mod lanes), combined after the loop: several independent vector accumulators
+  // instead of one dependency chain (TVM's rfactor onto a vectorised axis, as Kiln's SIMD
+  // kernels do by hand). Reassociates the reduction, as the vector reduction already does.
+  void reduce_lanes(int64_t lanes);
+  int64_t lanes() const { return lanes_; }
   void compute_inline();
   // Computes this stage inside `consumer`'s loop `axis`, once per iteration of the loops
   // enclosing it: the dims that the consumer reads with the variable of such a loop are fixed
@@ -67,6 +73,7 @@ class Stage {
   std::vector<Relation> relations_;
   std::map<const AxisNode*, ForKind> kinds_;
   bool inlined_ = false;
+  int64_t lanes_ = 0;
   const TensorNode* attach_consumer_ = nullptr;
   Axis attach_axis_;
   std::string error_;

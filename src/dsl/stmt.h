@@ -37,6 +37,7 @@ struct Stmt {
   bool reduce_loop = false;  // kFor: a loop over a reduction axis
   int reduce_op = 0;         // kFor with reduce_loop: the ReduceOp, for a vector reduction
   std::string accumulator;   // kFor with reduce_loop: the accumulator it updates, if any
+  int64_t reduce_lanes = 0;  // kFor with an accumulator: > 1 accumulates in that many partials
   std::vector<StmtPtr> body;
 };
 

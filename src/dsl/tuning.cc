@@ -13,9 +13,10 @@
 namespace kiln::dsl {
 
 std::string knobs_text(const ScheduleKnobs& k) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld", k.fuse_rows ? 1 : 0,
-                k.keep ? 1 : 0, static_cast<long long>(k.row_split), static_cast<long long>(k.col_split));
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld lanes=%lld", k.fuse_rows ? 1 : 0,
+                k.keep ? 1 : 0, static_cast<long long>(k.row_split), static_cast<long long>(k.col_split),
+                static_cast<long long>(k.lanes));
   return buf;
 }
 
@@ -38,6 +39,7 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
   for (Stage& st : s.stages()) {
     if (st.tensor() == e.output.node()) continue;
     const bool reduction = !st.reduce_axes().empty();
+    if (reduction && k.lanes > 1) st.reduce_lanes(k.lanes);
     if (!reduction && !k.keep) {
       st.compute_inline();
       continue;
@@ -69,7 +71,8 @@ std::vector<ScheduleKnobs> knob_space() {
     for (bool keep : {true, false})
       for (int64_t rs : {0, 2, 4, 8}) {
         if (fuse && rs != 0) continue;
-        for (int64_t cs : {0, 16, 32, 64, 128}) out.push_back(ScheduleKnobs{fuse, keep, rs, cs});
+        for (int64_t cs : {0, 16, 32, 64, 128})
+          for (int64_t lanes : {0, 32, 64}) out.push_back(ScheduleKnobs{fuse, keep, rs, cs, lanes});
       }
   return out;
 }
@@ -97,6 +100,7 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     e.knobs.keep = k.at("keep").get<bool>();
     e.knobs.row_split = k.at("row_split").get<int64_t>();
     e.knobs.col_split = k.at("col_split").get<int64_t>();
+    e.knobs.lanes = k.value("lanes", int64_t{0});  // absent in databases before the knob
     e.us = j.value("us", 0.0);
     e.default_us = j.value("default_us", 0.0);
     e.trials = j.value("trials", 0);
@@ -105,7 +109,7 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     return invalid_argument("tuning database entry %zu: %s", index, ex.what());
   }
   if (e.rows < 1 || e.cols < 1 || e.knobs.row_split < 0 || e.knobs.col_split < 0 || e.knobs.row_split > 1 << 20 ||
-      e.knobs.col_split > 1 << 20)
+      e.knobs.col_split > 1 << 20 || e.knobs.lanes < 0 || e.knobs.lanes > 1024)
     return invalid_argument("tuning database entry %zu (%s): a shape or split out of range", index, e.op.c_str());
   return e;
 }
@@ -139,7 +143,8 @@ Status write_tuning_db(const std::string& path, const std::vector<TuningEntry>& 
                      {{"fuse_rows", e.knobs.fuse_rows},
                       {"keep", e.knobs.keep},
                       {"row_split", e.knobs.row_split},
-                      {"col_split", e.knobs.col_split}}},
+                      {"col_split", e.knobs.col_split},
+                      {"lanes", e.knobs.lanes}}},
                     {"us", e.us},
                     {"default_us", e.default_us},
                     {"trials", e.trials},

@@ -54,7 +54,17 @@ const RowSumCase kRowSumCases[] = {
      "mixes a reduction loop and a data-parallel loop"},
     {"scheduled placeholder", [](RowSum& r, Schedule& s) { s[r.a].parallel(r.k); },
      "'A' is not a compute of this schedule"},
+    {"one reduction lane", [](RowSum& r, Schedule& s) { s[r.s].reduce_lanes(1); },
+     "reduce_lanes: 1 partial results for 'S', expected 2 to 1024"},
 };
+
+TEST(DslErrorTest, ReduceLanesOnANonReductionIsRejected) {
+  Tensor a = placeholder("A", {Expr(8)});
+  Tensor b = compute("B", {Expr(8)}, [&](const std::vector<Expr>& i) { return a(i[0]) * Expr(2.0); });
+  Schedule s({b});
+  s[b].reduce_lanes(16);
+  expect_rejected(s, {a, b}, "reduce_lanes: 'B' is not a reduction");
+}
 
 TEST(DslErrorTest, IllegalPrimitivesAreRejectedWithAMessage) {
   for (const RowSumCase& c : kRowSumCases) {

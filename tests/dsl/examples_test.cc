@@ -8,6 +8,7 @@
 #include "dsl/build_cache.h"
 #include "dsl/examples.h"
 #include "dsl/printer.h"
+#include "dsl/tuning.h"
 #include "dsl_test_util.h"
 
 namespace kiln::dsl {
@@ -111,6 +112,43 @@ TEST_P(ExamplesTest, GeluBiasAddMatchesReferenceAtAStaticShape) {
   std::vector<float> y(600, NAN);
   ASSERT_TRUE(k->run({x3.data(), b.data(), y.data()}, {}).ok());
   expect_near(y, ref_gelu_bias(x, b, 6, 100), 2e-6);
+}
+
+// Points of the tuning space (dsl/tuning.h) that use reduction lanes (with tails: 33 and 1000
+// columns against 32 and 64 lanes), rows fused into one loop (its loads of per-row values
+// hoisted out of the vector loops) and split loops, against the same references.
+TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
+  testing::use_temp_cache();
+  const ScheduleKnobs points[] = {{true, true, 0, 0, 64}, {true, false, 0, 16, 32}, {false, true, 4, 64, 64},
+                                  {false, false, 2, 0, 32}};
+  for (const ScheduleKnobs& k : points) {
+    SCOPED_TRACE(knobs_text(k));
+    for (const char* op : {"layernorm", "softmax"}) {
+      SCOPED_TRACE(op);
+      auto e = make_example(op, var("rows"), var("cols"));
+      ASSERT_TRUE(e.ok());
+      Schedule s({e->output});
+      apply_knobs(s, *e, k);
+      auto f = lower(s, e->args, e->name);
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+      if (k.lanes > 1) EXPECT_NE(to_string(*f).find(std::to_string(k.lanes) + " lanes"), std::string::npos);
+      auto kernel = build(*f);
+      ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
+      for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {3, 1000}, {4, 768}}) {
+        auto x = pattern(r * c, 7);
+        std::vector<float> y(r * c, NAN);
+        if (std::string(op) == "layernorm") {
+          auto g = pattern(c, 8), b = pattern(c, 9);
+          ASSERT_TRUE((*kernel)->run({x.data(), g.data(), b.data(), y.data()}, {r, c}).ok());
+          expect_near(y, ref_layernorm(x, g, b, r, c), 2e-5);
+        } else {
+          for (float& v : x) v *= 20;
+          ASSERT_TRUE((*kernel)->run({x.data(), y.data()}, {r, c}).ok());
+          expect_near(y, ref_softmax(x, r, c), 1e-5);
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ExamplesTest, ::testing::Values(Sched::kDefault, Sched::kTuned),

@@ -55,7 +55,7 @@ class TuneTest(unittest.TestCase):
         best = re.search(r"^best: ([^:]+):", b.stdout, re.M).group(1)
         k = gelu["knobs"]
         self.assertEqual(best, f"fuse_rows={int(k['fuse_rows'])} keep={int(k['keep'])} row_split={k['row_split']} "
-                               f"col_split={k['col_split']}")
+                               f"col_split={k['col_split']} lanes={k['lanes']}")
         # kiln dsl lowers the recorded schedule (and times it).
         r = kiln("dsl", "--example", "gelu_bias_add", "--shape", "8,64", "--schedule", "tuned", "--tuning-db", db,
                  "--time", "3")
