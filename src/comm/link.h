@@ -38,6 +38,10 @@ PeerInfo local_peer_info(int rank);
 // on other CPUs it is memcpy.
 void copy_bytes(void* dst, const void* src, size_t n);
 
+// Bytes copied or reduced before the counters are published, so the other side starts on
+// a large message while the rest is still being copied (pipelining inside one transfer).
+inline constexpr size_t kPiece = 64 << 10;
+
 // "rank R (host H, pid P)", the way errors name a peer.
 std::string describe_peer(const PeerInfo& peer);
 
