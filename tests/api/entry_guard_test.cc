@@ -1,13 +1,18 @@
-// Every public C function of kiln.h, comm.h, kiln_op.h and llm.h, called with invalid arguments (NULL
-// pointers, model ids 0 and 999999, a destroyed stream, event and foreign handles), before
-// kilnInit and after: each returns an error code or its documented fallback, and none
-// crashes. The list is checked against the headers, so a new public function without a
-// probe here fails the test.
+// Every function libkiln.so exports, called with invalid arguments (NULL pointers, model ids 0
+// and 999999, a destroyed stream, event and foreign handles), before kilnInit and after: each
+// returns an error code or its documented fallback, and none crashes. The test links
+// libkiln.so itself, so each probe calls the exported function; the list of probes is checked
+// against the library's dynamic symbol table and against the public headers (kiln.h, comm.h,
+// kiln_op.h, llm.h), so a new export or public function without a probe here fails the test.
+#include <dlfcn.h>
+#include <elf.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -460,6 +465,61 @@ std::set<std::string> declared_functions(const std::string& header) {
   return names;
 }
 
+// The functions named kiln* that the loaded libkiln.so exports: its dynamic symbol table
+// (defined, global or weak, default visibility), read from the file dladdr names as the home
+// of kilnInit. Bounds are checked: a file that is not a 64-bit ELF is a test failure.
+std::set<std::string> exported_functions() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&kilnInit), &info) == 0 || info.dli_fname == nullptr) {
+    ADD_FAILURE() << "dladdr found no library holding kilnInit";
+    return {};
+  }
+  // Linked statically, the probes would test the archives, not the library users load.
+  EXPECT_NE(std::strstr(info.dli_fname, "libkiln.so"), nullptr)
+      << "kilnInit comes from " << info.dli_fname << ", not from libkiln.so";
+  std::ifstream in(info.dli_fname, std::ios::binary);
+  const std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto fits = [&](uint64_t offset, uint64_t bytes) {
+    return offset <= image.size() && bytes <= image.size() - offset;
+  };
+  Elf64_Ehdr eh;
+  if (!fits(0, sizeof(eh)) || std::memcmp(image.data(), ELFMAG, SELFMAG) != 0 ||
+      image[EI_CLASS] != ELFCLASS64) {
+    ADD_FAILURE() << info.dli_fname << " is not a 64-bit ELF file";
+    return {};
+  }
+  std::memcpy(&eh, image.data(), sizeof(eh));
+  auto section = [&](uint64_t index, Elf64_Shdr* sh) {
+    const uint64_t offset = eh.e_shoff + index * eh.e_shentsize;
+    if (index >= eh.e_shnum || eh.e_shentsize < sizeof(*sh) || !fits(offset, sizeof(*sh))) return false;
+    std::memcpy(sh, image.data() + offset, sizeof(*sh));
+    return true;
+  };
+  std::set<std::string> names;
+  Elf64_Shdr symtab, strtab;
+  for (uint64_t i = 0; section(i, &symtab); ++i) {
+    if (symtab.sh_type != SHT_DYNSYM) continue;
+    if (!section(symtab.sh_link, &strtab) || !fits(symtab.sh_offset, symtab.sh_size) ||
+        !fits(strtab.sh_offset, strtab.sh_size)) {
+      ADD_FAILURE() << info.dli_fname << ": its dynamic symbol table runs past the file";
+      return {};
+    }
+    for (uint64_t at = 0; at + sizeof(Elf64_Sym) <= symtab.sh_size; at += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, image.data() + symtab.sh_offset + at, sizeof(sym));
+      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+          ELF64_ST_BIND(sym.st_info) == STB_LOCAL || ELF64_ST_VISIBILITY(sym.st_other) != STV_DEFAULT ||
+          sym.st_name >= strtab.sh_size) {
+        continue;
+      }
+      const char* name = image.data() + strtab.sh_offset + sym.st_name;
+      const std::string n(name, strnlen(name, strtab.sh_size - sym.st_name));
+      if (n.rfind("kiln", 0) == 0) names.insert(n);
+    }
+  }
+  return names;
+}
+
 void run_probes(bool initialized) {
   for (const Probe& p : probes()) {
     SCOPED_TRACE(p.name);
@@ -479,6 +539,17 @@ TEST(EntryGuardTest, EveryPublicFunctionHasAProbe) {
   for (const std::string& n : declared) EXPECT_TRUE(probed.count(n)) << n << " has no probe here";
   for (const std::string& n : probed)
     EXPECT_TRUE(declared.count(n)) << n << " is not in the headers";
+}
+
+TEST(EntryGuardTest, EveryExportedFunctionHasAProbe) {
+  std::set<std::string> probed;
+  for (const Probe& p : probes()) probed.insert(p.name);
+  const std::set<std::string> exported = exported_functions();
+  ASSERT_GT(exported.size(), 100u);
+  for (const std::string& n : exported)
+    EXPECT_TRUE(probed.count(n)) << n << " is exported by libkiln.so and has no probe here";
+  for (const std::string& n : probed)
+    EXPECT_TRUE(exported.count(n)) << n << " has a probe but libkiln.so does not export it";
 }
 
 TEST(EntryGuardTest, InvalidArgumentsFailBeforeAndAfterInit) {
