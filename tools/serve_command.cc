@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "runtime/device.h"
+#include "serve/affinity.h"
 #include "serve/http_server.h"
 #include "tools/api_session.h"
 #include "tools/cli_options.h"
@@ -26,6 +27,10 @@ struct ServeArgs {
   std::string devices;  // "cpu:N" or N; empty: KILN_DEVICES or 1
   int threads = 0;
   std::string scheduling = "dynamic";
+  std::string prefetch = "on";
+  std::string pin;  // off, auto; empty: auto when a core list is given, else off
+  std::string http_cores, inference_cores;
+  serve::CorePlan cores;  // from the three above
   int http_threads = 64;
   int64_t max_body_mb = 64;
   const CLI::Option* threads_opt = nullptr;
@@ -79,7 +84,8 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   }
   const auto scheduling = args.scheduling == "static" ? serve::Scheduling::kStatic : serve::Scheduling::kDynamic;
   serve::Metrics metrics(runtime->device_count());
-  serve::ModelRegistry registry(args.repository, contexts, scheduling, metrics);
+  serve::ModelRegistry registry(args.repository, contexts, scheduling, metrics,
+                                {.prefetch = args.prefetch == "on", .cores = args.cores.inference});
   for (const std::string& name : names) {
     auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(registry.load(name));
@@ -102,18 +108,25 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   options.port = args.port;
   options.threads = args.http_threads;
   options.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
+  options.cores = args.cores.http;
   serve::HttpServer server(registry, metrics, options);
   KILN_ASSIGN_OR_RETURN(int port, server.bind());
-  std::printf("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling)\n", args.host.c_str(),
+  if (!args.cores.http.empty())
+    std::printf("kiln serve: HTTP threads on cores %s, inference on cores %s\n",
+                serve::core_list_text(args.cores.http).c_str(), serve::core_list_text(args.cores.inference).c_str());
+  std::printf("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling, prefetch %s)\n", args.host.c_str(),
               port, runtime->device_count(), runtime->device_count() == 1 ? "" : "s", runtime->threads_per_device(),
-              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str());
+              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str(), args.prefetch.c_str());
   std::fflush(stdout);
+  // From here this thread is the accept loop: on the HTTP cores, as the watcher it starts.
+  KILN_RETURN_IF_ERROR(serve::pin_this_thread(args.cores.http), "the HTTP threads");
   std::atomic<bool> done{false};
   std::thread watcher([&] { watch_signals(server, registry, done); });
-  server.listen();
+  Status listened = server.listen();
   done = true;
   watcher.join();
   registry.unload_all();
+  KILN_RETURN_IF_ERROR(listened);
   std::printf("kiln serve: stopped\n");
   // Models unload before the devices are reset and the runtime finalised (guards, runtime).
   return ok_status();
@@ -126,6 +139,12 @@ int run_serve(ServeArgs args) {
     return usage_error("serve", str_format("--http-threads must be 1..4096 (got %d)", args.http_threads));
   if (args.max_body_mb < 1 || args.max_body_mb > 65536)
     return usage_error("serve", str_format("--max-body-mb must be 1..65536 (got %lld)", static_cast<long long>(args.max_body_mb)));
+  // Pinning first: the devices split the cores this thread may run on when the runtime
+  // starts (the inference cores), and --threads is checked against them.
+  auto cores = serve::plan_cores(args.pin, args.http_cores, args.inference_cores, serve::allowed_cores());
+  if (!cores.ok()) return usage_error("serve", cores.status().to_string());
+  args.cores = *cores;
+  if (Status s = serve::pin_this_thread(args.cores.inference); !s.ok()) return report_error("serve", s.to_string());
   auto devices = device_count(args.devices);
   if (!devices.ok()) return usage_error("serve", "--devices: " + devices.status().to_string());
   std::string error;
@@ -150,6 +169,19 @@ std::function<int()> setup(CLI::App& app) {
                  "dynamic: idle devices take the next batch from a shared queue (default); static: requests are "
                  "assigned to devices round-robin on arrival")
       ->check(CLI::IsMember({"dynamic", "static"}));
+  app.add_option("--prefetch", args->prefetch,
+                 "on: a worker copies the next batch's inputs while the current batch executes (default); off: "
+                 "copy, execute, answer, one batch after another")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--pin", args->pin,
+                 "off: threads run on any core; auto: HTTP threads on the last ceil(n/8) cores (or --http-cores), "
+                 "inference on the others (or --inference-cores) (default: auto when a core list is given, else off)")
+      ->check(CLI::IsMember({"off", "auto"}));
+  app.add_option("--http-cores", args->http_cores,
+                 "Cores of the HTTP threads, as 0-3,6 (default with --pin auto: the cores not for inference)");
+  app.add_option("--inference-cores", args->inference_cores,
+                 "Cores the devices split and the workers run on, as 0-3,6 (default with --pin auto: the cores not "
+                 "for HTTP)");
   app.add_option("--http-threads", args->http_threads,
                  "HTTP connections served at once, one thread each (default 64)");
   app.add_option("--max-body-mb", args->max_body_mb, "Largest request body accepted, in MiB; larger gets 413 (default 64)");

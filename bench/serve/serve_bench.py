@@ -6,7 +6,9 @@ clients (KServe v2 binary tensors, one keep-alive connection per client thread) 
   B. MobileNetV2, 2 devices: dynamic (shared queue, idle device takes the next request) vs
      static (requests assigned to devices round-robin on arrival);
   C. an uneven mix, half ResNet-50 and half MobileNetV2 requests, 2 devices, dynamic vs static;
-  D. `kiln bench` on the same model and devices (no HTTP), for the server's overhead.
+  D. `kiln bench` on the same model and devices (no HTTP), for the server's overhead;
+  E. MobileNetV2, 1 and 2 devices, `--prefetch on` (the default, in A) vs `off`: the input
+     copy of the next batch overlapping the current execution must not cost throughput.
 
 The models are the seeded PyTorch exports of tests/e2e/make_torch_models.py (random weights:
 speed does not depend on them), compiled once with `kiln compile`. Responses are checked to be
@@ -17,6 +19,7 @@ The client runs on the same machine: its threads take CPU time from the server's
 that cost alike, and the table reports ratios measured in the same run.
 
 usage: bench/serve/serve_bench.py [--kiln build/release/tools/kiln] [--duration 8] [--clients 4]
+                                  [--rows all|prefetch]   (prefetch: A's rows and E only)
 """
 import argparse
 import json
@@ -97,6 +100,7 @@ def main():
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "release", "tools", "kiln"))
     ap.add_argument("--duration", type=float, default=8)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--rows", choices=["all", "prefetch"], default="all")
     args = ap.parse_args()
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.kiln)))
     work = os.path.join(build, "bench", "serve")
@@ -104,8 +108,8 @@ def main():
     repo = make_repository(args.kiln, models_dir(build, work), work)
     rows = {}
 
-    def run(label, devices, scheduling, models):
-        server = Server(args.kiln, repo, devices, scheduling)
+    def run(label, devices, scheduling, models, *options):
+        server = Server(args.kiln, repo, devices, scheduling, *options)
         try:
             load(args.kiln, server.port, models, args.clients, 1.0)  # warm-up
             rows[label] = load(args.kiln, server.port, models, args.clients, args.duration)
@@ -117,8 +121,18 @@ def main():
     mnv2 = ["mobilenet_v2"]
     mix = ["resnet50", "mobilenet_v2"]
     print(f"{args.clients} closed-loop clients, {args.duration:g} s per row, 1 thread per device")
+    # Prefetch on and off one after the other, so that both see the same machine load.
     run("mobilenet_v2 1 device", 1, "dynamic", mnv2)
+    run("mobilenet_v2 1 device prefetch off", 1, "dynamic", mnv2, "--prefetch", "off")
     run("mobilenet_v2 2 devices dynamic", 2, "dynamic", mnv2)
+    run("mobilenet_v2 2 devices prefetch off", 2, "dynamic", mnv2, "--prefetch", "off")
+    t = {k: v[0] for k, v in rows.items()}
+    prefetch_rows = [
+        f"| MobileNetV2 1 device, prefetch on / off | {t['mobilenet_v2 1 device'] / t['mobilenet_v2 1 device prefetch off']:.2f}x | >= 1 (no cost) |",
+        f"| MobileNetV2 2 devices, prefetch on / off | {t['mobilenet_v2 2 devices dynamic'] / t['mobilenet_v2 2 devices prefetch off']:.2f}x | >= 1 (no cost) |"]
+    if args.rows == "prefetch":
+        print("\n| ratio | value | goal |\n|---|---|---|\n" + "\n".join(prefetch_rows))
+        return
     run("mobilenet_v2 2 devices static", 2, "static", mnv2)
     run("mix 2 devices dynamic", 2, "dynamic", mix)
     run("mix 2 devices static", 2, "static", mix)
@@ -136,6 +150,7 @@ def main():
     print(f"| mix ResNet-50 + MobileNetV2 dynamic / static | {t['mix 2 devices dynamic'] / t['mix 2 devices static']:.2f}x | >= 1.15x |")
     print(f"| server / kiln bench, 1 device | {t['mobilenet_v2 1 device'] / bench1:.2f} | >= 0.90 |")
     print(f"| server / kiln bench, 2 devices | {t['mobilenet_v2 2 devices dynamic'] / bench2:.2f} | >= 0.90 |")
+    print("\n".join(prefetch_rows))
 
 
 if __name__ == "__main__":

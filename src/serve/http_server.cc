@@ -2,6 +2,7 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "serve/affinity.h"
 #include "serve/completions_codec.h"
 
 namespace kiln::serve {
@@ -400,7 +402,16 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(ModelRegistry& registry, Metrics& metrics, const HttpOptions& options)
     : impl_(std::make_unique<Impl>(registry, metrics, options)) {
   const int threads = options.threads;
-  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  impl_->server.new_task_queue = [threads] {
+    // Called by listen() on its thread: the pool's threads inherit its affinity and, for the
+    // time they are started, its name.
+    char name[16] = "kiln";
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    pthread_setname_np(pthread_self(), "kiln-http");
+    auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
+    pthread_setname_np(pthread_self(), name);
+    return pool;
+  };
   impl_->server.set_payload_max_length(options.max_body_bytes);
   impl_->server.set_read_timeout(options.read_timeout_s, 0);
   impl_->server.set_keep_alive_max_count(1000);
@@ -426,7 +437,11 @@ Expected<int> HttpServer::bind() {
   return o.port;
 }
 
-void HttpServer::listen() { impl_->server.listen_after_bind(); }
+Status HttpServer::listen() {
+  KILN_RETURN_IF_ERROR(pin_this_thread(impl_->options.cores), "the HTTP threads");
+  impl_->server.listen_after_bind();
+  return ok_status();
+}
 
 void HttpServer::stop() {
   impl_->ready = false;

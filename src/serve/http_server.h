@@ -27,6 +27,7 @@ struct HttpOptions {
   int threads = 64;  // connections served at once (each keep-alive connection holds one)
   size_t max_body_bytes = size_t{64} << 20;
   int read_timeout_s = 30;  // a client that sends nothing for this long is disconnected
+  std::vector<int> cores;   // empty: not pinned; else listen() and the connection threads run there
 };
 
 class HttpServer {
@@ -38,8 +39,10 @@ class HttpServer {
 
   // Binds the listening socket: the port bound, or unavailable naming host and port.
   Expected<int> bind();
-  // Serves until stop(); returns once the requests in flight are answered.
-  void listen();
+  // Serves until stop(); returns once the requests in flight are answered. The calling
+  // thread (the accept loop) is pinned to options.cores, and the connection threads it
+  // starts (named kiln-http) inherit them.
+  Status listen();
   // Safe from any thread; health/ready turns false at once.
   void stop();
 

@@ -51,10 +51,13 @@ std::string Metrics::text(const std::vector<DeviceMemoryStats>& devices,
             [&](const ModelMetrics& m) { return count(m.timed_out); });
   per_model("kiln_inference_executions_total", "counter", "Model executions (one per batch).",
             [&](const ModelMetrics& m) { return count(m.executions); });
-  per_model("kiln_inference_queue_seconds_total", "counter", "Time requests waited in the queue, summed.",
+  per_model("kiln_inference_prefetched_total", "counter",
+            "Executions whose inputs were copied while the worker's previous batch executed (prefetch).",
+            [&](const ModelMetrics& m) { return count(m.prefetched); });
+  per_model("kiln_inference_queue_seconds_total", "counter", "Time requests waited until their execution began, summed.",
             [&](const ModelMetrics& m) { return seconds(m.queue_ns.load()); });
   per_model("kiln_inference_compute_seconds_total", "counter",
-            "Time of executions (input copy, run, output copy), summed.",
+            "Time of executions (run, output copy; the input copy too without prefetch), summed.",
             [&](const ModelMetrics& m) { return seconds(m.compute_ns.load()); });
   // Decoder models only: counters and gauges of the LLM engine.
   auto per_llm = [&](const char* name, const char* type, const char* help, auto value) {

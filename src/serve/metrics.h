@@ -23,8 +23,9 @@ struct ModelMetrics {
   std::atomic<int64_t> rejected{0};   // refused with 503 because the queue was full
   std::atomic<int64_t> timed_out{0};  // parameters.timeout passed in the queue or executing
   std::atomic<int64_t> executions{0};
-  std::atomic<int64_t> queue_ns{0};   // summed over requests: enqueue -> batch start
-  std::atomic<int64_t> compute_ns{0}; // summed over executions: copy in, run, copy out
+  std::atomic<int64_t> prefetched{0};  // executions whose inputs were copied during another's
+  std::atomic<int64_t> queue_ns{0};   // summed over requests: enqueue -> execution start
+  std::atomic<int64_t> compute_ns{0}; // summed over executions: (copy in,) run, copy out
   std::array<std::atomic<int64_t>, kBatchBuckets.size() + 1> batch_buckets{};  // not cumulative
   std::atomic<int64_t> batch_rows{0};
   // Decoder models (backend llm) only, exported when `llm` is set.

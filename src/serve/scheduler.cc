@@ -1,18 +1,24 @@
 // Queues, batching and workers of each model; the registry of loaded models (scheduler.h).
 #include "serve/scheduler.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+
+#include "serve/affinity.h"
 
 namespace kiln::serve {
 
 ModelScheduler::ModelScheduler(std::shared_ptr<ServedModel> model, std::vector<kilnrtContext> devices,
-                               Scheduling scheduling, Metrics& metrics)
+                               Scheduling scheduling, Metrics& metrics, WorkerOptions options)
     : model_(std::move(model)),
       devices_(std::move(devices)),
       scheduling_(scheduling),
+      options_(std::move(options)),
       metrics_(metrics),
       model_metrics_(metrics.model(model_->name())),
-      queues_(scheduling == Scheduling::kStatic ? devices_.size() : 1) {
+      queues_(scheduling == Scheduling::kStatic ? devices_.size() : 1),
+      idle_(queues_.size(), 0) {
   for (size_t d = 0; d < devices_.size(); ++d)
     for (int i = 0; i < model_->config().instance_count; ++i)
       workers_.emplace_back([this, d] { work(static_cast<int>(d), scheduling_ == Scheduling::kStatic ? d : 0); });
@@ -64,7 +70,8 @@ Expected<std::future<InferResult>> ModelScheduler::submit(InferRequest request) 
 }
 
 std::vector<std::unique_ptr<ModelScheduler::Pending>> ModelScheduler::take_batch(size_t queue,
-                                                                                 std::unique_lock<std::mutex>& lock) {
+                                                                                 std::unique_lock<std::mutex>& lock,
+                                                                                 bool wait) {
   std::deque<std::unique_ptr<Pending>>& q = queues_[queue];
   const int64_t max_rows = model_->batched() ? model_->config().max_batch_size : 1;
   const auto delay = std::chrono::microseconds(model_->config().max_queue_delay_us);
@@ -95,6 +102,7 @@ std::vector<std::unique_ptr<ModelScheduler::Pending>> ModelScheduler::take_batch
     const auto deadline = q.front()->enqueued + delay;
     // Full, cannot grow, shutting down (drain at once), or waited long enough.
     if (rows >= max_rows || count < q.size() || stopping_ || no_wait_ || Clock::now() >= deadline) break;
+    if (!wait) return {};
     cv_.wait_until(lock, deadline);
   }
   std::vector<std::unique_ptr<Pending>> batch;
@@ -106,13 +114,30 @@ std::vector<std::unique_ptr<ModelScheduler::Pending>> ModelScheduler::take_batch
   return batch;
 }
 
+bool ModelScheduler::wait_for_work(size_t queue, std::unique_lock<std::mutex>& lock) {
+  ++idle_[queue];
+  cv_.wait(lock, [&] { return stopping_ || !queues_[queue].empty(); });
+  --idle_[queue];
+  return !queues_[queue].empty();  // empty: stopping and drained
+}
+
 void ModelScheduler::work(int device, size_t queue) {
+  // Named for ps/top and the affinity test; pinned before the stream is created, whose
+  // thread inherits the affinity. A model loaded over HTTP gets its workers from an HTTP
+  // thread, so the cores are set here, not inherited. A refused pin leaves the thread where
+  // it was (the cores were checked when the server started).
+  pthread_setname_np(pthread_self(), "kiln-worker");
+  (void)pin_this_thread(options_.cores);
   if (kilnrtSetCurrentContext(devices_[static_cast<size_t>(device)]) != KILN_SUCCESS) return;
+  kilnrtStream stream = nullptr;
+  if (options_.prefetch && kilnrtCreateStream(&stream) == KILN_SUCCESS) {
+    work_prefetching(device, queue, stream);
+    kilnrtDestroyStream(stream);
+    return;
+  }
   DeviceBuffers buffers;
   std::unique_lock lock(mutex_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queues_[queue].empty(); });
-    if (queues_[queue].empty()) return;  // stopping and drained
+  while (wait_for_work(queue, lock)) {
     std::vector<std::unique_ptr<Pending>> batch = take_batch(queue, lock);
     if (batch.empty()) continue;
     lock.unlock();
@@ -121,30 +146,135 @@ void ModelScheduler::work(int device, size_t queue) {
   }
 }
 
-void ModelScheduler::run_batch(int device, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch) {
-  const auto start = Clock::now();
-  std::vector<const InferRequest*> requests;
-  int64_t rows = 0;
-  for (const auto& p : batch) {
-    requests.push_back(&p->request);
-    rows += p->rows;
-    model_metrics_.queue_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(start - p->enqueued).count();
+void ModelScheduler::stage(Slot& slot, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch) {
+  slot.batch = std::move(batch);
+  slot.requests.clear();
+  for (const auto& p : slot.batch) slot.requests.push_back(&p->request);
+  slot.status = model_->stage(buffers, slot.requests, &slot.staged);
+}
+
+namespace {
+
+// Set by a host callback enqueued after a batch's execution: tells its worker, waiting on
+// the scheduler's condition variable for a batch to prefetch, that the device is free.
+struct ExecutionEnd {
+  std::mutex* mutex;
+  std::condition_variable* cv;
+  bool done = false;
+  static void signal(void* self) {
+    auto* e = static_cast<ExecutionEnd*>(self);
+    {
+      std::lock_guard lock(*e->mutex);
+      e->done = true;
+    }
+    e->cv->notify_all();
   }
+};
+
+}  // namespace
+
+void ModelScheduler::work_prefetching(int device, size_t queue, kilnrtStream stream) {
+  DeviceBuffers buffers[2];  // the running batch's and the prefetched one's
+  Slot slots[2];
+  int cur = 0;
+  bool running = false;  // slots[cur] holds a launched (or failed to stage) batch
+  ExecutionEnd end{&mutex_, &cv_};
+  // Called without the lock.
+  auto launch = [&](Slot& slot) {
+    slot.launched = Clock::now();
+    {
+      std::lock_guard lock(mutex_);
+      end.done = !slot.status.ok();
+    }
+    if (!slot.status.ok()) return;
+    model_->launch(device, slot.staged, stream);
+    if (kilnrtLaunchCallback(&ExecutionEnd::signal, &end, KILN_CALLBACK_BLOCK, stream) != KILN_SUCCESS) {
+      std::lock_guard lock(mutex_);
+      end.done = true;  // no signal to wait for: finish() waits for the stream
+    }
+  };
+  const auto delay = std::chrono::microseconds(model_->config().max_queue_delay_us);
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (!running) {
+      if (!wait_for_work(queue, lock)) return;
+      std::vector<std::unique_ptr<Pending>> batch = take_batch(queue, lock);
+      if (batch.empty()) continue;
+      lock.unlock();
+      stage(slots[cur], buffers[cur], std::move(batch));
+      launch(slots[cur]);
+      running = true;
+      lock.lock();
+    }
+    // While slots[cur] executes: wait for the next ready batch, unless an idle worker can
+    // take it, or for the execution's end. The callback is skipped on a stream in error
+    // state, so the stream itself is asked when a wait times out.
+    std::vector<std::unique_ptr<Pending>> next;
+    while (!end.done) {
+      std::deque<std::unique_ptr<Pending>>& q = queues_[queue];
+      if (idle_[queue] == 0 && !q.empty()) {
+        next = take_batch(queue, lock, /*wait=*/false);
+        if (!next.empty()) break;
+      }
+      auto until = Clock::now() + std::chrono::milliseconds(20);
+      if (!q.empty() && q.front()->enqueued + delay > Clock::now()) until = std::min(until, q.front()->enqueued + delay);
+      if (cv_.wait_until(lock, until) == std::cv_status::timeout && !end.done) {
+        kilnrtStreamStatus st = KILN_STREAM_STATUS_NOT_READY;
+        if (kilnrtStreamQuery(stream, &st) != KILN_SUCCESS || st == KILN_STREAM_STATUS_COMPLETE) break;
+      }
+    }
+    lock.unlock();
+    const int other = cur ^ 1;
+    if (!next.empty()) {
+      stage(slots[other], buffers[other], std::move(next));
+      ++model_metrics_.prefetched;
+    }
+    std::vector<std::vector<TensorData>> outputs;
+    Status status = slots[cur].status;
+    if (status.ok()) status = model_->finish(device, slots[cur].staged, stream, &outputs);
+    // The device is free: the prefetched batch goes first, the answers after.
+    running = !slots[other].batch.empty();
+    if (running) launch(slots[other]);
+    answer(device, slots[cur], status, outputs);
+    if (running) cur = other;
+    lock.lock();
+  }
+}
+
+void ModelScheduler::run_batch(int device, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch) {
+  Slot slot;
+  slot.launched = Clock::now();
+  slot.batch = std::move(batch);
+  for (const auto& p : slot.batch) slot.requests.push_back(&p->request);
   std::vector<std::vector<TensorData>> outputs;
-  Status status = model_->execute(device, buffers, requests, &outputs);
-  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  Status status = model_->execute(device, buffers, slot.requests, &outputs);
+  answer(device, slot, status, outputs);
+}
+
+void ModelScheduler::answer(int device, Slot& slot, const Status& status, std::vector<std::vector<TensorData>>& outputs) {
+  // Queue time: until the execution began; compute time: from there to the outputs copied
+  // out (without prefetch the input copy is in it; with prefetch it overlapped the previous
+  // execution).
+  const auto end = Clock::now();
+  int64_t rows = 0;
+  for (const auto& p : slot.batch) {
+    rows += p->rows;
+    model_metrics_.queue_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(slot.launched - p->enqueued).count();
+  }
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - slot.launched).count();
   metrics_.record_batch(model_metrics_, rows, ns);
   metrics_.add_device_busy(device, ns);
-  const auto end = Clock::now();
-  for (size_t r = 0; r < batch.size(); ++r) {
+  for (size_t r = 0; r < slot.batch.size(); ++r) {
     // Its client was answered 503 at the deadline (HttpServer) and drops this result.
-    if (end > batch[r]->deadline) ++model_metrics_.timed_out;
+    if (end > slot.batch[r]->deadline) ++model_metrics_.timed_out;
     if (status.ok()) {
-      batch[r]->done.set_value(std::move(outputs[r]));
+      slot.batch[r]->done.set_value(std::move(outputs[r]));
     } else {
-      batch[r]->done.set_value(status);
+      slot.batch[r]->done.set_value(status);
     }
   }
+  slot.batch.clear();
+  slot.requests.clear();
 }
 
 Status ModelRegistry::load(const std::string& name) {
@@ -162,7 +292,7 @@ Status ModelRegistry::load(const std::string& name) {
     }
   } else {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<ServedModel> model, ServedModel::load(files, devices_));
-    auto scheduler = std::make_shared<ModelScheduler>(std::move(model), devices_, scheduling_, metrics_);
+    auto scheduler = std::make_shared<ModelScheduler>(std::move(model), devices_, scheduling_, metrics_, worker_options_);
     std::lock_guard lock(map_mutex_);
     old = std::exchange(models_[name], std::move(scheduler));
     if (auto it = llms_.find(name); it != llms_.end()) {

@@ -11,6 +11,16 @@
 // A worker forms a batch from the front of its queue: requests whose input dims past dim 0
 // agree, up to max_batch_size rows, waiting at most max_queue_delay_us after the oldest
 // request arrived for more to come.
+//
+// Prefetch (on by default): a worker runs its batch on a stream of its device
+// (kilnmdlExecuteAsync) and, while it executes, takes the next batch that is ready and
+// copies its inputs into a second set of device buffers; when the execution ends, the
+// prefetched batch is launched at once and only then are the finished batch's outputs copied
+// out and its requests answered. The device waits neither for the input copy nor for the
+// answers. A worker prefetches only when no other worker of the queue is waiting for work
+// (an idle device takes the batch instead) and only a batch that is ready (full, or its
+// batching delay passed): prefetch does not make batches smaller. A prefetched request has
+// started: its timeout no longer drops it unrun.
 #pragma once
 
 #include <chrono>
@@ -32,13 +42,19 @@ namespace kiln::serve {
 
 enum class Scheduling { kDynamic, kStatic };
 
+// How the workers of every model run.
+struct WorkerOptions {
+  bool prefetch = true;    // stage the next batch during the current execution (above)
+  std::vector<int> cores;  // empty: not pinned; else each worker (and the stream it creates) runs there
+};
+
 using InferResult = Expected<std::vector<TensorData>>;
 
 class ModelScheduler {
  public:
   // Starts the workers; `devices` are the default contexts of the devices `model` is loaded on.
   ModelScheduler(std::shared_ptr<ServedModel> model, std::vector<kilnrtContext> devices, Scheduling scheduling,
-                 Metrics& metrics);
+                 Metrics& metrics, WorkerOptions options = {});
   ~ModelScheduler();  // shutdown()
   ModelScheduler(const ModelScheduler&) = delete;
   ModelScheduler& operator=(const ModelScheduler&) = delete;
@@ -65,22 +81,39 @@ class ModelScheduler {
     Clock::time_point deadline = Clock::time_point::max();  // request.timeout_us after enqueued
     std::promise<InferResult> done;
   };
+  // A batch taken from the queue, staged and (prefetch) launched on the worker's stream.
+  struct Slot {
+    std::vector<std::unique_ptr<Pending>> batch;
+    std::vector<const InferRequest*> requests;
+    StagedBatch staged;
+    Status status;  // of stage(); a batch that failed to stage is not launched
+    Clock::time_point launched;
+  };
   void work(int device, size_t queue);
-  // Called with the lock held and queues_[queue] not empty; may wait (unlocking) for more
-  // requests. Empty when another worker took the requests meanwhile. Requests at the front
-  // whose deadline passed are answered with deadline_exceeded and dropped.
-  std::vector<std::unique_ptr<Pending>> take_batch(size_t queue, std::unique_lock<std::mutex>& lock);
+  void work_prefetching(int device, size_t queue, kilnrtStream stream);
+  // Waits for work on `queue`, counted in idle_ meanwhile; false once stopping and drained.
+  bool wait_for_work(size_t queue, std::unique_lock<std::mutex>& lock);
+  // Called with the lock held and queues_[queue] not empty; with `wait`, may wait (unlocking)
+  // for more requests; without, returns nothing unless a batch is ready now. Empty when
+  // another worker took the requests meanwhile. Requests at the front whose deadline passed
+  // are answered with deadline_exceeded and dropped.
+  std::vector<std::unique_ptr<Pending>> take_batch(size_t queue, std::unique_lock<std::mutex>& lock, bool wait = true);
   void run_batch(int device, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch);
+  void stage(Slot& slot, DeviceBuffers& buffers, std::vector<std::unique_ptr<Pending>> batch);
+  // Metrics, and each request's outputs or the batch's error; empties the slot.
+  void answer(int device, Slot& slot, const Status& status, std::vector<std::vector<TensorData>>& outputs);
 
   std::shared_ptr<ServedModel> model_;
   std::vector<kilnrtContext> devices_;
   Scheduling scheduling_;
+  const WorkerOptions options_;
   Metrics& metrics_;
   ModelMetrics& model_metrics_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::deque<std::unique_ptr<Pending>>> queues_;  // one (dynamic) or one per device (static)
   size_t queued_ = 0;
+  std::vector<int> idle_;  // per queue: workers waiting for work (prefetch leaves it to them)
   size_t next_device_ = 0;  // static: round-robin position
   bool stopping_ = false;
   bool no_wait_ = false;
@@ -92,8 +125,13 @@ class ModelScheduler {
 // old one finishes its queued requests before it is unloaded).
 class ModelRegistry {
  public:
-  ModelRegistry(std::string repository, std::vector<kilnrtContext> devices, Scheduling scheduling, Metrics& metrics)
-      : repository_(std::move(repository)), devices_(std::move(devices)), scheduling_(scheduling), metrics_(metrics) {}
+  ModelRegistry(std::string repository, std::vector<kilnrtContext> devices, Scheduling scheduling, Metrics& metrics,
+                WorkerOptions workers = {})
+      : repository_(std::move(repository)),
+        devices_(std::move(devices)),
+        scheduling_(scheduling),
+        worker_options_(std::move(workers)),
+        metrics_(metrics) {}
   ~ModelRegistry() { unload_all(); }
 
   // (Re)loads `name` from the repository: not_found when the repository has no such model.
@@ -114,6 +152,7 @@ class ModelRegistry {
   const std::string repository_;
   const std::vector<kilnrtContext> devices_;
   const Scheduling scheduling_;
+  const WorkerOptions worker_options_;
   Metrics& metrics_;
   std::mutex load_mutex_;       // one load or unload at a time
   mutable std::mutex map_mutex_;

@@ -221,39 +221,47 @@ ModelMemoryStats ServedModel::memory_stats() const {
   return m;
 }
 
-Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests,
-                            std::vector<std::vector<TensorData>>* outputs) const {
-  const uint32_t id = ids_[static_cast<size_t>(device)];
-  std::vector<int64_t> rows;  // each request's batch
-  int64_t total = 0;
+StagedBatch::~StagedBatch() { reset(); }
+
+void StagedBatch::reset() {
+  if (in_) kilnmdlDestroyDataset(in_);
+  if (out_) kilnmdlDestroyDataset(out_);
+  for (kilnDataBuffer* b : data_buffers_) kilnDestroyDataBuffer(b);
+  for (kilnTensorDesc* d : descs_) kilnDestroyTensorDesc(d);
+  in_ = out_ = nullptr;
+  data_buffers_.clear();
+  descs_.clear();
+}
+
+namespace {
+
+Status add_buffer(std::vector<kilnDataBuffer*>& buffers, kilnmdlDataset* set, void* data, size_t bytes) {
+  kilnDataBuffer* b = kilnCreateDataBuffer(data, bytes);
+  if (!b) return resource_exhausted("kilnCreateDataBuffer");
+  buffers.push_back(b);
+  KILN_SERVE_API(kilnmdlAddDatasetBuffer(set, b));
+  return ok_status();
+}
+
+}  // namespace
+
+Status ServedModel::stage(DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests,
+                          StagedBatch* batch) const {
+  StagedBatch& b = *batch;
+  b.reset();
+  b.requests_ = requests;
+  b.buffers_ = &buffers;
+  b.rows_.clear();
+  b.total_ = 0;
+  b.launched_ = ok_status();
   for (const InferRequest* r : requests) {
-    rows.push_back(batched() ? r->inputs[0].shape[0] : 1);
-    total += rows.back();
+    b.rows_.push_back(batched() ? r->inputs[0].shape[0] : 1);
+    b.total_ += b.rows_.back();
   }
-  kilnmdlDataset* in = kilnmdlCreateDataset();
-  kilnmdlDataset* out = kilnmdlCreateDataset();
-  std::vector<kilnDataBuffer*> data_buffers;
-  std::vector<kilnTensorDesc*> descs;
-  struct Cleanup {
-    kilnmdlDataset *in, *out;
-    std::vector<kilnDataBuffer*>& buffers;
-    std::vector<kilnTensorDesc*>& descs;
-    ~Cleanup() {
-      if (in) kilnmdlDestroyDataset(in);
-      if (out) kilnmdlDestroyDataset(out);
-      for (kilnDataBuffer* b : buffers) kilnDestroyDataBuffer(b);
-      for (kilnTensorDesc* d : descs) kilnDestroyTensorDesc(d);
-    }
-  } cleanup{in, out, data_buffers, descs};
-  if (!in || !out) return resource_exhausted("kilnmdlCreateDataset");
-  auto add = [&](kilnmdlDataset* set, void* data, size_t bytes) -> Status {
-    kilnDataBuffer* b = kilnCreateDataBuffer(data, bytes);
-    if (!b) return resource_exhausted("kilnCreateDataBuffer");
-    data_buffers.push_back(b);
-    KILN_SERVE_API(kilnmdlAddDatasetBuffer(set, b));
-    return ok_status();
-  };
-  // 1. Inputs: each request's rows copied in after the previous request's.
+  b.in_ = kilnmdlCreateDataset();
+  b.out_ = kilnmdlCreateDataset();
+  if (!b.in_ || !b.out_) return resource_exhausted("kilnmdlCreateDataset");
+  // Inputs: each request's rows copied in after the previous request's.
   for (size_t i = 0; i < inputs_.size(); ++i) {
     size_t bytes = 0;
     for (const InferRequest* r : requests) bytes += r->inputs[i].bytes.size();
@@ -266,43 +274,81 @@ Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vecto
                                     KILN_MEMCPY_HOST_TO_DEVICE));
       offset += src.size();
     }
-    KILN_RETURN_IF_ERROR(add(in, dst, bytes));
+    KILN_RETURN_IF_ERROR(add_buffer(b.data_buffers_, b.in_, dst, bytes));
     // The actual shape, for inputs with open dims only: a fixed input keeps the static path.
     if (std::none_of(inputs_[i].dims.begin(), inputs_[i].dims.end(), [](int64_t d) { return d < 0; })) continue;
     std::vector<int64_t> dims = requests[0]->inputs[i].shape;
-    if (batched()) dims[0] = total;
+    if (batched()) dims[0] = b.total_;
     kilnTensorDesc* desc = kilnCreateTensorDesc(inputs_[i].api_dtype, static_cast<int>(dims.size()), dims.data(), KILN_FORMAT_ND);
     if (!desc) return resource_exhausted("kilnCreateTensorDesc");
-    descs.push_back(desc);
-    KILN_SERVE_API(kilnmdlSetDatasetTensorDesc(in, desc, i));
+    b.descs_.push_back(desc);
+    KILN_SERVE_API(kilnmdlSetDatasetTensorDesc(b.in_, desc, i));
   }
-  // 2. Outputs: open dims guessed as the batch (dim 0) or 1, grown below if the model
-  // reports a larger output (KILN_ERROR_MODEL_OUTPUT_NOT_MATCH).
-  std::vector<size_t> out_bytes;
+  // Outputs: open dims guessed as the batch (dim 0) or 1, grown by execute_staged if the
+  // model reports a larger output (KILN_ERROR_MODEL_OUTPUT_NOT_MATCH).
+  b.out_bytes_.clear();
   for (const TensorInfo& t : outputs_) {
     std::vector<int64_t> dims = t.dims;
-    if (!dims.empty() && dims[0] < 0) dims[0] = total;
-    out_bytes.push_back(dtype_bytes(t.dtype, static_cast<int64_t>(product(dims))));
+    if (!dims.empty() && dims[0] < 0) dims[0] = b.total_;
+    b.out_bytes_.push_back(dtype_bytes(t.dtype, static_cast<int64_t>(product(dims))));
   }
+  return add_outputs(b);
+}
+
+Status ServedModel::add_outputs(StagedBatch& b) const {
+  for (size_t j = 0; j < outputs_.size(); ++j) {
+    KILN_ASSIGN_OR_RETURN(void* dst, b.buffers_->output(j, b.out_bytes_[j]));
+    KILN_RETURN_IF_ERROR(add_buffer(b.data_buffers_, b.out_, dst, b.out_bytes_[j]));
+  }
+  return ok_status();
+}
+
+Status ServedModel::execute_staged(int device, StagedBatch& b) const {
+  const uint32_t id = ids_[static_cast<size_t>(device)];
   for (int attempt = 0;; ++attempt) {
-    for (size_t j = 0; j < outputs_.size(); ++j) {
-      KILN_ASSIGN_OR_RETURN(void* dst, buffers.output(j, out_bytes[j]));
-      KILN_RETURN_IF_ERROR(add(out, dst, out_bytes[j]));
-    }
-    kilnError e = kilnmdlExecute(id, in, out);
-    if (e == KILN_SUCCESS) break;
+    kilnError e = kilnmdlExecute(id, b.in_, b.out_);
+    if (e == KILN_SUCCESS) return ok_status();
     if (e != KILN_ERROR_MODEL_OUTPUT_NOT_MATCH || attempt >= 4) return api_status(e, "kilnmdlExecute");
-    // Rebuild the output dataset with buffers 16x larger.
-    kilnmdlDestroyDataset(out);
-    out = cleanup.out = kilnmdlCreateDataset();
-    if (!out) return resource_exhausted("kilnmdlCreateDataset");
-    for (size_t& b : out_bytes) b *= 16;
+    // Rebuild the output dataset with buffers 16x larger (the old data buffers are freed
+    // with the batch).
+    kilnmdlDestroyDataset(b.out_);
+    b.out_ = kilnmdlCreateDataset();
+    if (!b.out_) return resource_exhausted("kilnmdlCreateDataset");
+    for (size_t& bytes : b.out_bytes_) bytes *= 16;
+    KILN_RETURN_IF_ERROR(add_outputs(b));
   }
-  // 3. Each request's rows of every output.
-  outputs->assign(requests.size(), {});
+}
+
+void ServedModel::launch(int device, StagedBatch& b, kilnrtStream stream) const {
+  kilnError e = kilnmdlExecuteAsync(ids_[static_cast<size_t>(device)], b.in_, b.out_, stream);
+  b.launched_ = e == KILN_SUCCESS ? ok_status() : api_status(e, "kilnmdlExecuteAsync");
+}
+
+Status ServedModel::finish(int device, StagedBatch& b, kilnrtStream stream,
+                           std::vector<std::vector<TensorData>>* outputs) const {
+  bool ran = b.launched_.ok() && kilnrtSynchronizeStream(stream) == KILN_SUCCESS;
+  // The stream's error does not keep the runtime's code (an output larger than planned is
+  // KILN_ERROR_MODEL_OUTPUT_NOT_MATCH only from kilnmdlExecute): run it again here, which
+  // grows the outputs or reports the failure as execute() does.
+  if (!ran) KILN_RETURN_IF_ERROR(execute_staged(device, b));
+  return split_outputs(b, outputs);
+}
+
+Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests,
+                            std::vector<std::vector<TensorData>>* outputs) const {
+  StagedBatch b;
+  KILN_RETURN_IF_ERROR(stage(buffers, requests, &b));
+  KILN_RETURN_IF_ERROR(execute_staged(device, b));
+  return split_outputs(b, outputs);
+}
+
+// Each request's rows of every output.
+Status ServedModel::split_outputs(StagedBatch& b, std::vector<std::vector<TensorData>>* outputs) const {
+  const int64_t total = b.total_;
+  outputs->assign(b.requests_.size(), {});
   for (size_t j = 0; j < outputs_.size(); ++j) {
     std::vector<int64_t> dims = outputs_[j].dims;
-    if (const kilnTensorDesc* desc = kilnmdlGetDatasetTensorDesc(out, j)) {
+    if (const kilnTensorDesc* desc = kilnmdlGetDatasetTensorDesc(b.out_, j)) {
       dims.assign(kilnGetTensorDescNumDims(desc), 0);
       for (size_t k = 0; k < dims.size(); ++k) KILN_SERVE_API(kilnGetTensorDescDimV2(desc, k, &dims[k]));
     }
@@ -310,13 +356,13 @@ Status ServedModel::execute(int device, DeviceBuffers& buffers, const std::vecto
       return internal_error("output '%s' has shape %s after a batch of %lld: dim 0 is not the batch",
                             outputs_[j].name.c_str(), shape_text(dims).c_str(), static_cast<long long>(total));
     const size_t row_bytes = dtype_bytes(outputs_[j].dtype, static_cast<int64_t>(product(dims))) / static_cast<size_t>(total);
-    kilnDataBuffer* db = kilnmdlGetDatasetBuffer(out, j);
+    kilnDataBuffer* db = kilnmdlGetDatasetBuffer(b.out_, j);
     const uint8_t* src = static_cast<const uint8_t*>(kilnGetDataBufferAddr(db));
     size_t offset = 0;
-    for (size_t r = 0; r < requests.size(); ++r) {
+    for (size_t r = 0; r < b.requests_.size(); ++r) {
       TensorData t{outputs_[j].name, outputs_[j].dtype, dims, {}};
-      if (batched()) t.shape[0] = rows[r];
-      t.bytes.resize(row_bytes * static_cast<size_t>(rows[r]));
+      if (batched()) t.shape[0] = b.rows_[r];
+      t.bytes.resize(row_bytes * static_cast<size_t>(b.rows_[r]));
       if (!t.bytes.empty())
         KILN_SERVE_API(kilnrtMemcpy(t.bytes.data(), t.bytes.size(), src + offset, t.bytes.size(), KILN_MEMCPY_DEVICE_TO_HOST));
       offset += t.bytes.size();

@@ -45,6 +45,31 @@ class DeviceBuffers {
   std::vector<Block> in_, out_;
 };
 
+// A batch whose inputs are in device memory, ready to run: its datasets and the buffers
+// they point to (one DeviceBuffers set, which must not be reused until the batch is done).
+// Made by ServedModel::stage; run by execute_staged, or by launch then finish.
+class StagedBatch {
+ public:
+  StagedBatch() = default;
+  ~StagedBatch();
+  StagedBatch(const StagedBatch&) = delete;
+  StagedBatch& operator=(const StagedBatch&) = delete;
+
+ private:
+  friend class ServedModel;
+  void reset();  // destroys the datasets and their descriptions
+  std::vector<const InferRequest*> requests_;
+  std::vector<int64_t> rows_;  // each request's batch
+  int64_t total_ = 0;
+  kilnmdlDataset* in_ = nullptr;
+  kilnmdlDataset* out_ = nullptr;
+  std::vector<kilnDataBuffer*> data_buffers_;
+  std::vector<kilnTensorDesc*> descs_;
+  std::vector<size_t> out_bytes_;
+  DeviceBuffers* buffers_ = nullptr;
+  Status launched_;  // kilnmdlExecuteAsync's answer
+};
+
 class ServedModel {
  public:
   // Compiles model.onnx (with the config's precision and batch buckets) or reads model.kiln,
@@ -76,8 +101,24 @@ class ServedModel {
   Status execute(int device, DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests,
                  std::vector<std::vector<TensorData>>* outputs) const;
 
+  // execute() in three steps, so that the input copy of the next batch overlaps the current
+  // execution (prefetch, scheduler.h). stage() copies the requests' inputs into `buffers`
+  // (on the calling thread) and builds the datasets; launch() enqueues the execution on
+  // `stream` (of `device`) and returns at once; finish() waits for it and splits the outputs.
+  // An execution that failed on the stream (or could not be launched) is run again
+  // synchronously by finish(), which grows output buffers a model reports too small and
+  // gives the runtime's error code in its message. `requests` must outlive the batch.
+  Status stage(DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests, StagedBatch* batch) const;
+  void launch(int device, StagedBatch& batch, kilnrtStream stream) const;
+  Status finish(int device, StagedBatch& batch, kilnrtStream stream, std::vector<std::vector<TensorData>>* outputs) const;
+
  private:
   ServedModel() = default;
+  // Runs a staged batch on the calling thread, growing the output buffers (up to 4 times)
+  // when the model reports a larger output than planned.
+  Status execute_staged(int device, StagedBatch& batch) const;
+  Status add_outputs(StagedBatch& batch) const;
+  Status split_outputs(StagedBatch& batch, std::vector<std::vector<TensorData>>* outputs) const;
   ModelFiles files_;
   std::vector<uint8_t> kiln_bytes_;  // a compiled ONNX model, kept while it is loaded
   std::vector<kilnrtContext> contexts_;

@@ -725,6 +725,118 @@ class StaticSchedulingTest(unittest.TestCase):
             self.assertEqual(server.stop()[0], 0)
 
 
+class PrefetchTest(unittest.TestCase):
+    """One device, one worker, the slow model (hundreds of ms an execution) and 4 clients at
+    once: the requests that arrive while one executes are staged then (prefetched) with
+    prefetch on, never with it off; the answers are the same either way."""
+
+    def run_clients(self, *args):
+        repo = os.path.join(WORK, "repo_prefetch")
+        if not os.path.isdir(repo):
+            make_repository(repo)
+        server = Server(repo, "--devices", "1", "--threads", "1", *args)
+        try:
+            results, errors = [], []
+
+            def client(value):
+                body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [value]}]}
+                status, out = server.json("POST", "/v2/models/slow/infer", body)
+                if status != 200:
+                    errors.append((status, out))
+                else:
+                    results.append((value, float(np.ravel(out["outputs"][0]["data"])[0])))
+
+            threads = [threading.Thread(target=client, args=(float(v),)) for v in (1, 2, 3, 4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+            text = server.request("GET", "/metrics")[2].decode()
+            return sorted(results), metric(text, "kiln_inference_prefetched_total", model="slow"), server.lines
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_prefetch_stages_queued_requests_during_an_execution_and_changes_no_answer(self):
+        on, prefetched_on, lines = self.run_clients()
+        self.assertIn("prefetch on", "".join(lines))
+        off, prefetched_off, lines = self.run_clients("--prefetch", "off")
+        self.assertIn("prefetch off", "".join(lines))
+        # y is linear in x: each answer is x times the answer for 1, with or without prefetch.
+        self.assertEqual([v for v, _ in on], [1, 2, 3, 4])
+        for (v, y_on), (_, y_off) in zip(on, off):
+            self.assertEqual(y_on, y_off)
+            self.assertAlmostEqual(y_on, v * on[0][1], delta=1e-4 * abs(v * on[0][1]))
+        # 4 requests, one executing at a time: the last three arrived while one executed.
+        self.assertGreaterEqual(prefetched_on, 1)
+        self.assertEqual(prefetched_off, 0)
+
+
+def thread_affinity(pid):
+    """{thread id: (name, Cpus_allowed_list)} of every thread of `pid`, from /proc."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                cpus = re.search(r"^Cpus_allowed_list:\s*(\S+)$", f.read(), re.M).group(1)
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        out[tid] = (name, cpus)
+    return out
+
+
+@unittest.skipIf(len(os.sched_getaffinity(0)) < 2, "core pinning needs two cores")
+class PinningTest(unittest.TestCase):
+    def test_http_and_inference_threads_run_on_the_cores_asked(self):
+        cores = sorted(os.sched_getaffinity(0))
+        http, inference = str(cores[-1]), str(cores[0])
+        repo = os.path.join(WORK, "repo_pin")
+        make_repository(repo)
+        server = Server(repo, "--devices", "1", "--threads", "1", "--http-threads", "3",
+                        "--http-cores", http, "--inference-cores", inference)
+        try:
+            self.assertIn(f"HTTP threads on cores {http}, inference on cores {inference}", "".join(server.lines))
+            x = RNG.standard_normal((2, 8)).astype(np.float32)
+            status, out = server.json("POST", "/v2/models/linear/infer", json.loads(infer_json(x)))
+            self.assertEqual(status, 200, out)
+            # A model loaded over HTTP gets its workers from an HTTP thread: still inference cores.
+            self.assertEqual(server.json("POST", "/v2/repository/models/pair/load", {})[0], 200)
+            threads = thread_affinity(server.proc.pid)
+            names = [n for n, _ in threads.values()]
+            http_threads = [c for n, c in threads.values() if n == "kiln-http"]
+            workers = [c for n, c in threads.values() if n == "kiln-worker"]
+            self.assertEqual(len(http_threads), 3, threads)
+            self.assertEqual(set(http_threads), {http}, threads)
+            # One worker per model instance on the device (pair has 2, and was loaded twice: the
+            # old version's workers are gone), each with its prefetch stream's thread, which
+            # inherits its name and cores.
+            models = len([d for d in os.listdir(repo) if os.path.isdir(os.path.join(repo, d))])
+            self.assertEqual(len(workers), 2 * (models + 1), threads)
+            self.assertEqual(set(workers), {inference}, threads)
+            # The main thread (the accept loop) on the HTTP cores; nothing runs on both sides.
+            self.assertEqual(threads[str(server.proc.pid)][1], http, threads)
+            for tid, (name, cpus) in threads.items():
+                self.assertIn(cpus, (http, inference), (tid, name, cpus, names))
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_without_pinning_every_thread_may_run_anywhere(self):
+        repo = os.path.join(WORK, "repo_pin")
+        make_repository(repo)
+        server = Server(repo, "--devices", "1", "--threads", "1", "--http-threads", "2")
+        try:
+            threads = thread_affinity(server.proc.pid)
+            allowed = threads[str(server.proc.pid)][1]  # the main thread: the process's cores
+            self.assertEqual(allowed, thread_affinity(os.getpid())[str(os.getpid())][1])
+            for name, cpus in threads.values():
+                if name in ("kiln-http", "kiln-worker"):
+                    self.assertEqual(cpus, allowed, threads)
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_answers_the_queued_requests_then_exits(self):
         # A batching window of 10 s: the requests are still queued when SIGTERM comes, and
