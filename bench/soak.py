@@ -11,6 +11,12 @@ Each window (--window seconds) runs, all at once:
     connection closed before the answer), and malformed requests (each must get its 4xx).
 A request not answered within 30 s counts as a hang (must be 0).
 
+Injected task failures: the server runs with KILN_FAULT_INJECT (--fault-inject, default
+kernel:every:500,alloc:p:0.01,copy:p:0.001,seed:32; "" for none), so some executions fail inside
+the runtime. A checked request whose answer is a 5xx naming the injected fault counts as
+"injected" (not wrong, not an error); the run then needs at least one, and every other
+checked answer must still be right: the server keeps working after each failure.
+
 Steady state: the samples of the first 20% of the run are the warm-up; the drift is the
 median of the last third of the samples against the median of the third after the warm-up.
 The run passes when RSS drifts by at most 2% (or 4 MiB, whichever is larger: a small server's
@@ -18,7 +24,7 @@ allocator moves by a few pages), file descriptors and threads by 0, wrong output
 are 0 and every malformed request got a 4xx.
 
 usage: bench/soak.py [--kiln build/release/tools/kiln] [--duration 600] [--window 10]
-                     [--clients 4]
+                     [--clients 4] [--fault-inject SPEC]
 """
 import argparse
 import http.client
@@ -26,6 +32,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -76,7 +83,7 @@ class Counts:
     def __init__(self):
         self.lock = threading.Lock()
         self.c = {"checked": 0, "wrong": 0, "hangs": 0, "cancelled": 0, "malformed": 0, "malformed_not_4xx": 0,
-                  "errors": 0}
+                  "errors": 0, "injected": 0}
 
     def add(self, key, n=1):
         with self.lock:
@@ -117,7 +124,7 @@ def checking_client(port, refs, until, counts, seed):
             continue
         counts.add("checked")
         if status != 200:
-            counts.add("errors")
+            counts.add("injected" if status >= 500 and b"injected fault" in data else "errors")
             continue
         out = json.loads(data)["outputs"][0]
         got = np.array(out["data"], dtype=np.float32).reshape(out["shape"])
@@ -160,13 +167,21 @@ def main():
     ap.add_argument("--duration", type=float, default=600)
     ap.add_argument("--window", type=float, default=10)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--fault-inject", default="kernel:every:500,alloc:p:0.01,copy:p:0.001,seed:32",
+                    help="KILN_FAULT_INJECT of the server ('' for none)")
     a = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="kiln_soak_")
+    # A copy of the command: a rebuild of the tree during the run (a shared machine) would
+    # otherwise replace it under the server and the load generators.
+    kiln = os.path.join(work, "kiln")
+    shutil.copy2(a.kiln, kiln)
+    a.kiln = kiln
     refs = make_repository(os.path.join(work, "repo"))
     server = subprocess.Popen([a.kiln, "serve", "--model-repository", os.path.join(work, "repo"), "--http-port", "0",
                                "--devices", "cpu:2", "--threads", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, KILN_FAULT_INJECT=a.fault_inject))
     port = None
     for line in server.stdout:
         m = re.search(r"listening on http://[\d.]+:(\d+)", line)
@@ -182,9 +197,9 @@ def main():
     executions = 0
     start = time.time()
     print(f"soak: kiln serve pid {server.pid}, 2 models, {a.clients} loadgen clients, {a.duration:.0f} s "
-          f"in windows of {a.window:.0f} s")
+          f"in windows of {a.window:.0f} s, KILN_FAULT_INJECT={a.fault_inject or '(none)'}")
     print(f"{'t_s':>6} {'rss_mib':>8} {'fds':>4} {'threads':>7} {'loadgen_req':>11} {'checked':>7} {'wrong':>5} "
-          f"{'cancelled':>9} {'malformed':>9} {'hangs':>5}")
+          f"{'cancelled':>9} {'malformed':>9} {'injected':>8} {'hangs':>5}")
     window = 0
     while time.time() - start < a.duration:
         until = time.time() + a.window
@@ -211,7 +226,8 @@ def main():
         samples.append(s)
         c = counts.c
         print(f"{s['t']:6.0f} {s['rss_kib'] / 1024:8.1f} {s['fds']:4d} {s['threads']:7d} {executions:11d} "
-              f"{c['checked']:7d} {c['wrong']:5d} {c['cancelled']:9d} {c['malformed']:9d} {c['hangs']:5d}", flush=True)
+              f"{c['checked']:7d} {c['wrong']:5d} {c['cancelled']:9d} {c['malformed']:9d} {c['injected']:8d} "
+              f"{c['hangs']:5d}", flush=True)
 
     server.terminate()
     try:
@@ -231,10 +247,11 @@ def main():
     thr_drift = med(late, "threads") - med(early, "threads")
     c = counts.c
     ok = ((abs(rss_pct) <= 2 or abs(rss_drift) <= 4096) and fd_drift == 0 and thr_drift == 0 and c["wrong"] == 0
-          and c["hangs"] == 0 and c["malformed_not_4xx"] == 0)
+          and c["hangs"] == 0 and c["malformed_not_4xx"] == 0 and (c["injected"] > 0 or not a.fault_inject))
     print(f"soak: {a.duration:.0f} s, loadgen requests {executions}, checked {c['checked']}, wrong {c['wrong']}, "
           f"hangs {c['hangs']}, cancelled {c['cancelled']}, malformed {c['malformed']} "
-          f"(not 4xx: {c['malformed_not_4xx']}), other errors {c['errors']}")
+          f"(not 4xx: {c['malformed_not_4xx']}), injected failures seen {c['injected']}, other errors {c['errors']} "
+          f"(loadgen's failed requests, injected ones among them, and checked answers not 200)")
     print(f"soak: RSS drift {rss_drift / 1024:+.1f} MiB ({rss_pct:+.2f}%), fds {fd_drift:+.0f}, threads "
           f"{thr_drift:+.0f} (medians of the last third vs the third after the warm-up): "
           f"{'steady' if ok else 'NOT STEADY or errors'}")

@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "core/fault_inject.h"
 #include "core/logging.h"
 #include "kiln/kiln.h"
 #include "profiler/profiler.h"
@@ -251,6 +252,14 @@ const char* copy_direction(int dst_device, int src_device) {
   return dst_device < 0 ? "D2H" : "D2D";
 }
 
+// KILN_FAULT_INJECT's copy site for the synchronous copies (an asynchronous copy fails as its
+// copy-engine task, runtime/stream.cc): KILN_ERROR_FAILURE naming the fault, or KILN_SUCCESS.
+kilnError injected_copy_fault(const char* api, size_t bytes) {
+  const uint64_t event = fault::should_fail(fault::Site::kCopy);
+  if (event == 0) return KILN_SUCCESS;
+  return fail(fault::injected_error(fault::Site::kCopy, event, str_format("%s of %zu bytes", api, bytes)));
+}
+
 // The tail of kilnrtMemcpyAsync and kilnrtMemcpy2dAsync, once the copy itself is checked:
 // the stream, its device against the devices of the copy's ends, then a copy-engine task
 // that runs copy() (moving `bytes`) and records it for the profiler.
@@ -480,6 +489,7 @@ kilnError kilnrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
       return e;
     }
     if (count == 0) return KILN_SUCCESS;
+    if (kilnError e = kiln::rt::injected_copy_fault(kApi, count)) return e;
     // A synchronous copy runs on the calling thread and, as in AscendCL, is not ordered
     // with stream work, so it takes no engine lock: small copies cost the checks and the
     // copy, nothing more (bench/memcpy_bench).
@@ -519,6 +529,7 @@ kilnError kilnrtMemcpy2d(void* dst, size_t dpitch, const void* src, size_t spitc
       return e;
     }
     if (bytes == 0) return KILN_SUCCESS;
+    if (kilnError e = kiln::rt::injected_copy_fault(kApi, bytes)) return e;
     int64_t profile_start =
         KILN_UNLIKELY(kiln::profiler::enabled()) ? kiln::profiler::now_ns() : -1;
     kiln::rt::copy_rows(dst, dpitch, src, spitch, width, height);

@@ -122,6 +122,12 @@ const std::vector<EnvKnob>& env_knobs() {
       {"KILN_CUSTOM_OP_EPILOGUE", "0, 1", "1",
        "0 keeps custom ops that compute a built-in activation out of conv/matmul epilogues (DSL kernels).",
        valid_switch},
+      // core/fault_inject.cc (read before main; a bad spec is reported there and arms nothing)
+      {"KILN_FAULT_INJECT", "rules SITE:N, SITE:every:N, SITE:p:P, seed:S (SITE: alloc, kernel, copy), comma-separated",
+       "unset (no fault)",
+       "Testing: fails the N-th / every N-th / a random share of allocations, kernel runs or copies through the "
+       "normal error path (docs/reliability.md).",
+       nullptr, true},
       // comm/communicator.cc, comm/link.cc
       {"KILN_COMM_TIMEOUT", "seconds, a number in (0, 1e6]", "30",
        "How long a collective waits for a peer before it fails.", nullptr, true},

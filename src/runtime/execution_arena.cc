@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/fault_inject.h"
 #include "core/huge_pages.h"
 #include "core/logging.h"
 #include "runtime/memory.h"
@@ -45,7 +46,7 @@ size_t heap_size_class(size_t bytes) {
 
 }  // namespace
 
-ExecutionArena::ExecutionArena() = default;
+ExecutionArena::ExecutionArena(size_t limit) : limit_(limit) {}
 
 ExecutionArena::ExecutionArena(void* base, size_t size)
     : base_(static_cast<char*>(base)), size_(size) {}
@@ -65,6 +66,13 @@ void ExecutionArena::release_bucket_locked(Bucket& b, size_t bytes) {
 
 void* ExecutionArena::allocate(size_t bytes) {
   std::lock_guard lock(mutex_);
+  if (uint64_t event = fault::should_fail(fault::Site::kAlloc)) {
+    // As a refusal for want of memory: the execution fails with BAD_ALLOC (model_runtime.cc).
+    refused_ = true;
+    refused_bytes_ = bytes;
+    refused_injected_ = event;
+    return nullptr;
+  }
   if (!base_) {
     bytes = heap_size_class(bytes);
     // Best fit among the free blocks of this class up to twice its size: a block larger than
@@ -101,6 +109,17 @@ void* ExecutionArena::allocate(size_t bytes) {
     stats_.held = offset_;
     ++stats_.fresh_blocks;
   } else {
+    if (limit_ && stats_.held + bytes > limit_) {
+      // The device's memory limit bounds an execution context's activations: the free blocks
+      // go back first; if that is not room enough, the allocation is refused.
+      for (auto& [size, free_bucket] : buckets_) release_bucket_locked(free_bucket, size);
+      if (stats_.held + bytes > limit_) {
+        refused_ = true;
+        refused_bytes_ = bytes;
+        refused_held_ = stats_.held;
+        return nullptr;
+      }
+    }
     p = allocate_huge_page_block(bytes);
     if (!p) {
       refused_ = true;
@@ -138,6 +157,8 @@ void ExecutionArena::begin_run() {
   ++run_;
   refused_ = false;
   refused_bytes_ = 0;
+  refused_injected_ = 0;
+  refused_held_ = 0;
   if (base_) {
     // Start each execution from an empty workspace, so the bound of model_sizes holds per
     // execution however earlier executions cut it up. (Nothing is in use between
@@ -175,9 +196,11 @@ void ExecutionArena::release_free() {
   for (auto& [bytes, b] : buckets_) release_bucket_locked(b, bytes);
 }
 
-bool ExecutionArena::refused(size_t* bytes) const {
+bool ExecutionArena::refused(size_t* bytes, uint64_t* injected, size_t* held) const {
   std::lock_guard lock(mutex_);
   if (bytes) *bytes = refused_bytes_;
+  if (injected) *injected = refused_injected_;
+  if (held) *held = refused_held_;
   return refused_;
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <unordered_set>
 
+#include "core/fault_inject.h"
 #include "core/logging.h"
 #include "core/offset_assignment.h"
 #include "kernels/kernel_registry.h"
@@ -649,7 +650,11 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
     out.resize(step.outputs.size());
     ops::KernelContext ctx(*step.node, in.data(), in.size(), &out, &runner, recycler);
     int64_t profile_start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
-    Status st = step.fast ? step.fast->run(ctx) : (*step.kernel)(ctx);
+    Status st;
+    if (uint64_t event = fault::should_fail(fault::Site::kKernel); KILN_UNLIKELY(event != 0))
+      st = fault::injected_error(fault::Site::kKernel, event, "node " + step.node->label());
+    else
+      st = step.fast ? step.fast->run(ctx) : (*step.kernel)(ctx);
     if (KILN_UNLIKELY(profile_start >= 0) && st.ok())
       profiler::record_op(*step.node, graph_->name(), step.implementation, in, out, profile_start);
     if (!st.ok()) {

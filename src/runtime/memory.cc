@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "core/cpu_features.h"
+#include "core/fault_inject.h"
 #include "core/huge_pages.h"
 #include "core/logging.h"
 
@@ -183,6 +184,10 @@ Expected<void*> MemoryPool::allocate(size_t bytes, PagePolicy policy) {
   if (bytes > limit_) {
     return resource_exhausted("cpu:%d: %zu bytes (%s) exceed the device memory limit of %zu bytes (%s)",
                               device_, bytes, format_bytes(bytes).c_str(), limit_, format_bytes(limit_).c_str());
+  }
+  if (uint64_t event = fault::should_fail(fault::Site::kAlloc)) {
+    return fault::injected_error(fault::Site::kAlloc, event,
+                                 str_format("cpu:%d: device allocation of %zu bytes", device_, bytes));
   }
   const size_t capacity = size_class(bytes);
   std::lock_guard lock(mutex_);
@@ -388,6 +393,8 @@ Expected<void*> allocate_pinned_host(size_t bytes) {
   if (bytes == 0) return invalid_argument("pinned host allocation of 0 bytes");
   const size_t page = page_size();
   if (bytes > SIZE_MAX - page) return resource_exhausted("pinned host allocation of %zu bytes is too large", bytes);
+  if (uint64_t event = fault::should_fail(fault::Site::kAlloc))
+    return fault::injected_error(fault::Site::kAlloc, event, str_format("pinned host allocation of %zu bytes", bytes));
   // Whole pages of its own, so mlock and munlock touch no neighbour.
   size_t span = round_up(bytes, page);
   void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/fault_inject.h"
 #include "core/logging.h"
 #include "ir/value_bytes.h"
 #include "core/huge_pages.h"
@@ -337,8 +338,9 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
     m->workspace_ = workspace;
     arena = std::make_shared<ExecutionArena>(workspace->data, workspace->size);
   } else {
-    arena = std::make_shared<ExecutionArena>();
+    arena = std::make_shared<ExecutionArena>(device.memory_limit());
   }
+  m->memory_limit_ = device.memory_limit();
   // The first context is made up front; more come when executions overlap.
   m->contexts_.push_back(std::make_unique<ExecutionContext>(std::move(arena)));
   m->idle_.push_back(m->contexts_.back().get());
@@ -440,7 +442,7 @@ ExecutionContext* Model::acquire_context() {
     return c;
   }
   // Only heap-arena models get here: a workspace model runs one execution at a time.
-  contexts_.push_back(std::make_unique<ExecutionContext>(std::make_shared<ExecutionArena>()));
+  contexts_.push_back(std::make_unique<ExecutionContext>(std::make_shared<ExecutionArena>(memory_limit_)));
   return contexts_.back().get();
 }
 
@@ -535,8 +537,20 @@ CodedStatus Model::execute(const GraphExecutor& executor,
 }
 
 CodedStatus Model::execution_result(Status st, const ExecutionArena& arena) const {
-  size_t refused_bytes = 0;
-  if (arena.refused(&refused_bytes)) {
+  size_t refused_bytes = 0, held = 0;
+  uint64_t injected = 0;
+  if (arena.refused(&refused_bytes, &injected, &held)) {
+    if (injected) {
+      return coded(KILN_ERROR_BAD_ALLOC,
+                   fault::injected_error(fault::Site::kAlloc, injected,
+                                         str_format("a %zu-byte activation of the execution", refused_bytes)));
+    }
+    if (held || (arena.limit() && refused_bytes > arena.limit())) {
+      return coded(KILN_ERROR_BAD_ALLOC,
+                   resource_exhausted("the device memory limit of %zu bytes is reached: a %zu-byte activation "
+                                      "does not fit beside the %zu bytes the execution holds",
+                                      arena.limit(), refused_bytes, held));
+    }
     return workspace_
                ? coded(KILN_ERROR_BAD_ALLOC,
                        resource_exhausted("the workspace given at load (%zu bytes) ran out: a %zu-byte "

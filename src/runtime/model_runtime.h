@@ -64,7 +64,8 @@ std::optional<DataType> from_c_dtype(kilnDataType t);
 //    allocation is refused (never overrun), refused() turns true, and the execution fails.
 class ExecutionArena final : public TensorAllocator {
  public:
-  ExecutionArena();                         // heap
+  // Heap; `limit` bounds the bytes it holds (the device's memory limit; 0: no bound).
+  explicit ExecutionArena(size_t limit = 0);
   ExecutionArena(void* base, size_t size);  // workspace; base must be 64-byte aligned
   ~ExecutionArena() override;
   ExecutionArena(const ExecutionArena&) = delete;
@@ -78,8 +79,11 @@ class ExecutionArena final : public TensorAllocator {
   // Heap arena: gives every free block back to the system (after an execution state made its
   // memory plan, the blocks of the execution it recorded are not needed again).
   void release_free();
-  // True if an allocation was refused since begin_run; `bytes` gets its size.
-  bool refused(size_t* bytes = nullptr) const;
+  // True if an allocation was refused since begin_run; `bytes` gets its size, `injected` the
+  // KILN_FAULT_INJECT event number when the refusal was an injected fault (else 0), `held` the
+  // bytes a heap arena held when its limit refused it (else 0).
+  bool refused(size_t* bytes = nullptr, uint64_t* injected = nullptr, size_t* held = nullptr) const;
+  size_t limit() const { return limit_; }
 
   struct Stats {
     uint64_t fresh_blocks = 0;   // blocks taken from the heap / bump pointer, ever
@@ -113,6 +117,9 @@ class ExecutionArena final : public TensorAllocator {
   std::array<size_t, kPeakWindow> recent_peaks_{};
   bool refused_ = false;
   size_t refused_bytes_ = 0;
+  uint64_t refused_injected_ = 0;
+  size_t refused_held_ = 0;
+  size_t limit_ = 0;  // heap only
   Stats stats_;
 };
 
@@ -289,6 +296,7 @@ class Model : public std::enable_shared_from_this<Model> {
   std::vector<ModelIo> outputs_;
   std::optional<BufferRef> workspace_;
   std::mutex workspace_mutex_;  // one execution at a time with a workspace
+  size_t memory_limit_ = 0;     // the device's: bounds each heap arena's activations
 
   mutable std::mutex pool_mutex_;
   std::vector<std::unique_ptr<ExecutionContext>> contexts_;  // all, for stats

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/fault_inject.h"
 #include "profiler/profiler.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -289,7 +290,11 @@ void Stream::run_item(Item& item, std::atomic<uint64_t>* completed) {
       case Engine::kCopy: {
         std::lock_guard engine(device_.copy_engine());
         if (KILN_UNLIKELY(profiled)) profile_start = profiler::now_ns();
-        status = item.task();
+        // KILN_FAULT_INJECT's copy site: the task fails, as a failing DMA would, before it runs.
+        if (uint64_t event = fault::should_fail(fault::Site::kCopy); KILN_UNLIKELY(event != 0))
+          status = fault::injected_error(fault::Site::kCopy, event, item.label ? item.label : "copy task");
+        else
+          status = item.task();
         break;
       }
       case Engine::kHost:
