@@ -31,6 +31,9 @@ struct ServeArgs {
   std::string pin;  // off, auto; empty: auto when a core list is given, else off
   std::string http_cores, inference_cores;
   serve::CorePlan cores;  // from the three above
+  std::string log_file;  // empty: messages on stdout/stderr only, no request lines
+  int64_t log_max_bytes = int64_t{10} << 20;
+  int log_keep = 5;
   int http_threads = 64;
   int64_t max_body_mb = 64;
   const CLI::Option* threads_opt = nullptr;
@@ -44,9 +47,18 @@ Expected<int> device_count(const std::string& spec) {
   return config.count;
 }
 
+// One of the server's own messages: on the console as before (tests and scripts read the
+// "listening on" line from stdout) and, with --log-file, in the log.
+void say(FILE* console, serve::LogFile* log, const std::string& line) {
+  std::fprintf(console, "%s\n", line.c_str());
+  std::fflush(console);
+  if (log) log->write(line);
+}
+
 // Waits for SIGINT or SIGTERM (blocked in every thread, see serve()) and stops the server;
 // returns when `done` is set without a signal.
-void watch_signals(serve::HttpServer& server, serve::ModelRegistry& registry, const std::atomic<bool>& done) {
+void watch_signals(serve::HttpServer& server, serve::ModelRegistry& registry, serve::LogFile* log,
+                   const std::atomic<bool>& done) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -55,8 +67,8 @@ void watch_signals(serve::HttpServer& server, serve::ModelRegistry& registry, co
   while (!done.load()) {
     int sig = sigtimedwait(&set, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
-      std::fprintf(stderr, "kiln serve: %s: finishing the requests in flight, then stopping\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+      say(stderr, log, str_format("kiln serve: %s: finishing the requests in flight, then stopping",
+                                  sig == SIGINT ? "SIGINT" : "SIGTERM"));
       registry.stop_waiting();  // queued requests must not wait out their batching delay
       server.stop();
       return;
@@ -73,6 +85,11 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  std::unique_ptr<serve::LogFile> log_file;
+  if (!args.log_file.empty()) {
+    KILN_ASSIGN_OR_RETURN(log_file, serve::LogFile::open(args.log_file, args.log_max_bytes, args.log_keep));
+  }
+  serve::LogFile* log = log_file.get();
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> names, serve::list_repository(args.repository));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::init({.devices = devices_wanted, .threads = args.threads}));
   std::vector<std::unique_ptr<DeviceGuard>> guards;
@@ -91,43 +108,44 @@ Status serve(const ServeArgs& args, int devices_wanted) {
     KILN_RETURN_IF_ERROR(registry.load(name));
     if (auto l = registry.find_llm(name)) {
       const llm::DecoderConfig& c = l->decoder();
-      std::printf("kiln serve: loaded decoder model '%s' version %s (%s, %lld layers, vocab %lld, context %lld) in "
-                  "%.0f ms, served at /v1/completions\n", name.c_str(), l->version().c_str(), c.style.c_str(),
+      say(stdout, log, str_format("kiln serve: loaded decoder model '%s' version %s (%s, %lld layers, vocab %lld, context %lld) in "
+                  "%.0f ms, served at /v1/completions", name.c_str(), l->version().c_str(), c.style.c_str(),
                   (long long)c.layers, (long long)c.vocab, (long long)c.context,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
       continue;
     }
     const serve::ServedModel& m = registry.find(name)->model();
-    std::printf("kiln serve: loaded model '%s' version %s (%zu input%s, max_batch_size %d) in %.0f ms\n", name.c_str(),
+    say(stdout, log, str_format("kiln serve: loaded model '%s' version %s (%zu input%s, max_batch_size %d) in %.0f ms", name.c_str(),
                 m.version().c_str(), m.inputs().size(), m.inputs().size() == 1 ? "" : "s", m.config().max_batch_size,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
   }
-  if (names.empty()) std::printf("kiln serve: the repository holds no models yet\n");
+  if (names.empty()) say(stdout, log, "kiln serve: the repository holds no models yet");
   serve::HttpOptions options;
   options.host = args.host;
   options.port = args.port;
   options.threads = args.http_threads;
   options.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
   options.cores = args.cores.http;
+  options.log = log;
   serve::HttpServer server(registry, metrics, options);
   KILN_ASSIGN_OR_RETURN(int port, server.bind());
   if (!args.cores.http.empty())
-    std::printf("kiln serve: HTTP threads on cores %s, inference on cores %s\n",
-                serve::core_list_text(args.cores.http).c_str(), serve::core_list_text(args.cores.inference).c_str());
-  std::printf("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling, prefetch %s)\n", args.host.c_str(),
+    say(stdout, log, str_format("kiln serve: HTTP threads on cores %s, inference on cores %s",
+                                serve::core_list_text(args.cores.http).c_str(),
+                                serve::core_list_text(args.cores.inference).c_str()));
+  say(stdout, log, str_format("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling, prefetch %s)", args.host.c_str(),
               port, runtime->device_count(), runtime->device_count() == 1 ? "" : "s", runtime->threads_per_device(),
-              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str(), args.prefetch.c_str());
-  std::fflush(stdout);
+              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str(), args.prefetch.c_str()));
   // From here this thread is the accept loop: on the HTTP cores, as the watcher it starts.
   KILN_RETURN_IF_ERROR(serve::pin_this_thread(args.cores.http), "the HTTP threads");
   std::atomic<bool> done{false};
-  std::thread watcher([&] { watch_signals(server, registry, done); });
+  std::thread watcher([&] { watch_signals(server, registry, log, done); });
   Status listened = server.listen();
   done = true;
   watcher.join();
   registry.unload_all();
   KILN_RETURN_IF_ERROR(listened);
-  std::printf("kiln serve: stopped\n");
+  say(stdout, log, "kiln serve: stopped");
   // Models unload before the devices are reset and the runtime finalised (guards, runtime).
   return ok_status();
 }
@@ -182,6 +200,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--inference-cores", args->inference_cores,
                  "Cores the devices split and the workers run on, as 0-3,6 (default with --pin auto: the cores not "
                  "for HTTP)");
+  app.add_option("--log-file", args->log_file,
+                 "Also write the server's messages and one line per HTTP request to this file, rotated by size");
+  app.add_option("--log-max-bytes", args->log_max_bytes,
+                 "Size at which the log file is rotated: PATH -> PATH.1 -> ... (default 10485760, at least 1024)");
+  app.add_option("--log-keep", args->log_keep, "Rotated log files kept, PATH.1 .. PATH.K (default 5, 1..100)");
   app.add_option("--http-threads", args->http_threads,
                  "HTTP connections served at once, one thread each (default 64)");
   app.add_option("--max-body-mb", args->max_body_mb, "Largest request body accepted, in MiB; larger gets 413 (default 64)");

@@ -99,6 +99,22 @@ class ByteStream : public httplib::Stream {
   std::string out_;
 };
 
+// `text` with bytes outside printable ASCII as \xNN: a request path in the log cannot break
+// its line or inject control characters.
+std::string printable(const std::string& text) {
+  std::string s;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      s += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      s += hex;
+    }
+  }
+  return s;
+}
+
 // The statuses serve_bytes collects on this thread (the logger runs on the thread that
 // answered the request).
 thread_local std::vector<int>* tls_statuses = nullptr;
@@ -368,7 +384,9 @@ struct HttpServer::Impl {
       Status s = req.matches[2] == "load" ? registry.load(name) : registry.unload(name);
       if (s.ok()) {
         send_json(res, json::object());
-        std::fprintf(stderr, "kiln serve: %s model '%s'\n", req.matches[2] == "load" ? "loaded" : "unloaded", name.c_str());
+        const std::string line = str_format("kiln serve: %s model '%s'", req.matches[2] == "load" ? "loaded" : "unloaded", name.c_str());
+        std::fprintf(stderr, "%s\n", line.c_str());
+        if (options.log) options.log->write(line);
       } else {
         send_status(res, s);
       }
@@ -392,9 +410,12 @@ struct HttpServer::Impl {
       }
       send_error(res, 500, what);
     });
-    server.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       metrics.count_http(res.status);
       if (tls_statuses != nullptr) tls_statuses->push_back(res.status);
+      if (options.log)
+        options.log->write(str_format("%s %s %s %d %zu bytes in, %zu out", req.remote_addr.c_str(), req.method.c_str(),
+                                      printable(req.path).c_str(), res.status, req.body.size(), res.body.size()));
     });
   }
 };

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/log_file.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 
@@ -28,6 +29,7 @@ struct HttpOptions {
   size_t max_body_bytes = size_t{64} << 20;
   int read_timeout_s = 30;  // a client that sends nothing for this long is disconnected
   std::vector<int> cores;   // empty: not pinned; else listen() and the connection threads run there
+  LogFile* log = nullptr;   // when set: one line per request (method, path, status, bytes), and loads
 };
 
 class HttpServer {

@@ -837,6 +837,53 @@ class PinningTest(unittest.TestCase):
             self.assertEqual(server.stop()[0], 0)
 
 
+class LogFileTest(unittest.TestCase):
+    def test_the_log_file_rotates_by_size_and_keeps_k_files(self):
+        repo = os.path.join(WORK, "repo_log")
+        make_repository(repo)
+        logs = os.path.join(WORK, "logs")
+        shutil.rmtree(logs, ignore_errors=True)
+        os.makedirs(logs)
+        path = os.path.join(logs, "serve.log")
+        server = Server(repo, "--devices", "1", "--log-file", path, "--log-max-bytes", "2048", "--log-keep", "2")
+        try:
+            # About 75 bytes a request line: 300 requests are 22 KB, 11 rotations of 2 KB.
+            for i in range(150):
+                self.assertEqual(server.request("GET", "/v2/health/live")[0], 200)
+                self.assertEqual(server.request("GET", f"/n/{i}")[0], 404)
+            status, _, _ = server.request("GET", "/no/such/%01path")  # decoded by httplib
+            self.assertEqual(status, 404)
+        finally:
+            self.assertEqual(server.stop()[0], 0)
+        self.assertEqual(sorted(os.listdir(logs)), ["serve.log", "serve.log.1", "serve.log.2"])
+        lines = []
+        for name in ("serve.log.2", "serve.log.1", "serve.log"):
+            with open(os.path.join(logs, name), "rb") as f:
+                data = f.read()
+            self.assertLessEqual(len(data), 2048, name)
+            self.assertTrue(data.endswith(b"\n"), name)
+            lines += data.decode("ascii").splitlines()
+        # Whole lines, oldest first, each stamped; the latest requests kept, the start rotated away.
+        for line in lines:
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+        self.assertTrue(any("GET /v2/health/live 200" in l for l in lines))
+        self.assertIn("GET /no/such/\\x01path 404", lines[-3])  # then SIGTERM, stopped
+        self.assertIn("kiln serve: stopped", lines[-1])
+        self.assertFalse(any("listening on" in l for l in lines))
+        numbers = [int(re.search(r"GET /n/(\d+) 404", l).group(1)) for l in lines if "GET /n/" in l]
+        self.assertEqual(numbers, list(range(numbers[0], 150)))  # none lost between the files kept
+        self.assertGreater(numbers[0], 0)
+
+    def test_bad_log_options_are_errors(self):
+        repo = os.path.join(WORK, "repo_log")
+        for args, words in ((["--log-max-bytes", "10"], "at least 1024"), (["--log-keep", "0"], "1..100")):
+            r = subprocess.run([KILN, "serve", "--model-repository", repo, "--http-port", "0", "--log-file",
+                                os.path.join(WORK, "bad.log"), *args], capture_output=True, text=True, env=ENV,
+                               timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(words, r.stderr)
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_answers_the_queued_requests_then_exits(self):
         # A batching window of 10 s: the requests are still queued when SIGTERM comes, and
