@@ -67,6 +67,27 @@ decltype(auto) call_body(F& body, RuntimeState* state) {
   }
 }
 
+// The one prologue every entry point runs: the profiling scope, the runtime lock held shared
+// and the init check (with ApiNeeds::kRuntime), and no exception past the C boundary. A
+// failure of the guard itself (not initialized, an exception) is recorded for
+// kilnGetRecentErrMsg, and the caller gets on_error(its code).
+template <class T, class OnError, class F>
+T guarded(const char* api, ApiNeeds needs, OnError on_error, F& body) noexcept {
+  KILN_PROFILE_API(api);
+  try {
+    std::shared_lock<std::shared_mutex> lock;
+    RuntimeState* state = nullptr;
+    if (needs == ApiNeeds::kRuntime) {
+      lock = std::shared_lock(runtime_lock());
+      state = runtime_state();
+      if (state == nullptr) return on_error(not_initialized(api));
+    }
+    return call_body(body, state);
+  } catch (...) {
+    return on_error(exception_error(api));
+  }
+}
+
 }  // namespace guard_detail
 
 // For entry points returning a value rather than kilnError (a handle, a size, a type):
@@ -74,40 +95,12 @@ decltype(auto) call_body(F& body, RuntimeState* state) {
 // was thrown; the error is recorded for kilnGetRecentErrMsg either way.
 template <class T, class F>
 T api_entry_or(const char* api, ApiNeeds needs, T fallback, F&& body) noexcept {
-  KILN_PROFILE_API(api);
-  try {
-    std::shared_lock<std::shared_mutex> lock;
-    RuntimeState* state = nullptr;
-    if (needs == ApiNeeds::kRuntime) {
-      lock = std::shared_lock(runtime_lock());
-      state = runtime_state();
-      if (state == nullptr) {
-        not_initialized(api);
-        return fallback;
-      }
-    }
-    return guard_detail::call_body(body, state);
-  } catch (...) {
-    guard_detail::exception_error(api);
-    return fallback;
-  }
+  return guard_detail::guarded<T>(api, needs, [&](kilnError) { return fallback; }, body);
 }
 
 template <class F>
 kilnError api_entry(const char* api, ApiNeeds needs, F&& body) noexcept {
-  KILN_PROFILE_API(api);
-  try {
-    std::shared_lock<std::shared_mutex> lock;
-    RuntimeState* state = nullptr;
-    if (needs == ApiNeeds::kRuntime) {
-      lock = std::shared_lock(runtime_lock());
-      state = runtime_state();
-      if (state == nullptr) return not_initialized(api);
-    }
-    return guard_detail::call_body(body, state);
-  } catch (...) {
-    return guard_detail::exception_error(api);
-  }
+  return guard_detail::guarded<kilnError>(api, needs, [](kilnError code) { return code; }, body);
 }
 
 // For the entry points returning nothing (kilnDestroyTensorDesc): the error is only recorded.
