@@ -19,6 +19,7 @@
 #include "preprocess/aipp_config.h"
 #include "tools/cli_options.h"
 #include "tools/compile_report.h"
+#include "tools/dsl_tuning.h"
 #include "tools/model_source.h"
 #include "tools/shape_options.h"
 #include "quant/qdq_plan.h"
@@ -45,11 +46,25 @@ struct CompileArgs {
   std::string insert_op_conf;  // AIPP configuration (docs/aipp.md)
   std::string report;
   std::vector<std::string> custom_ops;  // plugin libraries (docs/dsl.md)
+  std::string tuning_db;                // kiln tune's database: schedules of DSL kernels (docs/dsl.md)
   bool list_passes = false;
   bool check = false;
   bool quiet = false;
   bool no_prepack = false;
 };
+
+// --tuning-db: the schedules kiln tune recorded for the graphs' DSL kernels (every variant's
+// graph); the nodes tuned in the first graph are returned for the report.
+Expected<std::vector<TunedDslNode>> apply_tuning_db_option(const std::string& path, compiler::CompiledModel& m) {
+  if (path.empty()) return std::vector<TunedDslNode>{};
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return not_found("tuning database %s: no such file", path.c_str());
+  KILN_ASSIGN_OR_RETURN(std::vector<dsl::TuningEntry> db, dsl::read_tuning_db(path));
+  for (const compiler::CompiledVariant& v : m.variants)
+    if (v.graph && v.graph != m.graph) KILN_RETURN_IF_ERROR(apply_tuning_db(*v.graph, db).status());
+  if (m.dynamic_graph) KILN_RETURN_IF_ERROR(apply_tuning_db(*m.dynamic_graph, db).status());
+  return apply_tuning_db(*m.graph, db);
+}
 
 int run_check(const CompileArgs& args, const compiler::CompileOptions& options) {
   auto report = compiler::check_onnx_file(args.model, options);
@@ -231,12 +246,28 @@ int run_compile(const CompileArgs& args_in) {
     profiler::record_compile_phases(phases, profile_start);
   }
   if (Status fits = check_memory(*compiled); !fits.ok()) return report_error("compile", fits.to_string());
+  auto tuned = apply_tuning_db_option(args.tuning_db, *compiled);
+  if (!tuned.ok()) return report_error("compile", tuned.status().to_string());
   Status s = compiler::write_compiled_model(*compiled, args.output);
   if (!s.ok()) return report_error("compile", s.to_string());
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The report (tools/compile_report.h) plans the memory of the final graph and sums the
   // fusions; it is built once for the file and the printed summary.
   nlohmann::json report = make_compile_report(*compiled, ms);
+  if (!args.tuning_db.empty()) {
+    // Which DSL kernels got a tuned schedule (the others keep the default).
+    nlohmann::json list = nlohmann::json::array();
+    for (const TunedDslNode& t : *tuned)
+      list.push_back({{"node", t.node}, {"signature", t.signature}, {"dsl_split", t.split}});
+    report["tuned_dsl_kernels"] = list;
+    if (!args.quiet) {
+      std::printf("tuning database %s: %zu DSL kernel node(s) with a tuned schedule\n", args.tuning_db.c_str(),
+                  tuned->size());
+      for (const TunedDslNode& t : *tuned)
+        std::printf("  tuned schedule: %s: dsl_split=%lld (%s)\n", t.node.c_str(), static_cast<long long>(t.split),
+                    t.signature.c_str());
+    }
+  }
   if (!args.report.empty()) {
     Status r = write_compile_report(args.report, report);
     if (!r.ok()) return report_error("compile", r.to_string());
@@ -292,6 +323,9 @@ std::function<int()> setup(CLI::App& app) {
                  "Custom-op plugin (a shared library built against include/kiln/custom_op.h, repeatable): "
                  "defines ops Kiln lacks by DSL expressions, compiled into the model (docs/dsl.md). A plugin is "
                  "code run by this command: load only plugins you trust");
+  app.add_option("--tuning-db", args->tuning_db,
+                 "Tuning database of kiln tune: DSL kernels (custom ops) whose signature it holds for this CPU "
+                 "get the recorded schedule, the others the default; the report lists them (docs/dsl.md)");
   app.add_option("--report", args->report, "Write the compile report (JSON) to this file");
   app.add_flag("--list-passes", args->list_passes, "List the passes, their levels and whether they run");
   app.add_flag("--check", args->check,

@@ -1,9 +1,12 @@
 // `kiln tune --op NAME --shape ROWS,COLS`: searches the schedule knobs of a DSL example operator
 // (dsl/tuning.h) by measurement, at random with a seed, bounded by --trials and --time, and
-// records the best in a JSON tuning database (docs/dsl.md, "Tuning").
+// records the best in a JSON tuning database (docs/dsl.md, "Tuning"). `kiln tune MODEL --db DB`
+// does the same for each distinct DSL kernel of a model (its custom ops), for kiln compile
+// --tuning-db.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -13,13 +16,19 @@
 #include "dsl/auto_schedule.h"
 #include "dsl/build_cache.h"
 #include "dsl/examples.h"
+#include "compiler/custom_op_plugin.h"
 #include "dsl/tuning.h"
+#include "kernels/cpu/dsl_elementwise.h"
+#include "tools/dsl_tuning.h"
+#include "tools/model_source.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
 namespace {
 
 struct TuneArgs {
+  std::string model;
+  std::vector<std::string> custom_ops;
   std::string op;
   std::string shape = "128,768";
   int trials = 16;
@@ -56,9 +65,107 @@ Expected<double> measure(const std::string& op, int64_t rows, int64_t cols,
   return *std::min_element(us.begin(), us.end());
 }
 
+// The time of one run of a DSL-kernel node's kernel scheduled with `split`: its kernel called
+// once per tile of kDslTileElements over the node's elements, as FusedElementwise runs it (on
+// one thread), the fastest of `reps` runs.
+Expected<double> measure_tile_kernel(const DslKernelNode& d, int64_t split, int reps) {
+  KILN_ASSIGN_OR_RETURN(kernels::DslTileKernel k, kernels::dsl_tile_kernel(d.expr, d.num_inputs, split));
+  const int64_t tile = kernels::kDslTileElements;
+  const int64_t tiles = std::max<int64_t>(1, (d.elements + tile - 1) / tile);
+  std::vector<std::vector<float>> data(static_cast<size_t>(d.num_inputs) + 1, std::vector<float>(tile));
+  std::vector<float*> bufs;
+  for (auto& v : data) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919 + bufs.size()) % 997) / 250.0f - 2.0f;
+    bufs.push_back(v.data());
+  }
+  std::vector<double> us;
+  for (int r = 0; r < reps + 1; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t t = 0; t < tiles; ++t) k.fn(bufs.data(), &tile);
+    if (r > 0) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return *std::min_element(us.begin(), us.end());
+}
+
+// kiln tune MODEL: each distinct DSL kernel (signature) of the model once, at the size of its
+// first node, over the split factors of its vectorised loop in a seeded random order (the
+// default, unsplit, first), bounded by --trials per kernel and --time overall.
+int run_tune_model(const TuneArgs& args, std::vector<dsl::TuningEntry>& db) {
+  for (const std::string& plugin : args.custom_ops) {
+    auto ops = compiler::load_custom_op_plugin(plugin);
+    if (!ops.ok()) return report_error("tune", ops.status().to_string());
+  }
+  auto opened = open_model(args.model);
+  if (!opened.ok()) return report_error("tune", opened.status().to_string());
+  auto nodes = find_dsl_kernel_nodes(*opened->graph);
+  if (!nodes.ok()) return report_error("tune", nodes.status().to_string());
+  std::vector<const DslKernelNode*> distinct;
+  std::map<std::string, int> uses;
+  for (const DslKernelNode& d : *nodes)
+    if (uses[d.signature]++ == 0) distinct.push_back(&d);
+  std::printf("%s: %zu DSL kernel node(s), %zu distinct kernel(s) on %s\n", args.model.c_str(), nodes->size(),
+              distinct.size(), dsl::tuning_target().c_str());
+  if (distinct.empty()) {
+    std::printf("nothing to tune (no custom op runs as a DSL kernel: see docs/dsl.md)\n");
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  std::mt19937_64 rng(args.seed);
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const DslKernelNode& d = *distinct[i];
+    std::vector<int64_t> splits = {16, 32, 64, 128, 256, 512};
+    std::shuffle(splits.begin(), splits.end(), rng);
+    splits.insert(splits.begin(), 0);
+    const size_t trials = std::min(splits.size(), static_cast<size_t>(args.trials));
+    std::printf("[%zu/%zu] %s (%d node(s), e.g. %s, %lld elements)\n", i + 1, distinct.size(), d.signature.c_str(),
+                uses[d.signature], d.label.c_str(), static_cast<long long>(d.elements));
+    double best = 0, def = 0;
+    int64_t best_split = 0;
+    int measured = 0;
+    for (size_t t = 0; t < trials; ++t) {
+      if (args.time_s > 0 && elapsed_s() > args.time_s) {
+        std::printf("  time limit reached\n");
+        break;
+      }
+      auto us = measure_tile_kernel(d, splits[t], args.reps);
+      if (!us.ok()) return report_error("tune", us.status().to_string());
+      std::printf("  trial %zu: dsl_split=%lld: %.2f us\n", t + 1, static_cast<long long>(splits[t]), *us);
+      if (t == 0) def = *us;
+      if (measured++ == 0 || *us < best) {
+        best = *us;
+        best_split = splits[t];
+      }
+    }
+    if (measured == 0) break;
+    std::printf("  best: dsl_split=%lld: %.2f us, %.2fx the default schedule's time\n",
+                static_cast<long long>(best_split), best, best / def);
+    dsl::TuningEntry e;
+    e.op = d.signature;
+    e.rows = 1;
+    e.cols = kernels::kDslTileElements;
+    e.target = dsl::tuning_target();
+    e.knobs.col_split = best_split;
+    e.us = best;
+    e.default_us = def;
+    e.trials = measured;
+    e.seed = args.seed;
+    auto it = std::find_if(db.begin(), db.end(), [&](const dsl::TuningEntry& x) {
+      return x.op == e.op && x.rows == e.rows && x.cols == e.cols && x.target == e.target;
+    });
+    if (it == db.end()) db.push_back(e); else *it = e;
+  }
+  Status w = dsl::write_tuning_db(args.db, db);
+  if (!w.ok()) return report_error("tune", w.to_string());
+  std::printf("recorded in %s (kiln compile --tuning-db %s applies it)\n", args.db.c_str(), args.db.c_str());
+  return 0;
+}
+
 int run_tune(const TuneArgs& args) {
-  if (args.op.empty())
-    return usage_error("tune", "give --op NAME (layernorm, softmax, gelu_bias_add); tuning a whole MODEL is not done yet");
+  if (!args.model.empty() && !args.op.empty()) return usage_error("tune", "give a MODEL or --op NAME, not both");
+  if (!args.model.empty() && args.db.empty()) return usage_error("tune", "tuning a MODEL needs --db FILE to record in");
+  if (args.model.empty() && args.op.empty())
+    return usage_error("tune", "give a MODEL (.onnx or .kiln) or --op NAME (layernorm, softmax, gelu_bias_add)");
   int64_t rows = 0, cols = 0;
   char comma = 0;
   std::istringstream in(args.shape);
@@ -70,6 +177,7 @@ int run_tune(const TuneArgs& args) {
     if (!read.ok()) return report_error("tune", read.status().to_string());
     db = std::move(*read);
   }
+  if (!args.model.empty()) return run_tune_model(args, db);
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
@@ -139,6 +247,8 @@ int run_tune(const TuneArgs& args) {
 
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
+  app.add_option("model", args->model, "A model (.onnx or .kiln) whose DSL kernels (custom ops) to tune into --db");
+  app.add_option("--custom-ops", args->custom_ops, "Custom-op plugin an .onnx MODEL needs (as kiln compile's)");
   app.add_option("--op", args->op, "The DSL operator to tune: layernorm, softmax, gelu_bias_add")
       ->check(CLI::IsMember({"layernorm", "softmax", "gelu_bias_add"}));
   app.add_option("--shape", args->shape, "ROWS,COLS of its input (default 128,768)");

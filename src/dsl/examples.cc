@@ -32,6 +32,7 @@ void fused_rows_schedule(Schedule& s, const Tensor& out) {
   for (Stage& st : s.stages()) {
     if (st.tensor() == out.node()) continue;
     st.compute_at(o, row);
+    if (!st.reduce_axes().empty()) st.reduce_lanes(64);  // four AVX-512 accumulators
     if (st.reduce_axes().empty() && st.axes().size() == 2) st.vectorize(st.axes()[1]);
   }
   o.parallel(row);

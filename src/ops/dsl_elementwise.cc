@@ -117,6 +117,7 @@ KILN_REGISTER_OP(OpSchema("DslElementwise", kKilnDomain)
                      .outputs(1, 1)
                      .required_attr("compute", AttrKind::kString)
                      .attr("custom_op", AttrKind::kString)
+                     .attr("dsl_split", AttrKind::kInt)  // tuned schedule (docs/dsl.md): 0 = default
                      .infer(infer_dsl_elementwise)
                      .kernel(dsl_elementwise_kernel)
                      .doc("A custom op's element-wise compute from a plugin's DSL definition (docs/dsl.md)"));

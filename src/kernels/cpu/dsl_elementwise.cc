@@ -59,7 +59,7 @@ bool has_attr(const ops::CustomExpr& e) {
   return false;
 }
 
-Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs) {
+Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs, int64_t split) {
   if (has_attr(e)) return invalid_argument("custom op compute %s: attributes are not bound", ops::custom_expr_text(e).c_str());
   if (ops::custom_expr_inputs(e) > num_inputs || num_inputs < 1)
     return invalid_argument("custom op compute %s reads more than its %d inputs", ops::custom_expr_text(e).c_str(),
@@ -68,10 +68,15 @@ Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs) 
   std::vector<dsl::Tensor> xs;
   for (int k = 0; k < num_inputs; ++k) xs.push_back(dsl::placeholder("X" + std::to_string(k), {n}));
   dsl::Tensor y = dsl::compute("Y", {n}, [&](const std::vector<dsl::Expr>& idx) { return to_dsl(e, xs, idx[0]); });
-  // One vectorised loop: the caller runs tiles in parallel.
+  // One vectorised loop (the caller runs tiles in parallel), or split with its inner part
+  // vectorised when tuned.
   dsl::Schedule s({y});
   const dsl::Axis loop = s[y].leaf_axes()[0];
-  s[y].vectorize(loop);
+  if (split > 1) {
+    s[y].vectorize(s[y].split(loop, split).second);
+  } else {
+    s[y].vectorize(loop);
+  }
   std::vector<dsl::Tensor> args = xs;
   args.push_back(y);
   return dsl::lower(s, args, "custom_elementwise");
@@ -79,13 +84,20 @@ Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs) 
 
 }  // namespace
 
-Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs) {
+std::string dsl_tile_signature(const ops::CustomExpr& e, int num_inputs) {
+  return "elementwise/" + std::to_string(num_inputs) + " " + ops::custom_expr_text(e);
+}
+
+Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs, int64_t split) {
   static std::mutex mu;
   static std::map<std::string, DslTileKernel> built;
-  const std::string key = std::to_string(num_inputs) + " " + ops::custom_expr_text(e);
+  if (split < 0 || split > kDslTileElements) return invalid_argument("dsl_split %lld: expected 0 to %lld",
+                                                                     static_cast<long long>(split),
+                                                                     static_cast<long long>(kDslTileElements));
+  const std::string key = dsl_tile_signature(e, num_inputs) + " split " + std::to_string(split);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = built.find(key); it != built.end()) return it->second;
-  KILN_ASSIGN_OR_RETURN(dsl::LoweredFunc f, lower_expr(e, num_inputs), "custom op compute %s", key.c_str());
+  KILN_ASSIGN_OR_RETURN(dsl::LoweredFunc f, lower_expr(e, num_inputs, split), "custom op compute %s", key.c_str());
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<dsl::Kernel> k, dsl::build(f), "custom op compute %s", key.c_str());
   DslTileKernel t;
   t.fn = k->entry();
@@ -94,8 +106,8 @@ Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs
   return t;
 }
 
-Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs) {
-  KILN_ASSIGN_OR_RETURN(dsl::LoweredFunc f, lower_expr(e, num_inputs));
+Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs, int64_t split) {
+  KILN_ASSIGN_OR_RETURN(dsl::LoweredFunc f, lower_expr(e, num_inputs, split));
   return dsl::to_string(f);
 }
 

@@ -20,11 +20,21 @@ struct DslTileKernel {
   std::shared_ptr<dsl::Kernel> kernel;
 };
 
-// Errors: the expression does not lower (a kiln bug: the parser admits only what lowers), the
-// system compiler failed or is missing, the library did not load.
-Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs);
+// `split` is the schedule: 0 or 1 the loop vectorized whole (the default), > 1 split by that
+// factor with the inner loop vectorized (a tuned schedule: the node attribute dsl_split that
+// kiln compile --tuning-db sets). Errors: the expression does not lower (a kiln bug: the parser
+// admits only what lowers), the system compiler failed or is missing, the library did not load.
+Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs, int64_t split = 0);
 
 // The DSL source of that kernel's compute as loop IR, for `kiln inspect`-style dumps and tests.
-Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs);
+Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs, int64_t split = 0);
+
+// The elements of a tile, FusedElementwise's unit of work and so the extent the kernel is
+// called with (and tuned at).
+inline constexpr int64_t kDslTileElements = 1024;
+
+// The kernel's key in a tuning database (dsl/tuning.h): "elementwise/N EXPR" with N inputs and
+// the expression text; its shape there is [1, kDslTileElements].
+std::string dsl_tile_signature(const ops::CustomExpr& e, int num_inputs);
 
 }  // namespace kiln::kernels

@@ -30,6 +30,7 @@ namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kTile = 1024;
+static_assert(kTile == kDslTileElements, "custom ops' DSL kernels are tuned at the tile's extent");
 
 enum class Op : uint8_t {
   kAdd, kSub, kMul, kDiv, kMax, kMin,  // binary
@@ -74,6 +75,7 @@ enum class InputKind : uint8_t { kFull, kScalar, kBlock };
 // A custom op's DSL kernel over a tile: args are registers, fn is built at prepare.
 struct DslCall {
   ops::CustomExpr expr;
+  int64_t split = 0;  // the node's dsl_split: its tuned schedule, 0 the default
   std::vector<int> args;
   dsl::EntryFn fn = nullptr;
   std::shared_ptr<dsl::Kernel> keep;
@@ -270,6 +272,7 @@ Expected<Program> compile_body(const ir::Node& node) {
       pd.in.dst = -1000 - t;
       DslCall call;
       call.expr = std::move(e);
+      call.split = n.attr_int("dsl_split", 0);
       p.calls.push_back(std::move(call));
       code.push_back(pd);
       continue;
@@ -350,6 +353,7 @@ Expected<Program> compile_single(const ir::Node& node) {
     KILN_RETURN_IF_ERROR(classify_inputs(node, p));
     DslCall call;
     call.expr = std::move(e);
+    call.split = node.attr_int("dsl_split", 0);
     for (int k = 0; k < node.num_inputs(); ++k) call.args.push_back(k);
     p.calls.push_back(std::move(call));
     Instr in;
@@ -540,7 +544,7 @@ Expected<std::unique_ptr<Kernel>> prepare_fused_elementwise(const ir::Node& node
   KILN_ASSIGN_OR_RETURN(Program p, compile_node(node));
   // Custom ops: their DSL kernels, built (or taken from the disk cache) here, at load.
   for (DslCall& c : p.calls) {
-    KILN_ASSIGN_OR_RETURN(DslTileKernel k, dsl_tile_kernel(c.expr, static_cast<int>(c.args.size())), "node %s",
+    KILN_ASSIGN_OR_RETURN(DslTileKernel k, dsl_tile_kernel(c.expr, static_cast<int>(c.args.size()), c.split), "node %s",
                           node.label().c_str());
     c.fn = k.fn;
     c.keep = std::move(k.kernel);
