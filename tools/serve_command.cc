@@ -35,6 +35,7 @@ struct ServeArgs {
   int64_t log_max_bytes = int64_t{10} << 20;
   int log_keep = 5;
   int http_threads = 64;
+  int http_read_timeout_s = 30;
   int64_t max_body_mb = 64;
   const CLI::Option* threads_opt = nullptr;
 };
@@ -124,6 +125,7 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   options.host = args.host;
   options.port = args.port;
   options.threads = args.http_threads;
+  options.read_timeout_s = args.http_read_timeout_s;
   options.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
   options.cores = args.cores.http;
   options.log = log;
@@ -155,6 +157,8 @@ int run_serve(ServeArgs args) {
     return usage_error("serve", str_format("--http-port must be 0..65535 (got %d)", args.port));
   if (args.http_threads < 1 || args.http_threads > 4096)
     return usage_error("serve", str_format("--http-threads must be 1..4096 (got %d)", args.http_threads));
+  if (args.http_read_timeout_s < 1 || args.http_read_timeout_s > 3600)
+    return usage_error("serve", str_format("--http-read-timeout must be 1..3600 seconds (got %d)", args.http_read_timeout_s));
   if (args.max_body_mb < 1 || args.max_body_mb > 65536)
     return usage_error("serve", str_format("--max-body-mb must be 1..65536 (got %lld)", static_cast<long long>(args.max_body_mb)));
   // Pinning first: the devices split the cores this thread may run on when the runtime
@@ -207,6 +211,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--log-keep", args->log_keep, "Rotated log files kept, PATH.1 .. PATH.K (default 5, 1..100)");
   app.add_option("--http-threads", args->http_threads,
                  "HTTP connections served at once, one thread each (default 64)");
+  app.add_option("--http-read-timeout", args->http_read_timeout_s,
+                 "Seconds a connection may send nothing, within a request or before the next, before it is closed "
+                 "(default 30)");
   app.add_option("--max-body-mb", args->max_body_mb, "Largest request body accepted, in MiB; larger gets 413 (default 64)");
   return [args] { return run_serve(*args); };
 }

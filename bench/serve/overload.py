@@ -16,8 +16,12 @@ Model: ResNet-50 (tests/e2e/make_torch_models.py's seeded export, compiled once)
 2 devices of 1 thread, max_queue_size 16 so that an overload is refused at once instead of
 waiting in a long queue. Client: Python threads on the same machine.
 
+With --server-cores 0 --client-cores 1 the server runs under `taskset -c 0` (one device of one
+core) and this script, its client threads and `kiln loadgen` on core 1, so that the capacity is
+measured, and the overload offered, by a client that does not take the server's core.
+
 usage: bench/serve/overload.py [--kiln build/release/tools/kiln] [--duration 60] [--factor 3]
-                               [--malformed 1000]
+                               [--malformed 1000] [--devices 2] [--server-cores LIST --client-cores LIST]
 """
 import argparse
 import concurrent.futures
@@ -110,7 +114,16 @@ def main():
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--factor", type=float, default=3)
     ap.add_argument("--malformed", type=int, default=1000)
+    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--server-cores", help="taskset core list of the server (e.g. 0)")
+    ap.add_argument("--client-cores", help="core list of this client and kiln loadgen (e.g. 1)")
     args = ap.parse_args()
+    if args.client_cores:
+        cores = set()
+        for piece in args.client_cores.split(","):
+            first, _, last = piece.partition("-")
+            cores.update(range(int(first), int(last or first) + 1))
+        os.sched_setaffinity(0, cores)  # kiln loadgen, started later, inherits it
     kiln = os.path.abspath(args.kiln)
     build = os.path.dirname(os.path.dirname(kiln))
     work = os.path.join(build, "bench", "serve_overload")
@@ -131,7 +144,10 @@ def main():
         xs.append(x)
         refs.append(np.load(os.path.join(out, "logits.npy")))
     # --max-body-mb 1: the oversized bodies; enough HTTP threads for the open loop's connections.
-    server = Server(kiln, repo, 2, "dynamic", "--max-body-mb", "1", "--http-threads", "256")
+    prefix = ("taskset", "-c", args.server_cores) if args.server_cores else ()
+    server = Server(kiln, repo, args.devices, "dynamic", "--max-body-mb", "1", "--http-threads", "256", prefix=prefix)
+    print(f"server: {args.devices} device(s) of 1 thread, cores {args.server_cores or 'any'}; client cores "
+          f"{args.client_cores or 'any'}")
     try:
         load(kiln, server.port, ["resnet50"], 4, 2.0)  # warm-up
         capacity = load(kiln, server.port, ["resnet50"], 4, 8.0)[0]

@@ -53,8 +53,9 @@ def make_repository(kiln, models, work):
 
 
 class Server:
-    def __init__(self, kiln, repo, devices, scheduling, *options):
-        self.proc = subprocess.Popen([kiln, "serve", "--model-repository", repo, "--http-port", "0", "--devices",
+    def __init__(self, kiln, repo, devices, scheduling, *options, prefix=()):
+        # prefix: a command the server runs under, such as taskset -c 0.
+        self.proc = subprocess.Popen([*prefix, kiln, "serve", "--model-repository", repo, "--http-port", "0", "--devices",
                                       f"cpu:{devices}", "--threads", "1", "--scheduling", scheduling, *options],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for line in self.proc.stdout:

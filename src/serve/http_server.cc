@@ -434,7 +434,12 @@ HttpServer::HttpServer(ModelRegistry& registry, Metrics& metrics, const HttpOpti
     return pool;
   };
   impl_->server.set_payload_max_length(options.max_body_bytes);
+  // A connection that sends nothing for read_timeout_s, within a request (read timeout) or
+  // before its next one (keep-alive timeout, also before the first), is closed, so that idle
+  // connections give their thread back. httplib restarts the timeout at every byte: a client
+  // that trickles a byte at a time is not cut by it (docs/serve.md, "Slow clients").
   impl_->server.set_read_timeout(options.read_timeout_s, 0);
+  impl_->server.set_keep_alive_timeout(options.read_timeout_s);
   impl_->server.set_keep_alive_max_count(1000);
   // httplib writes a response's headers and body separately: with Nagle's algorithm the body
   // waits for the ACK of the headers, which the client delays (40 ms on Linux) - 50 ms a

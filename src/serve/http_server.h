@@ -27,7 +27,7 @@ struct HttpOptions {
   int port = 8000;  // 0: any free port (bind() returns it)
   int threads = 64;  // connections served at once (each keep-alive connection holds one)
   size_t max_body_bytes = size_t{64} << 20;
-  int read_timeout_s = 30;  // a client that sends nothing for this long is disconnected
+  int read_timeout_s = 30;  // a client that sends nothing for this long (in or between requests) is disconnected
   std::vector<int> cores;   // empty: not pinned; else listen() and the connection threads run there
   LogFile* log = nullptr;   // when set: one line per request (method, path, status, bytes), and loads
 };

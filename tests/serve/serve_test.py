@@ -884,6 +884,50 @@ class LogFileTest(unittest.TestCase):
             self.assertIn(words, r.stderr)
 
 
+class SlowClientTest(unittest.TestCase):
+    def test_silent_and_stalled_connections_are_cut_and_a_valid_client_is_answered(self):
+        repo = os.path.join(WORK, "repo_slow_clients")
+        make_repository(repo)
+        # 2 connection threads, a 1 s read timeout: 6 connections that send nothing, or stop
+        # after half a request line, take every thread; each is closed after 1 s of silence.
+        server = Server(repo, "--devices", "1", "--http-threads", "2", "--http-read-timeout", "1")
+        idle = []
+        try:
+            for i in range(6):
+                s = socket.create_connection(("127.0.0.1", server.port))
+                if i % 2:
+                    s.sendall(b"POST /v2/models/linear/in")
+                idle.append(s)
+            time.sleep(0.2)
+            start = time.monotonic()
+            x = RNG.standard_normal((1, 8)).astype(np.float32)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("POST", "/v2/models/linear/infer", body=infer_json(x))
+            r = conn.getresponse()
+            out = json.loads(r.read())
+            waited = time.monotonic() - start
+            conn.close()
+            self.assertEqual(r.status, 200, out)
+            np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(1, 4), reference(x), rtol=1e-5,
+                                       atol=1e-5)
+            # The 6 take the 2 threads 1 s at a time: 3 s at most, then the valid one is served.
+            self.assertLess(waited, 6.0)
+            # The stalled and silent ones were closed by the server (recv sees the end).
+            for s in idle:
+                s.settimeout(5)
+                try:
+                    while s.recv(4096):  # an error response first, perhaps; then the end
+                        pass
+                except ConnectionResetError:
+                    pass
+                except socket.timeout:
+                    self.fail("a silent or stalled connection was still open 5 s later")
+        finally:
+            for s in idle:
+                s.close()
+            self.assertEqual(server.stop()[0], 0)
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_answers_the_queued_requests_then_exits(self):
         # A batching window of 10 s: the requests are still queued when SIGTERM comes, and
