@@ -134,6 +134,42 @@ class CustomOpsTest(unittest.TestCase):
         self.check_values(y)
         self.assertEqual(len(built), 3, built)
 
+    def test_tuned_schedule_from_a_tuning_db(self):
+        # kiln tune MODEL records each distinct DSL kernel (Mish and GatedAdd: PSwish is the
+        # convolution's epilogue) ...
+        db = os.path.join(WORK, "tuning.json")
+        if os.path.exists(db):
+            os.remove(db)
+        r = kiln("tune", self.model.path, "--custom-ops", self.good, "--db", db, "--trials", "3", "--reps", "2",
+                 env={"KILN_DSL_CACHE_DIR": os.path.join(WORK, "tune_cache")})
+        self.assertIn("2 distinct kernel(s)", r.stdout)
+        with open(db) as f:
+            entries = json.load(f)["entries"]
+        self.assertEqual(len(entries), 2, entries)
+        self.assertTrue(all(e["op"].startswith("elementwise/") and e["shape"] == [1, 1024] for e in entries))
+        # ... and kiln compile --tuning-db gives those nodes the recorded schedule. Record a split
+        # the default never uses, so the generated kernels must differ from the default's.
+        for e in entries:
+            e["knobs"]["col_split"] = 48
+        with open(db, "w") as f:
+            json.dump({"version": 1, "entries": entries}, f)
+        r, report, y, built = self.compile_and_run("tuned", "--tuning-db", db)
+        tuned = report["tuned_dsl_kernels"]
+        self.assertEqual(sorted(t["dsl_split"] for t in tuned), [48, 48], tuned)
+        self.assertIn("tuned schedule:", r.stdout)
+        self.check_values(y)
+        sources = [open(os.path.join(WORK, "tuned_run_cache", b[:-3] + ".cc")).read() for b in built]
+        self.assertEqual(sum("v_n_inner < 48L" in src or "48L" in src for src in sources), 2, built)
+        # Without the database (or without a matching entry) the default schedule and no list.
+        _, report, y, built = self.compile_and_run("untuned")
+        self.assertNotIn("tuned_dsl_kernels", report)
+        sources = [open(os.path.join(WORK, "untuned_run_cache", b[:-3] + ".cc")).read() for b in built]
+        self.assertFalse(any("48L" in src for src in sources))
+        self.check_values(y)
+        r = kiln("compile", self.model.path, "--custom-ops", self.good, "-o", os.path.join(WORK, "x.kiln"),
+                 "--tuning-db", os.path.join(WORK, "missing.json"), check=1)
+        self.assertIn("no such file", r.stderr)
+
     def test_unfused_at_O0(self):
         r, report, y, built = self.compile_and_run("o0", "-O0")
         self.assertEqual(report["kernels"].get("kiln.DslElementwise/kiln"), 3, report["kernels"])
