@@ -30,6 +30,8 @@ struct OcrArgs {
   int warmup = 0;
   int det_gear = ocr::DetectionOptions{}.gear;
   std::string models;
+  // One model file instead of the folder's (e.g. an int8 QDQ model written by kiln quantize).
+  std::string det_model, rec_model, cls_model;
   std::string precision = "fp32";
   std::string cache_dir;
   std::string dump_inputs;  // calibration data for kiln quantize (PipelineOptions::dump_inputs)
@@ -117,6 +119,11 @@ int run_ocr(OcrArgs& args) {
   if (!runtime.ok()) return report_error(cmd, runtime.status().to_string());
   ocr::PipelineOptions options;
   options.model_dir = models;
+  // Given relative to the working directory, not to the model folder.
+  for (auto [given, file] : {std::pair{&args.det_model, &options.files.detection},
+                             std::pair{&args.rec_model, &options.files.recognition},
+                             std::pair{&args.cls_model, &options.files.classifier}})
+    if (!given->empty()) *file = std::filesystem::absolute(*given).string();
   options.cache_dir = args.cache_dir;
   options.precision = *precision;
   options.streams = args.streams;
@@ -208,6 +215,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--models", args->models,
                  std::string("Folder of the PP-OCR models (det, rec, cls .onnx and ppocr_keys_v1.txt); default: ") +
                      kModelsSubdir + " here, above, or above the kiln executable");
+  app.add_option("--det-model", args->det_model,
+                 "Detection model to use instead of the folder's (e.g. an int8 model from kiln quantize: docs/ocr.md)");
+  app.add_option("--rec-model", args->rec_model, "Recognition model to use instead of the folder's");
+  app.add_option("--cls-model", args->cls_model, "Angle classifier to use instead of the folder's");
   app.add_option("--precision", args->precision, "fp32 (default) or mixed (bf16 where it pays)");
   app.add_option("--cache-dir", args->cache_dir,
                  "Where compiled models are kept (default: KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln or ~/.cache/kiln)");

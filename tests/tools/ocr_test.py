@@ -349,6 +349,21 @@ class UsageTest(unittest.TestCase):
         self.assertIn("ch_PP-OCRv4_det_infer.onnx", errors[0], "the error names the missing model file")
         self.assertIn(empty, errors[0], "the error names the model folder")
 
+    def test_one_model_given_on_its_own(self):
+        # The recogniser from another folder under another name (what kiln quantize's int8
+        # model is): read as the folder's own, relative to the working directory.
+        elsewhere = work("models_elsewhere")
+        os.makedirs(elsewhere, exist_ok=True)
+        shutil.copy(os.path.join(MODELS, "ch_PP-OCRv4_rec_infer.onnx"), os.path.join(elsewhere, "my_rec.onnx"))
+        r = kiln_ocr("--json", "--rec-model", os.path.relpath(os.path.join(elsewhere, "my_rec.onnx")), ENGLISH)
+        self.assertEqual(texts(parse_json(r)["images"][0]), [norm(t) for t in TRUTH[ENGLISH]],
+                         "the recogniser given on its own reads the ground truth")
+        missing = os.path.join(elsewhere, "no_such_det.onnx")
+        r = kiln_ocr("--json", "--det-model", missing, ENGLISH, code=EXIT_ERROR)
+        errors = error_lines(r.stderr)
+        self.assertEqual(len(errors), 1, f"one error line:\n{r.stderr}")
+        self.assertIn(missing, errors[0], "the error names the model file given")
+
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

@@ -166,13 +166,16 @@ Status Pipeline::Impl::load(const PipelineOptions& opts) {
   if (options.model_dir.empty()) return invalid_argument("no OCR model folder given");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return not_found("%s: no such model folder", options.model_dir.c_str());
+  // A file name is the folder's; an absolute path (a model given on its own) is itself.
   auto file = [&](const std::string& name) { return (dir / name).string(); };
+  auto missing = [&](const std::string& name, const char* hint) {
+    if (fs::path(name).is_absolute()) return not_found("%s: no such model file%s", name.c_str(), hint);
+    return not_found("%s: the model folder has no %s%s", options.model_dir.c_str(), name.c_str(), hint);
+  };
   for (const std::string& name : {options.files.detection, options.files.recognition, options.files.dictionary})
-    if (!fs::is_regular_file(file(name), ec))
-      return not_found("%s: the model folder has no %s", options.model_dir.c_str(), name.c_str());
+    if (!fs::is_regular_file(file(name), ec)) return missing(name, "");
   if (options.angle_classifier && !fs::is_regular_file(file(options.files.classifier), ec))
-    return not_found("%s: the model folder has no %s (or turn the angle classifier off)",
-                     options.model_dir.c_str(), options.files.classifier.c_str());
+    return missing(options.files.classifier, " (or turn the angle classifier off)");
   for (int batch : {options.cls_batch, options.rec_batch})
     if (batch < 1 || batch > kBucketBatches.back())
       return invalid_argument("batch %d is outside 1..%d", batch, kBucketBatches.back());

@@ -28,7 +28,8 @@
 
 namespace kiln::ocr {
 
-// The files of a model folder.
+// The files of a model folder: names in it, or absolute paths (a model given on its own,
+// e.g. kiln ocr --rec-model).
 struct ModelFiles {
   std::string detection = "ch_PP-OCRv4_det_infer.onnx";
   std::string recognition = "ch_PP-OCRv4_rec_infer.onnx";
