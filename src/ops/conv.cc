@@ -62,9 +62,18 @@ Status infer_conv(InferContext& ctx) {
     return ok_status();
   }
   if (!wt.shape.is_static() && !ctx.node().has_attr("kernel_shape")) {
+    // conv_shape checks the ranks on the other path; this one indexes dims 0 and 1 itself
+    // (a scalar X here read past an empty shape: fuzz/regressions/onnx_import).
+    const std::string label = ctx.node().label();
+    if (xt.shape.rank() < 3)
+      return invalid_argument("node %s: input X has rank %d, expected >= 3 (N x C x D1 ...)", label.c_str(),
+                              xt.shape.rank());
+    if (wt.shape.rank() != xt.shape.rank())
+      return invalid_argument("node %s: weight W has rank %d, input X rank %d; they must match", label.c_str(),
+                              wt.shape.rank(), xt.shape.rank());
     std::vector<Dim> dims(static_cast<size_t>(xt.shape.rank()));
     dims[0] = xt.shape[0];
-    if (wt.shape.rank() > 0) dims[1] = wt.shape[0];
+    dims[1] = wt.shape[0];
     ctx.set_output(0, xt.dtype, Shape(std::move(dims)));
     return ok_status();
   }
