@@ -56,8 +56,10 @@ std::shared_ptr<void> find_prepacked(const void* source, const std::string& key,
     g_misses.fetch_add(1, std::memory_order_relaxed);
     if (!g_miss_noted.exchange(true))
       KILN_LOG(kWarning,
-               "node %s: the model's weights were packed for another CPU or library version; "
-               "packing them again at load (recompile the model on this machine to skip this)",
+               "node %s: the model's weights were packed for another CPU, oneDNN version or thread "
+               "count (oneDNN may choose another weight layout at another thread count); packing them "
+               "again at load (compile the model on this machine with KILN_NUM_THREADS set to the thread "
+               "count it runs at to skip this)",
                node->label().c_str());
   }
   return nullptr;
