@@ -25,16 +25,22 @@ struct ConvShape {
   WindowGeometry geo;
 };
 
+// X needs N, C and at least one spatial dim, W as many dims as X.
+Status check_conv_ranks(const std::string& label, size_t x_rank, size_t w_rank) {
+  if (x_rank < 3)
+    return invalid_argument("node %s: input X has rank %zu, expected >= 3 (N x C x D1 ...)", label.c_str(), x_rank);
+  if (w_rank != x_rank)
+    return invalid_argument("node %s: weight W has rank %zu, input X rank %zu; they must match", label.c_str(),
+                            w_rank, x_rank);
+  return ok_status();
+}
+
 // Validates X (N x C x D...) and W (M x C/group x k...) dims (-1 = unknown) against the
 // attributes and computes the output geometry.
 Expected<ConvShape> conv_shape(const ir::Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w) {
   const std::string label = node.label();
   ConvShape cs;
-  if (x.size() < 3)
-    return invalid_argument("node %s: input X has rank %zu, expected >= 3 (N x C x D1 ...)", label.c_str(), x.size());
-  if (w.size() != x.size())
-    return invalid_argument("node %s: weight W has rank %zu, input X rank %zu; they must match", label.c_str(),
-                            w.size(), x.size());
+  KILN_RETURN_IF_ERROR(check_conv_ranks(label, x.size(), w.size()));
   cs.group = node.attr_int("group", 1);
   if (cs.group < 1) return invalid_argument("node %s: group %lld < 1", label.c_str(), (long long)cs.group);
   cs.batch = x[0];
@@ -64,13 +70,8 @@ Status infer_conv(InferContext& ctx) {
   if (!wt.shape.is_static() && !ctx.node().has_attr("kernel_shape")) {
     // conv_shape checks the ranks on the other path; this one indexes dims 0 and 1 itself
     // (a scalar X here read past an empty shape: fuzz/regressions/onnx_import).
-    const std::string label = ctx.node().label();
-    if (xt.shape.rank() < 3)
-      return invalid_argument("node %s: input X has rank %d, expected >= 3 (N x C x D1 ...)", label.c_str(),
-                              xt.shape.rank());
-    if (wt.shape.rank() != xt.shape.rank())
-      return invalid_argument("node %s: weight W has rank %d, input X rank %d; they must match", label.c_str(),
-                              wt.shape.rank(), xt.shape.rank());
+    KILN_RETURN_IF_ERROR(check_conv_ranks(ctx.node().label(), static_cast<size_t>(xt.shape.rank()),
+                                          static_cast<size_t>(wt.shape.rank())));
     std::vector<Dim> dims(static_cast<size_t>(xt.shape.rank()));
     dims[0] = xt.shape[0];
     dims[1] = wt.shape[0];
