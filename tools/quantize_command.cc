@@ -107,9 +107,10 @@ int run_quantize(const QuantizeArgs& args) {
   }
   for (const std::string& n : split_list(args.exclude)) plan_options.exclude.insert(n);
   quant::SensitivityOptions sens;
-  const bool sensitivity = !args.sensitivity.empty() || !args.accuracy_budget.empty() || args.min_cosine >= 0;
-  if (!args.accuracy_budget.empty() && args.min_cosine >= 0)
-    return usage_error(kCmd, "--accuracy-budget and --min-cosine are two budgets: give one");
+  const bool sensitivity =
+      !args.sensitivity.empty() || !args.accuracy_budget.empty() || args.min_cosine >= 0 || args.min_mask_iou >= 0;
+  if ((!args.accuracy_budget.empty()) + (args.min_cosine >= 0) + (args.min_mask_iou >= 0) > 1)
+    return usage_error(kCmd, "--accuracy-budget, --min-cosine and --min-mask-iou are budgets: give one");
   if (!args.accuracy_budget.empty()) {
     std::string v = args.accuracy_budget;
     if (!v.empty() && v.back() == '%') v.pop_back();
@@ -123,6 +124,13 @@ int run_quantize(const QuantizeArgs& args) {
   } else if (args.min_cosine >= 0) {
     if (!(args.min_cosine <= 1)) return usage_error(kCmd, "--min-cosine: expected a value in [0, 1]");
     sens.target = args.min_cosine;
+  } else if (args.min_mask_iou >= 0) {
+    if (!(args.min_mask_iou <= 1)) return usage_error(kCmd, "--min-mask-iou: expected a value in [0, 1]");
+    if (!std::isfinite(args.mask_threshold))
+      return usage_error(kCmd, "--mask-threshold: expected a finite number");
+    sens.metric = quant::SensitivityMetric::kMaskIou;
+    sens.target = args.min_mask_iou;
+    sens.mask_threshold = args.mask_threshold;
   }
   if (sensitivity && !(args.eval_fraction > 0 && args.eval_fraction < 1))
     return usage_error(kCmd, "--eval-fraction: expected a value in (0, 1)");
@@ -315,7 +323,9 @@ int run_quantize(const QuantizeArgs& args) {
       if (!chosen.ok()) return report_error(kCmd, chosen.status().to_string());
       out = std::move(*chosen);
     }
-    const char* metric = sens.metric == quant::SensitivityMetric::kTop1 ? "top1" : "cosine";
+    const char* metric = sens.metric == quant::SensitivityMetric::kTop1       ? "top1"
+                         : sens.metric == quant::SensitivityMetric::kMaskIou ? "mask_iou"
+                                                                              : "cosine";
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& l : result->layers)
       layers.push_back({{"node", l.node},
@@ -323,6 +333,9 @@ int run_quantize(const QuantizeArgs& args) {
                         {"only_float", l.only_float},
                         {"choice", l.kept_float ? "float" : "int8"}});
     nlohmann::json sj = {{"metric", metric},
+                         {"mask_threshold", sens.metric == quant::SensitivityMetric::kMaskIou
+                                                ? nlohmann::json(sens.mask_threshold)
+                                                : nlohmann::json(nullptr)},
                          {"evaluation_samples", eval.size()},
                          {"target", sens.target >= 0 ? nlohmann::json(sens.target) : nlohmann::json(nullptr)},
                          {"all_int8", result->all_int8},
@@ -406,6 +419,10 @@ std::function<int()> setup(CLI::App& app) {
                  "this much (e.g. 0.3%)");
   app.add_option("--min-cosine", args->min_cosine,
                  "Keep the most sensitive nodes float until the outputs' cosine to the float model's is at least this");
+  app.add_option("--min-mask-iou", args->min_mask_iou,
+                 "Keep the most sensitive nodes float until the mask {output 0 > --mask-threshold} overlaps the float "
+                 "model's with at least this intersection over union (a detector's probability map)");
+  app.add_option("--mask-threshold", args->mask_threshold, "The threshold of --min-mask-iou's mask (default 0.5)");
   app.add_option("--eval-fraction", args->eval_fraction,
                  "Share of the calibration samples held out for the sensitivity analysis (default 0.2)");
   app.add_option("--calibration-size", args->calibration_size, "Samples to use, picked with --seed (default: all)");

@@ -28,6 +28,8 @@ struct QuantizeArgs {
   std::string sensitivity;      // --sensitivity FILE: the per-layer report
   std::string accuracy_budget;  // "0.3%": the top-1 agreement drop allowed
   double min_cosine = -1;
+  double min_mask_iou = -1;     // --min-mask-iou: the IoU of {output 0 > --mask-threshold}
+  double mask_threshold = 0.5;
   double eval_fraction = 0.2;
   int threads = 0;
   const CLI::Option* threads_opt = nullptr;

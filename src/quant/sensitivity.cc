@@ -114,7 +114,35 @@ std::pair<int64_t, int64_t> top1_agreement(const std::vector<Tensor>& a, const s
   return {agree, std::max<int64_t>(rows, 1)};
 }
 
-double metric(SensitivityMetric m, const Outputs& reference, const Outputs& got) {
+// Elements of output 0 above `threshold` in both, and in either.
+std::pair<int64_t, int64_t> mask_overlap(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
+                                         double threshold) {
+  if (a.empty() || b.empty()) return {0, 0};
+  const int64_t n = std::min(a[0].num_elements(), b[0].num_elements());
+  const float* x = a[0].data<float>();
+  const float* y = b[0].data<float>();
+  int64_t both = 0, either = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool p = x[i] > threshold, q = y[i] > threshold;
+    both += p && q;
+    either += p || q;
+  }
+  // Different extents (a variant that changed the output's shape) count as disagreeing.
+  if (a[0].dims() != b[0].dims()) either += std::max(a[0].num_elements(), b[0].num_elements()) - n + 1;
+  return {both, either};
+}
+
+double metric(const SensitivityOptions& o, const Outputs& reference, const Outputs& got) {
+  const SensitivityMetric m = o.metric;
+  if (m == SensitivityMetric::kMaskIou) {
+    int64_t both = 0, either = 0;
+    for (size_t s = 0; s < reference.size(); ++s) {
+      auto [i, u] = mask_overlap(reference[s], got[s], o.mask_threshold);
+      both += i;
+      either += u;
+    }
+    return either ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+  }
   if (m == SensitivityMetric::kCosine) {
     double sum = 0;
     for (size_t s = 0; s < reference.size(); ++s) sum += cosine(reference[s], got[s]);
@@ -150,7 +178,7 @@ Expected<SensitivityResult> analyse_sensitivity(const std::vector<std::string>& 
     KILN_ASSIGN_OR_RETURN(Prepared p, prepare(bytes, shapes, what));
     KILN_ASSIGN_OR_RETURN(Outputs got, run_all(p, inputs, eval, what));
     if (keep) *keep = std::move(p);
-    return metric(options.metric, reference, got);
+    return metric(options, reference, got);
   };
 
   SensitivityResult result;

@@ -13,6 +13,10 @@
 //   cosine: mean over samples of the cosine similarity of all outputs flattened together;
 //   top1:   the fraction of samples whose argmax over the last axis of output 0 agrees (each row
 //           of a [N, classes] output counts).
+//   mask_iou: the intersection over union of the masks {output 0 > threshold} of the float model
+//           and the variant, pooled over the samples (1 when both are empty). For maps that are
+//           thresholded downstream (a text detector's probability map, a segmentation): cosine
+//           barely moves when a box edge moves by a pixel, the mask's IoU does.
 // Every variant is compiled by Kiln (-O3, QDQ folded into int8 kernels) and run on Kiln.
 #pragma once
 
@@ -26,13 +30,14 @@
 
 namespace kiln::quant {
 
-enum class SensitivityMetric { kCosine, kTop1 };
+enum class SensitivityMetric { kCosine, kTop1, kMaskIou };
 
 struct SensitivityOptions {
   SensitivityMetric metric = SensitivityMetric::kCosine;
   // The budget: the metric the chosen model must reach (cosine, or top-1 agreement as a fraction:
   // 1 - the allowed drop). Below 0: no selection, the analysis only.
   double target = -1;
+  double mask_threshold = 0.5;  // kMaskIou's threshold on output 0
   // Called with one line of progress ("sensitivity 12/72: conv3 ...").
   std::function<void(const std::string&)> progress;
 };

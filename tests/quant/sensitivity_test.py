@@ -33,7 +33,7 @@ def ort_available():
                                                    capture_output=True).returncode == 0
 
 
-def model(rng, spatial=(10, 10)):
+def model(rng, spatial=(10, 10), sigmoid=False):
     def conv(name, x, c_in, c_out, outlier=False, dead_channel=False):
         w = rng.normal(0, 1 / np.sqrt(9 * c_in), (c_out, c_in, 3, 3)).astype(np.float32)
         if outlier:
@@ -54,6 +54,9 @@ def model(rng, spatial=(10, 10)):
     y = conv("conv2", "relu1", 8, 8, dead_channel=True)
     nodes.append(helper.make_node("Relu", [y], ["relu2"], name="relu2"))
     y = conv("conv3", "relu2", 8, 6, outlier=True)
+    if sigmoid:  # a probability map, as a text detector's head gives
+        nodes.append(helper.make_node("Sigmoid", [y], ["prob"], name="sigmoid"))
+        y = "prob"
     g = helper.make_graph(nodes, "sens", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, *spatial])],
                           [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 6, *spatial])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -71,20 +74,33 @@ def ort_outputs(path, inputs, out_dir):
     return outs
 
 
+def mask_iou(a, b, threshold):
+    """The IoU of {a > threshold} and {b > threshold}, pooled over the samples."""
+    both = sum(int(np.sum((x > threshold) & (y > threshold))) for x, y in zip(a, b))
+    either = sum(int(np.sum((x > threshold) | (y > threshold))) for x, y in zip(a, b))
+    return both / either if either else 1.0
+
+
 def mean_cosine(a, b):
     return float(np.mean([x @ y / np.linalg.norm(x) / np.linalg.norm(y) for x, y in zip(a, b)]))
+
+
+def calibration_set(d):
+    """Ten random [1, 4, 10, 10] samples in D/calib: the folder and the files in order."""
+    cal = os.path.join(d, "calib")
+    os.makedirs(cal, exist_ok=True)
+    rng = np.random.default_rng(3)
+    files = []
+    for i in range(10):
+        files.append(os.path.join(cal, f"{i:02d}.npy"))
+        np.save(files[-1], rng.normal(0, 1, (1, 4, 10, 10)).astype(np.float32))
+    return cal, files
 
 
 class SensitivityTest(unittest.TestCase):
     def test_outlier_layer_falls_back_to_float(self):
         d = os.path.join(WORK, "outlier")
-        cal = os.path.join(d, "calib")
-        os.makedirs(cal, exist_ok=True)
-        rng = np.random.default_rng(3)
-        files = []
-        for i in range(10):
-            files.append(os.path.join(cal, f"{i:02d}.npy"))
-            np.save(files[-1], rng.normal(0, 1, (1, 4, 10, 10)).astype(np.float32))
+        cal, files = calibration_set(d)
         src, out, rep = os.path.join(d, "m.onnx"), os.path.join(d, "m.int8.onnx"), os.path.join(d, "sens.json")
         onnx.save(model(np.random.default_rng(4)), src)
         target = 0.999
@@ -118,6 +134,44 @@ class SensitivityTest(unittest.TestCase):
         chosen = ort_outputs(out, held_out, os.path.join(d, "ort_chosen"))
         self.assertGreaterEqual(mean_cosine(ref, chosen), target - 1e-4)
 
+    def test_mask_iou_budget(self):
+        """--min-mask-iou: the metric of a thresholded map (a detector's probabilities). The
+        outlier layer, whose loss moves the mask, must stay float; ONNX Runtime running the
+        float, fully quantised and chosen models on the held-out samples must see the fully
+        quantised one miss the IoU NumPy computes and the chosen one meet it."""
+        d = os.path.join(WORK, "mask")
+        cal, files = calibration_set(d)
+        src, out, rep = os.path.join(d, "m.onnx"), os.path.join(d, "m.int8.onnx"), os.path.join(d, "sens.json")
+        onnx.save(model(np.random.default_rng(4), sigmoid=True), src)
+        target, threshold = 0.95, 0.6
+        r = subprocess.run([KILN, "quantize", src, "--calibration", cal, "-o", out, "--sensitivity", rep,
+                            "--min-mask-iou", str(target), "--mask-threshold", str(threshold),
+                            "--report", os.path.join(d, "report.json")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("mask_iou", r.stderr)
+        with open(rep) as f:
+            s = json.load(f)
+        self.assertEqual(s["metric"], "mask_iou")
+        self.assertEqual(s["mask_threshold"], threshold)
+        self.assertEqual(s["layers"][0]["node"], "conv3", s["layers"])
+        self.assertLess(s["all_int8"], target)
+        self.assertTrue(s["budget_met"])
+        self.assertGreaterEqual(s["chosen"], target)
+        self.assertIn("conv3", s["kept_float"])
+        if not ort_available():
+            return
+        # The fully quantised model, written without a budget.
+        full = os.path.join(d, "full.int8.onnx")
+        r = subprocess.run([KILN, "quantize", src, "--calibration", cal, "-o", full, "--eval-fraction", "0.2",
+                            "--sensitivity", os.path.join(d, "full_sens.json"), "--report",
+                            os.path.join(d, "full_report.json")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        held_out = files[-2:]
+        ref = ort_outputs(src, held_out, os.path.join(d, "ort_float"))
+        self.assertLess(mask_iou(ref, ort_outputs(full, held_out, os.path.join(d, "ort_full")), threshold), target)
+        self.assertGreaterEqual(mask_iou(ref, ort_outputs(out, held_out, os.path.join(d, "ort_chosen")), threshold),
+                                target)
+
     def test_samples_of_different_shapes(self):
         """Held-out samples of several sizes (OCR crops differ in width): the variants keep the
         model's open dims and every sample runs."""
@@ -142,6 +196,8 @@ class SensitivityTest(unittest.TestCase):
         src = os.path.join(WORK, "outlier", "m.onnx")
         cal = os.path.join(WORK, "outlier", "calib")
         for extra in (["--min-cosine", "0.99", "--accuracy-budget", "1%"], ["--accuracy-budget", "abc"],
+                      ["--min-mask-iou", "0.99", "--min-cosine", "0.99"], ["--min-mask-iou", "1.5"],
+                      ["--min-mask-iou", "0.99", "--mask-threshold", "nan"],
                       ["--min-cosine", "0.99", "--eval-fraction", "1.5"]):
             r = subprocess.run([KILN, "quantize", src, "--calibration", cal, "-o", os.path.join(WORK, "x.onnx")] + extra,
                                capture_output=True, text=True)
