@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include "compiler/custom_op_plugin.h"
 #include "dsl/tuning.h"
 #include "kernels/cpu/dsl_elementwise.h"
+#include "ops/custom_expr.h"
 #include "tools/dsl_tuning.h"
 #include "tools/model_source.h"
 #include "tools/subcommand.h"
@@ -38,11 +42,36 @@ struct TuneArgs {
   std::string db;
 };
 
+// The operator tuned by --op: an example by name, or an element-wise op of one's own.
+using MakeOp = std::function<Expected<dsl::Example>(dsl::Expr rows, dsl::Expr cols)>;
+
+// --op NAME (an example) or --op FILE: a file holding one element-wise compute in the custom-op
+// text form (docs/dsl.md, "Custom ops in models"), e.g. `(mul x0 (sigmoid (mul 1.5 x0)))`, over
+// inputs x0.. of the output's shape. Errors: neither an example nor a readable file, a compute
+// that does not parse or names attributes.
+Expected<MakeOp> resolve_op(const std::string& op) {
+  if (op == "layernorm" || op == "softmax" || op == "gelu_bias_add")
+    return MakeOp([op](dsl::Expr r, dsl::Expr c) { return dsl::make_example(op, r, c); });
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(op, ec))
+    return not_found("--op %s: neither an example (layernorm, softmax, gelu_bias_add) nor a file holding a compute",
+                     op.c_str());
+  std::ifstream in(op);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return unavailable("--op %s: cannot read the file", op.c_str());
+  KILN_ASSIGN_OR_RETURN(ops::CustomExpr e, ops::parse_custom_expr(text.str()), "in --op %s", op.c_str());
+  KILN_RETURN_IF_ERROR(ops::check_custom_expr_attrs(e, {}), "in --op %s (give numbers, not attribute names)",
+                       op.c_str());
+  const int inputs = std::max(1, ops::custom_expr_inputs(e));
+  return MakeOp([e, inputs](dsl::Expr r, dsl::Expr c) { return kernels::dsl_elementwise_example(e, inputs, r, c); });
+}
+
 // The fastest of `reps` calls of the schedule built by `schedule` (the minimum: the call least
 // disturbed by other work on the machine), or an error (illegal schedule, build failure).
-Expected<double> measure(const std::string& op, int64_t rows, int64_t cols,
+Expected<double> measure(const MakeOp& make, int64_t rows, int64_t cols,
                          const std::function<void(dsl::Schedule&, const dsl::Example&)>& schedule, int reps) {
-  KILN_ASSIGN_OR_RETURN(dsl::Example ex, dsl::make_example(op, dsl::Expr(rows), dsl::Expr(cols)));
+  KILN_ASSIGN_OR_RETURN(dsl::Example ex, make(dsl::Expr(rows), dsl::Expr(cols)));
   dsl::Schedule s({ex.output});
   schedule(s, ex);
   dsl::auto_schedule(s);
@@ -165,7 +194,7 @@ int run_tune(const TuneArgs& args) {
   if (!args.model.empty() && !args.op.empty()) return usage_error("tune", "give a MODEL or --op NAME, not both");
   if (!args.model.empty() && args.db.empty()) return usage_error("tune", "tuning a MODEL needs --db FILE to record in");
   if (args.model.empty() && args.op.empty())
-    return usage_error("tune", "give a MODEL (.onnx or .kiln) or --op NAME (layernorm, softmax, gelu_bias_add)");
+    return usage_error("tune", "give a MODEL (.onnx or .kiln) or --op NAME (layernorm, softmax, gelu_bias_add) or FILE");
   int64_t rows = 0, cols = 0;
   char comma = 0;
   std::istringstream in(args.shape);
@@ -178,29 +207,44 @@ int run_tune(const TuneArgs& args) {
     db = std::move(*read);
   }
   if (!args.model.empty()) return run_tune_model(args, db);
+  auto make = resolve_op(args.op);
+  if (!make.ok()) return usage_error("tune", make.status().to_string());
+  auto probe = (*make)(dsl::Expr(rows), dsl::Expr(cols));
+  if (!probe.ok()) return report_error("tune", probe.status().to_string());
+  const std::string op = probe->name;  // the database key: the example's name or the compute's signature
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
   // 1. The baselines: the default schedule and the hand schedule of the example.
-  auto def = measure(args.op, rows, cols, [](dsl::Schedule&, const dsl::Example&) {}, args.reps);
+  auto def = measure(*make, rows, cols, [](dsl::Schedule&, const dsl::Example&) {}, args.reps);
   if (!def.ok()) return report_error("tune", def.status().to_string());
   auto hand = measure(
-      args.op, rows, cols, [](dsl::Schedule& s, const dsl::Example& e) { e.tuned_schedule(s, e); }, args.reps);
+      *make, rows, cols, [](dsl::Schedule& s, const dsl::Example& e) { e.tuned_schedule(s, e); }, args.reps);
   char hand_text[64];
   if (hand.ok()) std::snprintf(hand_text, sizeof hand_text, "%.2f us", *hand);
-  std::printf("%s [%lld, %lld] on %s: default schedule %.2f us, hand schedule %s\n", args.op.c_str(),
+  std::printf("%s [%lld, %lld] on %s: default schedule %.2f us, hand schedule %s\n", op.c_str(),
               static_cast<long long>(rows), static_cast<long long>(cols), dsl::tuning_target().c_str(), *def,
               hand.ok() ? hand_text : hand.status().to_string().c_str());
 
-  // 2. Random search without repetition over the knob space, in an order fixed by the seed,
-  //    starting from the hand schedule's knobs.
-  std::vector<dsl::ScheduleKnobs> space = dsl::knob_space();
+  // 2. The search: the hand schedule's point, then points in an order fixed by the seed (the
+  //    random phase, half the trials), then the local phase: the unmeasured neighbours of the
+  //    best so far (one knob changed), taken in that seeded order, back to the random order when
+  //    the best has none left. The random phase spreads over the space (its knobs interact: lanes
+  //    pay only with fused rows), the local one refines the best region it found.
+  dsl::Schedule stages_probe({probe->output});
+  std::vector<dsl::ScheduleKnobs> space = dsl::knob_space(stages_probe.stages().size() > 1);
   std::mt19937_64 rng(args.seed);
   std::shuffle(space.begin(), space.end(), rng);
-  const dsl::ScheduleKnobs hand_point = dsl::hand_knobs(args.op);
-  space.erase(std::remove(space.begin(), space.end(), hand_point), space.end());
-  space.insert(space.begin(), hand_point);
+  const dsl::ScheduleKnobs hand_point = dsl::hand_knobs(op);
+  if (std::find(space.begin(), space.end(), hand_point) != space.end()) {
+    space.erase(std::remove(space.begin(), space.end(), hand_point), space.end());
+    space.insert(space.begin(), hand_point);
+  }
   const size_t trials = std::min(space.size(), static_cast<size_t>(args.trials));
+  const size_t random_trials = (trials + 1) / 2;
+  std::vector<dsl::ScheduleKnobs> tried;
+  auto untried = [&](const dsl::ScheduleKnobs& k) { return std::find(tried.begin(), tried.end(), k) == tried.end(); };
+  size_t next_random = 0;
   dsl::ScheduleKnobs best_knobs;
   double best = 0;
   int measured = 0;
@@ -209,15 +253,28 @@ int run_tune(const TuneArgs& args) {
       std::printf("time limit reached after %zu trials\n", t);
       break;
     }
-    const dsl::ScheduleKnobs& k = space[t];
+    std::optional<dsl::ScheduleKnobs> pick;
+    if (t >= random_trials && measured > 0)
+      for (const dsl::ScheduleKnobs& n : dsl::knob_neighbours(best_knobs, space))
+        if (untried(n)) {
+          pick = n;
+          break;
+        }
+    const bool local = pick.has_value();
+    while (!pick && next_random < space.size())
+      if (untried(space[next_random++])) pick = space[next_random - 1];
+    if (!pick) break;
+    const dsl::ScheduleKnobs k = *pick;
+    tried.push_back(k);
     auto us = measure(
-        args.op, rows, cols, [&](dsl::Schedule& s, const dsl::Example& e) { dsl::apply_knobs(s, e, k); }, args.reps);
+        *make, rows, cols, [&](dsl::Schedule& s, const dsl::Example& e) { dsl::apply_knobs(s, e, k); }, args.reps);
     if (!us.ok()) {
       std::printf("trial %zu: %s: refused: %s\n", t + 1, dsl::knobs_text(k).c_str(), us.status().message().c_str());
       continue;
     }
     ++measured;
-    std::printf("trial %zu: %s: %.2f us\n", t + 1, dsl::knobs_text(k).c_str(), *us);
+    std::printf("trial %zu: %s: %.2f us%s\n", t + 1, dsl::knobs_text(k).c_str(), *us,
+                local ? " (local: a neighbour of the best)" : "");
     if (measured == 1 || *us < best) {
       best = *us;
       best_knobs = k;
@@ -230,7 +287,7 @@ int run_tune(const TuneArgs& args) {
 
   // 3. The database keeps one entry per (op, shape, target): the faster of the old and the new.
   if (args.db.empty()) return 0;
-  dsl::TuningEntry e{args.op, rows, cols, dsl::tuning_target(), best_knobs, best, *def, measured, args.seed};
+  dsl::TuningEntry e{op, rows, cols, dsl::tuning_target(), best_knobs, best, *def, measured, args.seed};
   auto it = std::find_if(db.begin(), db.end(), [&](const dsl::TuningEntry& x) {
     return x.op == e.op && x.rows == e.rows && x.cols == e.cols && x.target == e.target;
   });
@@ -249,10 +306,11 @@ std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
   app.add_option("model", args->model, "A model (.onnx or .kiln) whose DSL kernels (custom ops) to tune into --db");
   app.add_option("--custom-ops", args->custom_ops, "Custom-op plugin an .onnx MODEL needs (as kiln compile's)");
-  app.add_option("--op", args->op, "The DSL operator to tune: layernorm, softmax, gelu_bias_add")
-      ->check(CLI::IsMember({"layernorm", "softmax", "gelu_bias_add"}));
+  app.add_option("--op", args->op,
+                 "The DSL operator to tune: layernorm, softmax, gelu_bias_add, or a FILE holding an element-wise "
+                 "compute in the custom-op text form");
   app.add_option("--shape", args->shape, "ROWS,COLS of its input (default 128,768)");
-  app.add_option("--trials", args->trials, "Schedules to measure at most (default 16; the space has 150)")
+  app.add_option("--trials", args->trials, "Schedules to measure at most (default 16; the space has 400, 40 for one compute)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--time", args->time_s, "Stop starting trials after this many seconds (default: no limit)")
       ->check(CLI::NonNegativeNumber);

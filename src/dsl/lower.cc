@@ -257,6 +257,7 @@ StmtPtr nest(const std::vector<Axis>& leaves, const std::map<const AxisNode*, Ex
              const Stage& st, StmtPtr body, StmtPtr* innermost_loop, const Attached* attached = nullptr) {
   for (size_t i = leaves.size(); i-- > 0;) {
     auto f = make_for(leaves[i], extents.at(leaves[i].get()), st.kind_of(leaves[i].get()));
+    if (f->for_kind == ForKind::kVectorized) f->simd_width = st.vector_width();
     auto at = attached ? attached->find(leaves[i].get()) : Attached::const_iterator();
     if (attached && at != attached->end()) {
       auto seq = make(StmtKind::kSeq);

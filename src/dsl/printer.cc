@@ -87,7 +87,8 @@ std::string to_string(const StmtPtr& s, int indent) {
     case StmtKind::kFor:
       out = pad + for_kind(s->for_kind) + " (" + s->name + ", 0, " + to_string(s->a) + ") {" +
             (s->reduce_loop ? "  // reduction" : "") +
-             (s->reduce_lanes > 1 ? ", " + std::to_string(s->reduce_lanes) + " lanes" : "") + "\n";
+             (s->reduce_lanes > 1 ? ", " + std::to_string(s->reduce_lanes) + " lanes" : "") +
+            (s->simd_width > 0 ? "  // " + std::to_string(s->simd_width) + "-element vectors" : "") + "\n";
       for (const StmtPtr& b : s->body) out += to_string(b, indent + 1);
       return out + pad + "}\n";
     case StmtKind::kSeq:

@@ -112,6 +112,14 @@ void Stage::annotate(const Axis& a, ForKind k, const char* primitive) {
 }
 
 void Stage::vectorize(const Axis& a) { annotate(a, ForKind::kVectorized, "vectorize"); }
+void Stage::vectorize(const Axis& a, int64_t width) {
+  if (width < 1 || width > 64 || (width & (width - 1)) != 0)
+    return fail("vectorize: a vector of " + std::to_string(width) + " elements on '" + (tensor_ ? tensor_->name : "") +
+                "', expected a power of two from 1 to 64");
+  annotate(a, ForKind::kVectorized, "vectorize");
+  vector_width_ = width;
+  trace_.back() += " width " + std::to_string(width);
+}
 void Stage::unroll(const Axis& a) { annotate(a, ForKind::kUnrolled, "unroll"); }
 void Stage::parallel(const Axis& a) { annotate(a, ForKind::kParallel, "parallel"); }
 

@@ -39,6 +39,10 @@ class Stage {
   Axis fuse(const Axis& outer, const Axis& inner);
   void reorder(const std::vector<Axis>& order);
   void vectorize(const Axis& a);
+  // The same with a vector length of `width` elements (OpenMP simdlen: 8 is a 256-bit vector of
+  // float32 on an AVX-512 machine): a tuning knob, since the widest vector is not always the fastest.
+  void vectorize(const Axis& a, int64_t width);
+  int64_t vector_width() const { return vector_width_; }
   void unroll(const Axis& a);
   void parallel(const Axis& a);
   // The innermost reduction loop accumulates in `lanes` partial results, each iteration updating
@@ -74,6 +78,7 @@ class Stage {
   std::map<const AxisNode*, ForKind> kinds_;
   bool inlined_ = false;
   int64_t lanes_ = 0;
+  int64_t vector_width_ = 0;
   const TensorNode* attach_consumer_ = nullptr;
   Axis attach_axis_;
   std::string error_;

@@ -38,6 +38,7 @@ struct Stmt {
   int reduce_op = 0;         // kFor with reduce_loop: the ReduceOp, for a vector reduction
   std::string accumulator;   // kFor with reduce_loop: the accumulator it updates, if any
   int64_t reduce_lanes = 0;  // kFor with an accumulator: > 1 accumulates in that many partials
+  int64_t simd_width = 0;    // kFor vectorized: > 0 the vector length in elements (simdlen), else the target's widest
   std::vector<StmtPtr> body;
 };
 

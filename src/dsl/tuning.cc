@@ -14,9 +14,9 @@ namespace kiln::dsl {
 
 std::string knobs_text(const ScheduleKnobs& k) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld lanes=%lld", k.fuse_rows ? 1 : 0,
-                k.keep ? 1 : 0, static_cast<long long>(k.row_split), static_cast<long long>(k.col_split),
-                static_cast<long long>(k.lanes));
+  std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld lanes=%lld vec=%lld",
+                k.fuse_rows ? 1 : 0, k.keep ? 1 : 0, static_cast<long long>(k.row_split),
+                static_cast<long long>(k.col_split), static_cast<long long>(k.lanes), static_cast<long long>(k.vec));
   return buf;
 }
 
@@ -24,14 +24,21 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
   Stage& o = s[e.output];
   const Axis row = o.axes()[0];
   const Axis col = o.axes().size() == 2 ? o.axes()[1] : Axis();
+  // A vector loop: the target's widest vectors, or `vec` elements.
+  auto vectorize = [&](Stage& st, const Axis& a) {
+    if (k.vec > 0)
+      st.vectorize(a, k.vec);
+    else
+      st.vectorize(a);
+  };
   // The output's column loop: vectorized whole, or split with the inner part vectorized.
   auto schedule_cols = [&](Stage& st, const Axis& c) {
     if (!c) return;
     if (k.col_split > 1) {
       auto [outer, inner] = st.split(c, k.col_split);
-      st.vectorize(inner);
+      vectorize(st, inner);
     } else {
-      st.vectorize(c);
+      vectorize(st, c);
     }
   };
   // fuse_rows: one parallel region, each row's reductions and intermediates inside the output's
@@ -48,7 +55,7 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
       st.compute_at(o, row);
     else
       st.parallel(st.axes()[0]);
-    if (!reduction && st.axes().size() == 2) st.vectorize(st.axes()[1]);
+    if (!reduction && st.axes().size() == 2) vectorize(st, st.axes()[1]);
   }
   if (k.fuse_rows || k.row_split <= 1) {
     o.parallel(row);
@@ -62,18 +69,40 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
 ScheduleKnobs hand_knobs(const std::string& op) {
   // LayerNorm: every stage in the row loop, reductions in 64 lanes; Softmax and GELU-bias-add: a region per stage with
   // the element-wise intermediates kept.
-  return ScheduleKnobs{op == "layernorm", true, 0, 0, op == "layernorm" ? 64 : 0};
+  return ScheduleKnobs{op == "layernorm", true, 0, 0, op == "layernorm" ? 64 : 0, 0};
 }
 
-std::vector<ScheduleKnobs> knob_space() {
+namespace {
+
+// The values of each knob (the space is their product, less row_split with fuse_rows).
+const std::vector<int64_t> kRowSplits = {0, 2, 4, 8}, kColSplits = {0, 16, 32, 64, 128}, kLanes = {0, 32, 64, 128},
+                           kVecs = {0, 8};
+
+}  // namespace
+
+std::vector<ScheduleKnobs> knob_space(bool stages) {
   std::vector<ScheduleKnobs> out;
   for (bool fuse : {false, true})
     for (bool keep : {true, false})
-      for (int64_t rs : {0, 2, 4, 8}) {
+      for (int64_t rs : kRowSplits) {
         if (fuse && rs != 0) continue;
-        for (int64_t cs : {0, 16, 32, 64, 128})
-          for (int64_t lanes : {0, 32, 64}) out.push_back(ScheduleKnobs{fuse, keep, rs, cs, lanes});
+        for (int64_t cs : kColSplits)
+          for (int64_t lanes : kLanes)
+            for (int64_t vec : kVecs) {
+              if (!stages && (fuse || !keep || lanes != 0)) continue;  // no other stage: no effect
+              out.push_back(ScheduleKnobs{fuse, keep, rs, cs, lanes, vec});
+            }
       }
+  return out;
+}
+
+std::vector<ScheduleKnobs> knob_neighbours(const ScheduleKnobs& k, const std::vector<ScheduleKnobs>& space) {
+  std::vector<ScheduleKnobs> out;
+  for (const ScheduleKnobs& p : space) {
+    const int differ = (p.fuse_rows != k.fuse_rows) + (p.keep != k.keep) + (p.row_split != k.row_split) +
+                       (p.col_split != k.col_split) + (p.lanes != k.lanes) + (p.vec != k.vec);
+    if (differ == 1) out.push_back(p);
+  }
   return out;
 }
 
@@ -101,6 +130,7 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     e.knobs.row_split = k.at("row_split").get<int64_t>();
     e.knobs.col_split = k.at("col_split").get<int64_t>();
     e.knobs.lanes = k.value("lanes", int64_t{0});  // absent in databases before the knob
+    e.knobs.vec = k.value("vec", int64_t{0});      // likewise
     e.us = j.value("us", 0.0);
     e.default_us = j.value("default_us", 0.0);
     e.trials = j.value("trials", 0);
@@ -109,7 +139,7 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     return invalid_argument("tuning database entry %zu: %s", index, ex.what());
   }
   if (e.rows < 1 || e.cols < 1 || e.knobs.row_split < 0 || e.knobs.col_split < 0 || e.knobs.row_split > 1 << 20 ||
-      e.knobs.col_split > 1 << 20 || e.knobs.lanes < 0 || e.knobs.lanes > 1024)
+      e.knobs.col_split > 1 << 20 || e.knobs.lanes < 0 || e.knobs.lanes > 1024 || e.knobs.vec < 0 || e.knobs.vec > 64)
     return invalid_argument("tuning database entry %zu (%s): a shape or split out of range", index, e.op.c_str());
   return e;
 }
@@ -144,7 +174,8 @@ Status write_tuning_db(const std::string& path, const std::vector<TuningEntry>& 
                       {"keep", e.knobs.keep},
                       {"row_split", e.knobs.row_split},
                       {"col_split", e.knobs.col_split},
-                      {"lanes", e.knobs.lanes}}},
+                      {"lanes", e.knobs.lanes},
+                      {"vec", e.knobs.vec}}},
                     {"us", e.us},
                     {"default_us", e.default_us},
                     {"trials", e.trials},

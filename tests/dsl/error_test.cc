@@ -56,6 +56,8 @@ const RowSumCase kRowSumCases[] = {
      "'A' is not a compute of this schedule"},
     {"one reduction lane", [](RowSum& r, Schedule& s) { s[r.s].reduce_lanes(1); },
      "reduce_lanes: 1 partial results for 'S', expected 2 to 1024"},
+    {"vector width not a power of two", [](RowSum& r, Schedule& s) { s[r.s].vectorize(s[r.s].axes()[0], 3); },
+     "vectorize: a vector of 3 elements on 'S', expected a power of two from 1 to 64"},
 };
 
 TEST(DslErrorTest, ReduceLanesOnANonReductionIsRejected) {

@@ -115,12 +115,14 @@ TEST_P(ExamplesTest, GeluBiasAddMatchesReferenceAtAStaticShape) {
 }
 
 // Points of the tuning space (dsl/tuning.h) that use reduction lanes (with tails: 33 and 1000
-// columns against 32 and 64 lanes), rows fused into one loop (its loads of per-row values
-// hoisted out of the vector loops) and split loops, against the same references.
+// columns against 32 to 128 lanes; partials combined by the halving tree, or, for 48 lanes, a
+// loop), rows fused into one loop (its loads of per-row values hoisted out of the vector loops),
+// split loops and 8-element vectors, against the same references.
 TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
   testing::use_temp_cache();
-  const ScheduleKnobs points[] = {{true, true, 0, 0, 64}, {true, false, 0, 16, 32}, {false, true, 4, 64, 64},
-                                  {false, false, 2, 0, 32}};
+  const ScheduleKnobs points[] = {{true, true, 0, 0, 64, 0},    {true, false, 0, 16, 32, 0}, {false, true, 4, 64, 64, 0},
+                                  {false, false, 2, 0, 32, 0},  {true, true, 0, 32, 128, 8}, {false, true, 2, 0, 48, 8},
+                                  {true, true, 0, 0, 48, 0}};
   for (const ScheduleKnobs& k : points) {
     SCOPED_TRACE(knobs_text(k));
     for (const char* op : {"layernorm", "softmax"}) {
@@ -132,6 +134,7 @@ TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
       auto f = lower(s, e->args, e->name);
       ASSERT_TRUE(f.ok()) << f.status().to_string();
       if (k.lanes > 1) EXPECT_NE(to_string(*f).find(std::to_string(k.lanes) + " lanes"), std::string::npos);
+      if (k.vec > 0) EXPECT_NE(to_string(*f).find(std::to_string(k.vec) + "-element vectors"), std::string::npos);
       auto kernel = build(*f);
       ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
       for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {3, 1000}, {4, 768}}) {

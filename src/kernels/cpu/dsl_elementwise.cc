@@ -14,7 +14,8 @@
 namespace kiln::kernels {
 namespace {
 
-dsl::Expr to_dsl(const ops::CustomExpr& e, const std::vector<dsl::Tensor>& xs, const dsl::Expr& i) {
+// `i`: the output element's index, which every input is read at (inputs of the output's shape).
+dsl::Expr to_dsl(const ops::CustomExpr& e, const std::vector<dsl::Tensor>& xs, const std::vector<dsl::Expr>& i) {
   using K = ops::CustomExpr::Kind;
   switch (e.kind) {
     case K::kInput: return xs[static_cast<size_t>(e.input)](i);
@@ -59,15 +60,26 @@ bool has_attr(const ops::CustomExpr& e) {
   return false;
 }
 
-Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs, int64_t split) {
+Status check_expr(const ops::CustomExpr& e, int num_inputs) {
   if (has_attr(e)) return invalid_argument("custom op compute %s: attributes are not bound", ops::custom_expr_text(e).c_str());
   if (ops::custom_expr_inputs(e) > num_inputs || num_inputs < 1)
     return invalid_argument("custom op compute %s reads more than its %d inputs", ops::custom_expr_text(e).c_str(),
                             num_inputs);
-  dsl::Expr n = dsl::var("n");
+  return ok_status();
+}
+
+// Inputs X0.. and the output Y, all of `shape`.
+std::pair<std::vector<dsl::Tensor>, dsl::Tensor> compute_expr(const ops::CustomExpr& e, int num_inputs,
+                                                              const std::vector<dsl::Expr>& shape) {
   std::vector<dsl::Tensor> xs;
-  for (int k = 0; k < num_inputs; ++k) xs.push_back(dsl::placeholder("X" + std::to_string(k), {n}));
-  dsl::Tensor y = dsl::compute("Y", {n}, [&](const std::vector<dsl::Expr>& idx) { return to_dsl(e, xs, idx[0]); });
+  for (int k = 0; k < num_inputs; ++k) xs.push_back(dsl::placeholder("X" + std::to_string(k), shape));
+  dsl::Tensor y = dsl::compute("Y", shape, [&](const std::vector<dsl::Expr>& idx) { return to_dsl(e, xs, idx); });
+  return {xs, y};
+}
+
+Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs, int64_t split) {
+  KILN_RETURN_IF_ERROR(check_expr(e, num_inputs));
+  auto [xs, y] = compute_expr(e, num_inputs, {dsl::var("n")});
   // One vectorised loop (the caller runs tiles in parallel), or split with its inner part
   // vectorised when tuned.
   dsl::Schedule s({y});
@@ -83,6 +95,17 @@ Expected<dsl::LoweredFunc> lower_expr(const ops::CustomExpr& e, int num_inputs, 
 }
 
 }  // namespace
+
+Expected<dsl::Example> dsl_elementwise_example(const ops::CustomExpr& e, int num_inputs, dsl::Expr rows,
+                                                dsl::Expr cols) {
+  KILN_RETURN_IF_ERROR(check_expr(e, num_inputs));
+  auto [xs, y] = compute_expr(e, num_inputs, {rows, cols});
+  dsl::Example ex{dsl_tile_signature(e, num_inputs), xs, y, nullptr};
+  ex.args.push_back(y);
+  // Its hand schedule is the default's loops: rows parallel, columns vectorized.
+  ex.tuned_schedule = [](dsl::Schedule&, const dsl::Example&) {};
+  return ex;
+}
 
 std::string dsl_tile_signature(const ops::CustomExpr& e, int num_inputs) {
   return "elementwise/" + std::to_string(num_inputs) + " " + ops::custom_expr_text(e);

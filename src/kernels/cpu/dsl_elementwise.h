@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "dsl/build_cache.h"
+#include "dsl/examples.h"
 #include "ops/custom_expr.h"
 
 namespace kiln::kernels {
@@ -28,6 +29,12 @@ Expected<DslTileKernel> dsl_tile_kernel(const ops::CustomExpr& e, int num_inputs
 
 // The DSL source of that kernel's compute as loop IR, for `kiln inspect`-style dumps and tests.
 Expected<std::string> dsl_tile_kernel_ir(const ops::CustomExpr& e, int num_inputs, int64_t split = 0);
+
+// The same compute over [rows, cols] (every input of that shape) as a DSL example operator, for
+// kiln tune --op FILE (an element-wise op of one's own, tuned with dsl/tuning.h's knobs); its
+// name is dsl_tile_signature's. Errors as dsl_tile_kernel's for an unbound or bad expression.
+Expected<dsl::Example> dsl_elementwise_example(const ops::CustomExpr& e, int num_inputs, dsl::Expr rows,
+                                                dsl::Expr cols);
 
 // The elements of a tile, FusedElementwise's unit of work and so the extent the kernel is
 // called with (and tuned at).
