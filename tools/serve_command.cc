@@ -36,6 +36,8 @@ struct ServeArgs {
   int log_keep = 5;
   int http_threads = 64;
   int http_read_timeout_s = 30;
+  int http_request_timeout_s = 60;
+  int http_max_waiting = 256;
   int64_t max_body_mb = 64;
   const CLI::Option* threads_opt = nullptr;
 };
@@ -126,6 +128,8 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   options.port = args.port;
   options.threads = args.http_threads;
   options.read_timeout_s = args.http_read_timeout_s;
+  options.request_timeout_s = args.http_request_timeout_s;
+  options.max_waiting = args.http_max_waiting;
   options.max_body_bytes = static_cast<size_t>(args.max_body_mb) << 20;
   options.cores = args.cores.http;
   options.log = log;
@@ -159,6 +163,11 @@ int run_serve(ServeArgs args) {
     return usage_error("serve", str_format("--http-threads must be 1..4096 (got %d)", args.http_threads));
   if (args.http_read_timeout_s < 1 || args.http_read_timeout_s > 3600)
     return usage_error("serve", str_format("--http-read-timeout must be 1..3600 seconds (got %d)", args.http_read_timeout_s));
+  if (args.http_request_timeout_s < 1 || args.http_request_timeout_s > 86400)
+    return usage_error("serve", str_format("--http-request-timeout must be 1..86400 seconds (got %d)",
+                                           args.http_request_timeout_s));
+  if (args.http_max_waiting < 0 || args.http_max_waiting > 65536)
+    return usage_error("serve", str_format("--http-max-waiting must be 0..65536 (got %d)", args.http_max_waiting));
   if (args.max_body_mb < 1 || args.max_body_mb > 65536)
     return usage_error("serve", str_format("--max-body-mb must be 1..65536 (got %lld)", static_cast<long long>(args.max_body_mb)));
   // Pinning first: the devices split the cores this thread may run on when the runtime
@@ -214,6 +223,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--http-read-timeout", args->http_read_timeout_s,
                  "Seconds a connection may send nothing, within a request or before the next, before it is closed "
                  "(default 30)");
+  app.add_option("--http-request-timeout", args->http_request_timeout_s,
+                 "Seconds a request (line, headers and body) may take to arrive, from its first byte, before its "
+                 "connection is closed: a client trickling bytes cannot keep a thread (default 60)");
+  app.add_option("--http-max-waiting", args->http_max_waiting,
+                 "Connections that may wait for an HTTP thread when all are taken; more get 503 at once (default 256)");
   app.add_option("--max-body-mb", args->max_body_mb, "Largest request body accepted, in MiB; larger gets 413 (default 64)");
   return [args] { return run_serve(*args); };
 }

@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +18,7 @@
 
 #include "serve/affinity.h"
 #include "serve/completions_codec.h"
+#include "serve/http_connection.h"
 
 namespace kiln::serve {
 namespace {
@@ -56,11 +59,47 @@ json tensor_metadata(const TensorInfo& t) {
   return {{"name", t.name}, {"datatype", kserve_datatype(t.dtype)}, {"shape", t.dims}};
 }
 
-// httplib's server with its per-connection entry point (protected: listen() calls it for
-// each request read from an accepted socket) opened to serve_bytes.
+// httplib's server with its per-request entry point (protected: the socket loop calls it for
+// each request read from an accepted socket) opened to serve_bytes, and with Kiln's socket
+// loop (http_connection.h) in place of httplib's.
 class HttplibServer : public httplib::Server {
  public:
   using httplib::Server::process_request;
+
+  // Set before listen().
+  ConnectionLimits limits;
+  size_t threads = 0, max_waiting = 0;
+  std::function<void()> on_busy;                                    // a connection refused with 503
+  std::function<void(const std::string& peer)> on_request_deadline;  // a request cut at its deadline
+
+ private:
+  // httplib's socket loop is a private virtual: overriding it is allowed, calling it is not,
+  // so the keep-alive loop is whole here, over a stream that enforces the request deadline.
+  bool process_and_close_socket(socket_t sock) override {
+    bool ret = false;
+    if (BoundedConnectionQueue::rejecting()) {
+      answer_busy(sock, threads, max_waiting);
+      if (on_busy) on_busy();
+    } else {
+      DeadlineSocketStream stream(sock, limits);
+      auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
+      for (size_t left = limits.keep_alive_max_requests; left > 0 && stream.wait_for_request(stopping); --left) {
+        stream.start_request();
+        bool closed = false;
+        ret = process_request(stream, left == 1, closed, nullptr);
+        if (stream.deadline_hit() && on_request_deadline) {
+          std::string ip;
+          int port = 0;
+          stream.get_remote_ip_and_port(ip, port);
+          on_request_deadline(ip + ":" + std::to_string(port));
+        }
+        if (!ret || closed || stream.deadline_hit()) break;
+      }
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
 };
 
 // A connection whose input is a byte string and whose output is collected: what httplib
@@ -422,25 +461,39 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(ModelRegistry& registry, Metrics& metrics, const HttpOptions& options)
     : impl_(std::make_unique<Impl>(registry, metrics, options)) {
-  const int threads = options.threads;
-  impl_->server.new_task_queue = [threads] {
+  const size_t threads = static_cast<size_t>(options.threads), max_waiting = static_cast<size_t>(options.max_waiting);
+  impl_->server.new_task_queue = [threads, max_waiting] {
     // Called by listen() on its thread: the pool's threads inherit its affinity and, for the
     // time they are started, its name.
     char name[16] = "kiln";
     pthread_getname_np(pthread_self(), name, sizeof(name));
     pthread_setname_np(pthread_self(), "kiln-http");
-    auto* pool = new httplib::ThreadPool(static_cast<size_t>(threads));
+    auto* pool = new BoundedConnectionQueue(threads, max_waiting);
     pthread_setname_np(pthread_self(), name);
     return pool;
   };
   impl_->server.set_payload_max_length(options.max_body_bytes);
-  // A connection that sends nothing for read_timeout_s, within a request (read timeout) or
-  // before its next one (keep-alive timeout, also before the first), is closed, so that idle
-  // connections give their thread back. httplib restarts the timeout at every byte: a client
-  // that trickles a byte at a time is not cut by it (docs/serve.md, "Slow clients").
-  impl_->server.set_read_timeout(options.read_timeout_s, 0);
-  impl_->server.set_keep_alive_timeout(options.read_timeout_s);
-  impl_->server.set_keep_alive_max_count(1000);
+  // A connection that sends nothing for read_timeout_s, within a request or before its next
+  // one (also before the first), is closed, so that idle connections give their thread back;
+  // a request that is not whole request_timeout_s after its first byte is cut, so that a
+  // client trickling a byte at a time cannot keep a thread either (docs/serve.md, "Slow
+  // clients"). Beyond the threads, max_waiting connections wait; more get a 503 at once.
+  HttplibServer& server = impl_->server;
+  server.limits.read_timeout_s = options.read_timeout_s;
+  server.limits.keep_alive_timeout_s = options.read_timeout_s;
+  server.limits.request_timeout_s = options.request_timeout_s;
+  server.threads = threads;
+  server.max_waiting = max_waiting;
+  Impl* impl = impl_.get();
+  server.on_busy = [impl] {
+    impl->metrics.count_http(503);
+    if (impl->options.log) impl->options.log->write("503 to a connection beyond --http-threads + --http-max-waiting");
+  };
+  server.on_request_deadline = [impl](const std::string& peer) {
+    if (impl->options.log)
+      impl->options.log->write(str_format("%s: request not whole %d s after its first byte: connection closed",
+                                          peer.c_str(), impl->options.request_timeout_s));
+  };
   // httplib writes a response's headers and body separately: with Nagle's algorithm the body
   // waits for the ACK of the headers, which the client delays (40 ms on Linux) - 50 ms a
   // request where the model takes 5.

@@ -6,8 +6,8 @@
 //   POST /v2/models/<m>[/versions/<v>]/infer   (JSON, or binary tensors after a JSON header)
 //   POST /v2/repository/index, /v2/repository/models/<m>/load, .../unload
 // Every error is a JSON {"error": "..."} body: 400 bad request, 404 unknown model or route,
-// 413 body over the limit, 503 queue full (with Retry-After) or shutting down, 500 a failed
-// execution.
+// 413 body over the limit, 503 queue full (with Retry-After), every connection thread taken
+// and --http-max-waiting connections waiting, or shutting down, 500 a failed execution.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +28,8 @@ struct HttpOptions {
   int threads = 64;  // connections served at once (each keep-alive connection holds one)
   size_t max_body_bytes = size_t{64} << 20;
   int read_timeout_s = 30;  // a client that sends nothing for this long (in or between requests) is disconnected
+  int request_timeout_s = 60;  // a request (line, headers, body) must arrive whole within this of its first byte
+  int max_waiting = 256;     // connections waiting for a thread; beyond, a connection gets 503 at once
   std::vector<int> cores;   // empty: not pinned; else listen() and the connection threads run there
   LogFile* log = nullptr;   // when set: one line per request (method, path, status, bytes), and loads
 };

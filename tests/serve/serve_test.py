@@ -807,7 +807,8 @@ class PinningTest(unittest.TestCase):
             names = [n for n, _ in threads.values()]
             http_threads = [c for n, c in threads.values() if n == "kiln-http"]
             workers = [c for n, c in threads.values() if n == "kiln-worker"]
-            self.assertEqual(len(http_threads), 3, threads)
+            # The 3 connection threads and the overflow thread that answers 503 beyond them.
+            self.assertEqual(len(http_threads), 3 + 1, threads)
             self.assertEqual(set(http_threads), {http}, threads)
             # One worker per model instance on the device (pair has 2, and was loaded twice: the
             # old version's workers are gone), each with its prefetch stream's thread, which
@@ -926,6 +927,96 @@ class SlowClientTest(unittest.TestCase):
             for s in idle:
                 s.close()
             self.assertEqual(server.stop()[0], 0)
+
+    def assert_linear_answer(self, status, data, x):
+        """A 200 whose output is the linear model's on x (NumPy)."""
+        self.assertEqual(status, 200, data)
+        np.testing.assert_allclose(np.array(json.loads(data)["outputs"][0]["data"]).reshape(1, 4), reference(x),
+                                   rtol=1e-5, atol=1e-5)
+
+    def test_a_client_trickling_bytes_is_cut_at_the_request_deadline(self):
+        repo = os.path.join(WORK, "repo_trickle")
+        make_repository(repo)
+        # One connection thread; silence is allowed for 5 s, but a request must be whole 2 s
+        # after its first byte. A byte every 0.3 s never meets the read timeout.
+        server = Server(repo, "--devices", "1", "--http-threads", "1", "--http-read-timeout", "5",
+                        "--http-request-timeout", "2")
+        trickler = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            request = b"POST /v2/models/linear/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"{" * 1000
+            start = time.monotonic()
+            cut_after = None
+            for i in range(len(request)):
+                try:
+                    trickler.sendall(request[i:i + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    cut_after = time.monotonic() - start
+                    break
+                trickler.settimeout(0.3)
+                try:
+                    if trickler.recv(4096) == b"":
+                        cut_after = time.monotonic() - start
+                        break
+                except socket.timeout:
+                    pass
+                if time.monotonic() - start > 10:
+                    break
+            self.assertIsNotNone(cut_after, "a client trickling a byte every 0.3 s kept its connection 10 s")
+            self.assertGreater(cut_after, 1.5)
+            self.assertLess(cut_after, 4.0)
+            # The one thread is free again: a valid request is answered, right.
+            x = RNG.standard_normal((1, 8)).astype(np.float32)
+            self.assert_linear_answer(*server.request("POST", "/v2/models/linear/infer", infer_json(x))[::2], x)
+        finally:
+            trickler.close()
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_connections_beyond_the_waiting_bound_get_503_at_once(self):
+        repo = os.path.join(WORK, "repo_busy")
+        make_repository(repo)
+        # One thread, one waiting place: A holds the thread (silent, 10 s read timeout), B
+        # waits, C finds no place and is answered 503 at once; once A leaves, B is served.
+        server = Server(repo, "--devices", "1", "--http-threads", "1", "--http-max-waiting", "1",
+                        "--http-read-timeout", "10")
+        a = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            time.sleep(0.3)
+            x = RNG.standard_normal((1, 8)).astype(np.float32)
+            b_result = {}
+
+            def client_b():
+                conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+                conn.request("POST", "/v2/models/linear/infer", body=infer_json(x))
+                r = conn.getresponse()
+                b_result["status"], b_result["data"] = r.status, r.read()
+                conn.close()
+
+            b = threading.Thread(target=client_b)
+            b.start()
+            time.sleep(0.3)
+            start = time.monotonic()
+            status, headers, data = server.request("POST", "/v2/models/linear/infer", infer_json(x))
+            self.assertLess(time.monotonic() - start, 2.0)
+            self.assertEqual(status, 503, data)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertIn("--http-max-waiting", json.loads(data)["error"])
+            self.assertTrue(b.is_alive(), "B should still be waiting for the thread A holds")
+            a.close()
+            b.join(30)
+            self.assertIn("status", b_result, "B was not answered")
+            self.assert_linear_answer(b_result["status"], b_result["data"], x)
+            status, _, metrics = server.request("GET", "/metrics")
+            self.assertRegex(metrics.decode(), r'kiln_http_responses_total\{code="5xx"\} 1\b')
+        finally:
+            a.close()
+            self.assertEqual(server.stop()[0], 0)
+
+    def test_bad_limits_are_usage_errors(self):
+        for args in (["--http-request-timeout", "0"], ["--http-max-waiting", "-1"]):
+            r = subprocess.run([KILN, "serve", "--model-repository", WORK, *args], capture_output=True, text=True,
+                               timeout=60, env=ENV)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(args[0], r.stderr)
 
 
 class ShutdownTest(unittest.TestCase):
