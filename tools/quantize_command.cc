@@ -183,11 +183,14 @@ int run_quantize(const QuantizeArgs& args) {
   std::string model_dir = std::filesystem::path(args.model).parent_path().string();
   auto bn_folded = quant::fold_batchnorm_into_conv(*model, model_dir);
   if (!bn_folded.ok()) return report_error(kCmd, args.model + ": " + bn_folded.status().to_string());
+  // So are Mul / Add by per-channel constants after a convolution (the same header).
+  auto affine_folded = quant::fold_scale_shift_into_conv(*model, model_dir);
+  if (!affine_folded.ok()) return report_error(kCmd, args.model + ": " + affine_folded.status().to_string());
   // Transposed constant weights (MatMul(x, Transpose(W))) stored transposed, so that they are
   // quantised as weights (quant/transpose_folding.h).
   auto transposes = quant::fold_constant_transposes(*model, model_dir);
   if (!transposes.ok()) return report_error(kCmd, args.model + ": " + transposes.status().to_string());
-  const int prepared = constants + *bn_folded + *transposes + (upgraded ? 1 : 0);
+  const int prepared = constants + *bn_folded + *affine_folded + *transposes + (upgraded ? 1 : 0);
   compiler::CompileOptions options;
   options.passes.opt_level = 0;
   std::string folded_bytes;

@@ -26,4 +26,15 @@ namespace kiln::quant {
 // `model_dir`: where external-data initializers live.
 Expected<int> fold_batchnorm_into_conv(onnx::ModelProto& model, const std::string& model_dir);
 
+// The same for a Mul and/or an Add by constants after a Conv (PaddlePaddle's "learnable affine
+// block", after every convolution of PP-OCRv4's detector): a chain Conv -> Mul(k) -> Add(d)
+// (or Add alone, or several, in any order), k and d float32 initializers nothing else reads,
+// each one value or one per output channel ([C, 1, ..] or [1, C, 1, ..]), either operand
+// order, each intermediate read only by the next: a Mul makes W'[o] = W[o] * k[o] and
+// B'[o] = B[o] * k[o], an Add B'[o] = B[o] + d[o] (double, stored float32).
+// Left in place, the Mul and Add run in float between the convolution's DequantizeLinear and
+// the next QuantizeLinear (two more passes over the activation) and the QuantizeLinear
+// measures the unscaled sum. Returns how many Mul and Add nodes were folded.
+Expected<int> fold_scale_shift_into_conv(onnx::ModelProto& model, const std::string& model_dir);
+
 }  // namespace kiln::quant

@@ -5,7 +5,8 @@ A Conv -> BatchNormalization -> Relu model written with onnx.helper is quantised
 model must have no BatchNormalization left, and its dequantised weights and biases must be
 PyTorch's folding of the same Conv and BatchNorm (torch.nn.utils.fusion.fuse_conv_bn_eval)
 within half a quantisation step per channel. A BatchNormalization whose parameters another
-node also reads is left alone.
+node also reads is left alone. The same for Mul / Add by constants after a Conv (PP-OCRv4's
+"learnable affine blocks"), against NumPy's W * k and B * k + d.
 
 Usage: batchnorm_folding_test.py KILN WORKDIR
 """
@@ -41,6 +42,26 @@ def conv_bn_model(rng, shared_scale=False):
     g = helper.make_graph(nodes, "convbn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           outputs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), (w, b, gamma, beta, mean, var)
+
+
+def conv_affine_model(rng, shared_scale=False):
+    """Conv -> Mul(k: one value) -> Add(d: one per channel, [1, C, 1, 1]) -> Relu."""
+    w = rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.1, 6).astype(np.float32)
+    k = np.array([1.7], np.float32)
+    d = rng.normal(0, 0.5, (1, 6, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (b, "b"), (k, "k"), (d, "d"))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["k", "c"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "d"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])]
+    if shared_scale:  # another reader of k: the Mul must stay (and the Add after it)
+        nodes.append(helper.make_node("Identity", ["k"], ["k2"], name="id"))
+        outputs.append(helper.make_tensor_value_info("k2", TensorProto.FLOAT, [1]))
+    g = helper.make_graph(nodes, "convaffine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), (w, b, k, d)
 
 
 def torch_folded(params):
@@ -100,6 +121,27 @@ class BatchNormFoldingTest(unittest.TestCase):
         self.assertLess(float(np.abs(b - want_b).max()), 1e-3)
         # The Conv's output is the normalisation's: Relu reads it, the QDQ pair follows Relu.
         self.assertEqual(conv.output[0], "n")
+
+    def test_affine_folded_into_conv(self):
+        model, (w0, b0, k, d) = conv_affine_model(np.random.default_rng(3))
+        q = self.quantise("affine", model)
+        ops = [n.op_type for n in q.graph.node]
+        self.assertNotIn("Mul", ops)
+        self.assertNotIn("Add", ops)
+        conv = next(n for n in q.graph.node if n.op_type == "Conv")
+        w, w_scale = dequantized(q, conv.input[1])
+        b, _ = dequantized(q, conv.input[2])
+        want_w = w0.astype(np.float64) * float(k[0])
+        want_b = b0.astype(np.float64) * float(k[0]) + d.ravel()
+        step = w_scale.reshape(-1, 1, 1, 1)
+        self.assertTrue(np.all(np.abs(w - want_w) <= 0.5 * step + 1e-7), np.abs(w - want_w).max())
+        self.assertLess(float(np.abs(b - want_b).max()), 1e-3)
+        self.assertEqual(conv.output[0], "a")  # the Add's output: Relu reads it, the QDQ pair follows Relu
+
+    def test_shared_affine_constant_stays_unfolded(self):
+        model, _ = conv_affine_model(np.random.default_rng(4), shared_scale=True)
+        ops = [n.op_type for n in self.quantise("affine_shared", model).graph.node]
+        self.assertIn("Mul", ops)
 
     def test_shared_parameters_stay_unfolded(self):
         model, _ = conv_bn_model(np.random.default_rng(2), shared_scale=True)
