@@ -120,9 +120,9 @@ TEST_P(ExamplesTest, GeluBiasAddMatchesReferenceAtAStaticShape) {
 // split loops and 8-element vectors, against the same references.
 TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
   testing::use_temp_cache();
-  const ScheduleKnobs points[] = {{true, true, 0, 0, 64, 0},    {true, false, 0, 16, 32, 0}, {false, true, 4, 64, 64, 0},
-                                  {false, false, 2, 0, 32, 0},  {true, true, 0, 32, 128, 8}, {false, true, 2, 0, 48, 8},
-                                  {true, true, 0, 0, 48, 0}};
+  // Four points (each a compiler run per operator): every knob value class at least once.
+  const ScheduleKnobs points[] = {{true, true, 0, 0, 64, 0}, {true, false, 0, 16, 32, 8}, {false, true, 4, 64, 128, 0},
+                                  {false, false, 2, 0, 48, 8}};
   for (const ScheduleKnobs& k : points) {
     SCOPED_TRACE(knobs_text(k));
     for (const char* op : {"layernorm", "softmax"}) {
