@@ -67,31 +67,52 @@ Expected<MakeOp> resolve_op(const std::string& op) {
   return MakeOp([e, inputs](dsl::Expr r, dsl::Expr c) { return kernels::dsl_elementwise_example(e, inputs, r, c); });
 }
 
-// The fastest of `reps` calls of the schedule built by `schedule` (the minimum: the call least
-// disturbed by other work on the machine), or an error (illegal schedule, build failure).
-Expected<double> measure(const MakeOp& make, int64_t rows, int64_t cols,
-                         const std::function<void(dsl::Schedule&, const dsl::Example&)>& schedule, int reps) {
+// A schedule's kernel, built, with inputs to call it on.
+struct Candidate {
+  std::shared_ptr<dsl::Kernel> kernel;
+  std::vector<std::vector<float>> data;
+  std::vector<float*> bufs;
+  double time_once_us() {
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = kernel->run(bufs, {});
+    (void)st;  // checked by the warm-up calls in prepare()
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// The kernel of the schedule built by `schedule`, warmed up, or an error (illegal schedule, build
+// failure, a failing call).
+Expected<std::unique_ptr<Candidate>> prepare(const MakeOp& make, int64_t rows, int64_t cols,
+                                             const std::function<void(dsl::Schedule&, const dsl::Example&)>& schedule) {
   KILN_ASSIGN_OR_RETURN(dsl::Example ex, make(dsl::Expr(rows), dsl::Expr(cols)));
   dsl::Schedule s({ex.output});
   schedule(s, ex);
   dsl::auto_schedule(s);
   KILN_ASSIGN_OR_RETURN(dsl::LoweredFunc f, dsl::lower(s, ex.args, ex.name));
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<dsl::Kernel> k, dsl::build(f));
-  std::vector<std::vector<float>> data;
-  std::vector<float*> bufs;
+  auto c = std::make_unique<Candidate>();
+  KILN_ASSIGN_OR_RETURN(c->kernel, dsl::build(f));
   for (const dsl::Tensor& t : ex.args) {
     const size_t n = t->shape.size() == 2 ? static_cast<size_t>(rows * cols) : static_cast<size_t>(cols);
-    data.emplace_back(n);
-    for (size_t i = 0; i < n; ++i) data.back()[i] = static_cast<float>((i * 7919) % 997) / 997.0f - 0.5f;
-    bufs.push_back(data.back().data());
+    c->data.emplace_back(n);
+    for (size_t i = 0; i < n; ++i) c->data.back()[i] = static_cast<float>((i * 7919) % 997) / 997.0f - 0.5f;
+    c->bufs.push_back(c->data.back().data());
   }
-  std::vector<double> us;
-  for (int i = 0; i < reps + 3; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(k->run(bufs, {}));
-    if (i >= 3) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  for (int i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(c->kernel->run(c->bufs, {}));
+  return c;
+}
+
+// The fastest of `reps` calls of `c` (the minimum: the call least disturbed by other work on the
+// machine); with `paired`, the calls alternate with as many of `paired`, and the result is c's
+// minimum scaled by paired's reference minimum over paired's minimum in this run: both see the
+// same load (on a 2-core machine shared with other jobs the load changes between trials by more
+// than the schedules differ), and the reference time makes the figures comparable.
+double time_min_us(Candidate& c, int reps, Candidate* paired = nullptr, double paired_ref_us = 0) {
+  double best = 1e300, best_paired = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    best = std::min(best, c.time_once_us());
+    if (paired) best_paired = std::min(best_paired, paired->time_once_us());
   }
-  return *std::min_element(us.begin(), us.end());
+  return paired ? best * paired_ref_us / best_paired : best;
 }
 
 // The time of one run of a DSL-kernel node's kernel scheduled with `split`: its kernel called
@@ -215,11 +236,16 @@ int run_tune(const TuneArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
-  // 1. The baselines: the default schedule and the hand schedule of the example.
-  auto def = measure(*make, rows, cols, [](dsl::Schedule&, const dsl::Example&) {}, args.reps);
-  if (!def.ok()) return report_error("tune", def.status().to_string());
-  auto hand = measure(
-      *make, rows, cols, [](dsl::Schedule& s, const dsl::Example& e) { e.tuned_schedule(s, e); }, args.reps);
+  // 1. The baselines: the default schedule and the hand schedule of the example. Every later
+  //    trial is timed alternating with the default (time_min_us).
+  auto def_kernel = prepare(*make, rows, cols, [](dsl::Schedule&, const dsl::Example&) {});
+  if (!def_kernel.ok()) return report_error("tune", def_kernel.status().to_string());
+  auto def = Expected<double>(time_min_us(**def_kernel, args.reps));
+  auto measure = [&](const std::function<void(dsl::Schedule&, const dsl::Example&)>& schedule) -> Expected<double> {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Candidate> c, prepare(*make, rows, cols, schedule));
+    return time_min_us(*c, args.reps, def_kernel->get(), *def);
+  };
+  auto hand = measure([](dsl::Schedule& s, const dsl::Example& e) { e.tuned_schedule(s, e); });
   char hand_text[64];
   if (hand.ok()) std::snprintf(hand_text, sizeof hand_text, "%.2f us", *hand);
   std::printf("%s [%lld, %lld] on %s: default schedule %.2f us, hand schedule %s\n", op.c_str(),
@@ -266,8 +292,7 @@ int run_tune(const TuneArgs& args) {
     if (!pick) break;
     const dsl::ScheduleKnobs k = *pick;
     tried.push_back(k);
-    auto us = measure(
-        *make, rows, cols, [&](dsl::Schedule& s, const dsl::Example& e) { dsl::apply_knobs(s, e, k); }, args.reps);
+    auto us = measure([&](dsl::Schedule& s, const dsl::Example& e) { dsl::apply_knobs(s, e, k); });
     if (!us.ok()) {
       std::printf("trial %zu: %s: refused: %s\n", t + 1, dsl::knobs_text(k).c_str(), us.status().message().c_str());
       continue;
