@@ -25,6 +25,7 @@ struct GenerateArgs {
   int64_t requests = 0;
   int64_t block_size = 16;
   int64_t kv_cache_mib = 256;
+  int64_t step_tokens = 0;  // rows per step with chunked prefill; 0: whole prefills
   float temperature = 0.0f;
   int64_t top_k = 0;
   float top_p = 1.0f;
@@ -64,6 +65,8 @@ int run_generate(const GenerateArgs& args) {
   if (args.requests < 0) return usage_error(cmd, "--requests must not be negative");
   if (args.block_size < 1 || args.block_size > 4096) return usage_error(cmd, "--block-size must be in 1..4096");
   if (args.kv_cache_mib < 1) return usage_error(cmd, "--kv-cache-mib must be at least 1");
+  if (args.step_tokens != 0 && args.step_tokens < args.batch)
+    return usage_error(cmd, "--step-tokens must be 0 (whole prefills) or at least --batch");
   llm::SamplingOptions sampling{args.temperature, args.top_k, args.top_p, args.seed};
   if (Status st = llm::validate_sampling(sampling); !st.ok()) return usage_error(cmd, st.message());
   std::vector<std::vector<int64_t>> prompts;
@@ -90,6 +93,7 @@ int run_generate(const GenerateArgs& args) {
   options.block_size = args.block_size;
   options.kv_cache_mib = args.kv_cache_mib;
   options.max_batch = args.batch;
+  options.max_step_tokens = args.step_tokens;
   auto engine = llm::Engine::create(std::move(*model), options);
   if (!engine.ok()) return report_error(cmd, engine.status().to_string());
   llm::Engine& e = **engine;
@@ -157,6 +161,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--seed", args->seed, "Sampling seed (request i uses seed + i; default 0)");
   app.add_option("--block-size", args->block_size, "KV cache block, in tokens (default 16)");
   app.add_option("--kv-cache-mib", args->kv_cache_mib, "KV cache pool size in MiB (default 256)");
+  app.add_option("--step-tokens", args->step_tokens,
+                 "Rows per step: prefill in chunks beside the decode rows, at least --batch (default 0: whole "
+                 "prefills before each decode step)");
   args->threads_opt = app.add_option("--threads", args->threads, "Threads (default: the cores)");
   app.add_flag("--quiet", args->quiet, "Print only the summary, not the tokens");
   return [args] { return run_generate(*args); };

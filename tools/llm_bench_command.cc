@@ -9,7 +9,9 @@
 //                   the buckets alone;
 //   paged-nobuckets paged KV (blocks of --block-size), continuous batching of up to --batch
 //                   sessions, prefill padded to 2048;
-//   paged           paged KV, continuous batching, prefill buckets (the engine's default).
+//   paged           paged KV, continuous batching, prefill buckets (the engine's default);
+//   paged-chunked   with --step-tokens N: paged, continuous batching, and chunked prefill under
+//                   a budget of N rows per step beside the decode rows (vLLM's scheduling).
 //
 // Every configuration runs the same requests greedily on a fresh engine (so no configuration
 // reuses another's cached prefixes) and must produce the same tokens. Requests arrive all at
@@ -46,6 +48,7 @@ struct LlmBenchArgs {
   std::string model, mode = "both";
   int64_t requests = 16, prompt_min = 16, prompt_max = 1500, output_min = 16, output_max = 256;
   int64_t kv_memory_mib = 256, batch = 16, block_size = 16, repeat = 1;
+  int64_t step_tokens = 0;  // paged-chunked's budget of rows per step; 0: no such configuration
   uint64_t seed = 1;
   double arrival_rate = 0;  // requests per second; 0: all arrive at the start
   int threads = 0;
@@ -102,10 +105,13 @@ double percentile(std::vector<double> v, double p) {
 
 struct Config {
   const char* name;
-  bool paged, buckets;
+  bool paged, buckets, chunked;
 };
-constexpr Config kConfigs[] = {
-    {"fixed", false, false}, {"fixed-buckets", false, true}, {"paged-nobuckets", true, false}, {"paged", true, true}};
+constexpr Config kConfigs[] = {{"fixed", false, false, false},
+                               {"fixed-buckets", false, true, false},
+                               {"paged-nobuckets", true, false, false},
+                               {"paged", true, true, false},
+                               {"paged-chunked", true, true, true}};
 
 struct Result {
   double tokens_per_s = 0;  // best over the repeats
@@ -123,6 +129,7 @@ llm::EngineOptions options_for(const Config& cfg, const LlmBenchArgs& a) {
   o.block_size = cfg.paged ? a.block_size : kFixedLength;
   o.max_batch = cfg.paged ? a.batch : 1;
   if (!cfg.buckets) o.prefill_buckets = {kFixedLength};
+  if (cfg.chunked) o.max_step_tokens = a.step_tokens;
   return o;
 }
 
@@ -205,6 +212,8 @@ int run_llm_bench(const LlmBenchArgs& a) {
   if (a.batch < 1) return usage_error(cmd, "--batch must be at least 1");
   if (a.block_size < 1 || a.block_size > 4096) return usage_error(cmd, "--block-size must be in 1..4096");
   if (a.repeat < 1) return usage_error(cmd, "--repeat must be at least 1");
+  if (a.step_tokens != 0 && a.step_tokens < a.batch)
+    return usage_error(cmd, "--step-tokens must be 0 (no paged-chunked configuration) or at least --batch");
   if (!(a.arrival_rate >= 0) || !std::isfinite(a.arrival_rate))
     return usage_error(cmd, "--arrival-rate must be a number of requests per second, at least 0");
   std::string error;
@@ -225,7 +234,8 @@ int run_llm_bench(const LlmBenchArgs& a) {
 
   std::vector<const Config*> configs;
   for (const Config& cfg : kConfigs)
-    if (a.mode == "both" || (a.mode == "paged") == cfg.paged) configs.push_back(&cfg);
+    if ((a.mode == "both" || (a.mode == "paged") == cfg.paged) && (!cfg.chunked || a.step_tokens > 0))
+      configs.push_back(&cfg);
   std::vector<Result> results(configs.size());
   // Alternated: repeat r runs every configuration once, so a load change hits them alike.
   for (int64_t rep = 0; rep < a.repeat; ++rep)
@@ -245,10 +255,10 @@ int run_llm_bench(const LlmBenchArgs& a) {
     std::string s = str_format(
         "{\"model\": \"%s\", \"requests\": %lld, \"seed\": %llu, \"prompt_tokens\": %lld, \"output_tokens\": %lld, "
         "\"capped_prompts\": %lld, \"kv_memory_mib\": %lld, \"repeat\": %lld, \"arrival_rate\": %g, "
-        "\"same_tokens\": %s, \"lengths\": [",
+        "\"step_tokens\": %lld, \"same_tokens\": %s, \"lengths\": [",
         c.name.c_str(), (long long)a.requests, (unsigned long long)a.seed, (long long)w.prompt_tokens,
         (long long)w.output_tokens, (long long)w.capped, (long long)a.kv_memory_mib, (long long)a.repeat,
-        a.arrival_rate, same ? "true" : "false");
+        a.arrival_rate, (long long)a.step_tokens, same ? "true" : "false");
     for (size_t i = 0; i < w.requests.size(); ++i)
       s += str_format("%s[%lld, %lld]", i ? ", " : "", (long long)w.requests[i].prompt.size(),
                       (long long)w.requests[i].max_new_tokens);
@@ -303,6 +313,14 @@ int run_llm_bench(const LlmBenchArgs& a) {
                 paged->tokens_per_s / fixed->tokens_per_s, (long long)a.kv_memory_mib,
                 static_cast<double>(paged->sessions_fit) / std::max<int64_t>(1, fixed->sessions_fit),
                 100.0 * paged->fragmentation, 100.0 * fixed->fragmentation);
+  if (const Result* chunked = find("paged-chunked"); chunked && paged)
+    std::printf("paged-chunked (%lld rows per step) / paged: TPOT p50 %.2fx, p99 %.2fx; TTFT p50 %.2fx, p99 %.2fx; "
+                "tokens/s %.2fx\n",
+                (long long)a.step_tokens, percentile(chunked->tpot_ms, 50) / percentile(paged->tpot_ms, 50),
+                percentile(chunked->tpot_ms, 99) / percentile(paged->tpot_ms, 99),
+                percentile(chunked->ttft_ms, 50) / percentile(paged->ttft_ms, 50),
+                percentile(chunked->ttft_ms, 99) / percentile(paged->ttft_ms, 99),
+                chunked->tokens_per_s / paged->tokens_per_s);
   std::printf("greedy tokens: %s\n", same ? "identical in every configuration" : "DIFFER between configurations");
   return same ? 0 : kExitError;
 }
@@ -321,6 +339,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--kv-memory", args->kv_memory_mib, "KV cache memory in MiB, the same for every mode (default 256)");
   app.add_option("--batch", args->batch, "Most sessions decoding together in paged mode (default 16)");
   app.add_option("--block-size", args->block_size, "Paged mode's KV block in tokens (default 16)");
+  app.add_option("--step-tokens", args->step_tokens,
+                 "Add the paged-chunked configuration: chunked prefill under this many rows per step, at least "
+                 "--batch (default 0: not run)");
   app.add_option("--repeat", args->repeat, "Rounds of every configuration, alternated; best tokens/s (default 1)");
   app.add_option("--arrival-rate", args->arrival_rate,
                  "Requests per second, Poisson arrivals from the seed (default 0: all at the start)");

@@ -76,6 +76,11 @@ typedef struct {
   size_t numPrefillBuckets;
   int32_t numThreads;       /* threads of the engine's kernels; 0 (default): KILN_NUM_THREADS, else the cores */
   int32_t recordLogits;     /* 1: keep every token's logits (kilnllmGetRequestLogits); 0 (default) */
+  /* Added after the first release (a caller whose `size` ends before it gets the default):
+   * rows per step, 0 or at least maxBatch: each step runs every decoding request's row, then
+   * prefill chunks in the rest of the budget (chunked prefill, docs/llm.md); 0 (default): each
+   * admitted prompt is prefilled whole before the step's decode. */
+  int64_t maxStepTokens;
 } kilnllmEngineOptions;
 
 /* Fills `options` with the defaults above. KILN_ERROR_INVALID_PARAM for NULL. */
@@ -83,8 +88,8 @@ KILN_API kilnError kilnllmEngineOptionsInit(kilnllmEngineOptions* options);
 
 /* Loads and compiles the decoder in directory `modelDir` and makes an engine with an empty KV
  * pool (`options` NULL: the defaults). Errors: KILN_ERROR_INVALID_PARAM for a NULL argument
- * or an option out of range (block size outside 1..4096, no blocks, bad buckets, a `size` this
- * library does not know); KILN_ERROR_INVALID_FILE when the directory is missing or not a Kiln
+ * or an option out of range (block size outside 1..4096, no blocks, bad buckets, maxStepTokens
+ * neither 0 nor at least maxBatch, a `size` this library does not know); KILN_ERROR_INVALID_FILE when the directory is missing or not a Kiln
  * decoder directory (the message names the file and what is wrong); KILN_ERROR_BAD_ALLOC when
  * the KV pool cannot be allocated. `*engine` is set only on success. */
 KILN_API kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* options,

@@ -11,7 +11,9 @@
 #include "kiln/llm.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -218,6 +220,7 @@ kilnError kilnllmEngineOptionsInit(kilnllmEngineOptions* options) {
     options->numPrefillBuckets = 0;
     options->numThreads = 0;
     options->recordLogits = 0;
+    options->maxStepTokens = defaults.max_step_tokens;
     return success();
   });
 }
@@ -231,8 +234,15 @@ kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* 
     kilnllmEngineOptions o;
     kilnllmEngineOptionsInit(&o);
     if (options != nullptr) {
-      if (kilnError err = check_sized(api, "options", options, "kilnllmEngineOptions")) return err;
-      o = *options;
+      // The struct as first released ended before maxStepTokens: such a caller gets the default.
+      constexpr size_t first_size = offsetof(kilnllmEngineOptions, maxStepTokens);
+      if (options->size == first_size)
+        std::memcpy(static_cast<void*>(&o), options, first_size);
+      else if (kilnError err = check_sized(api, "options", options, "kilnllmEngineOptions"))
+        return err;
+      else
+        o = *options;
+      o.size = sizeof(o);
     }
     kiln::llm::EngineOptions eo;
     eo.block_size = o.blockSize;
@@ -240,6 +250,7 @@ kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* 
     eo.kv_blocks = o.kvBlocks;
     eo.max_batch = o.maxBatch;
     eo.record_logits = o.recordLogits != 0;
+    eo.max_step_tokens = o.maxStepTokens;
     if (o.blockSize <= 0 || o.blockSize > 4096)
       return fail(KILN_ERROR_INVALID_PARAM, "%s: blockSize %lld: must be in 1..4096 tokens", api, (long long)o.blockSize);
     if (o.kvBlocks < 0 || (o.kvBlocks == 0 && o.kvCacheMiB <= 0))

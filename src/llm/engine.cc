@@ -27,6 +27,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DecoderModel> m
   if (options.prefill_buckets.empty() || !std::is_sorted(options.prefill_buckets.begin(), options.prefill_buckets.end()) ||
       options.prefill_buckets.front() <= 0)
     return invalid_argument("prefill buckets must be positive and ascending");
+  if (options.max_step_tokens != 0 && options.max_step_tokens < options.max_batch)
+    return invalid_argument("max step tokens %lld: must be 0 (no budget) or at least the max batch %lld, so that "
+                            "every decoding sequence's row fits a step",
+                            (long long)options.max_step_tokens, (long long)options.max_batch);
   int64_t blocks = options.kv_blocks;
   if (blocks <= 0) {
     const int64_t block_bytes = KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, options.block_size);
@@ -115,7 +119,37 @@ int64_t Engine::prefill_bucket(int64_t n) const {
   return options_.prefill_buckets.back();
 }
 
+Expected<bool> Engine::admit_front(bool register_now) {
+  BlockManager& bm = cache_->blocks();
+  const int64_t id = waiting_.front();
+  const std::vector<int64_t> context = context_of(id);
+  const int64_t n = static_cast<int64_t>(context.size());
+  // Map the cached whole blocks of the context but its last token (whose logits are needed).
+  KILN_RETURN_IF_ERROR(bm.add_sequence(id));
+  const int64_t hit = bm.match_prefix(id, context, n - 1);
+  // Room for the context and a block more to decode into (capped at the request's whole
+  // context, which add_request checked against the pool): admitting with no room to grow
+  // would preempt at once and thrash.
+  Sequence& seq = sequences_.at(id);
+  const int64_t most = static_cast<int64_t>(seq.request.prompt.size()) + seq.request.max_new_tokens - 1;
+  if (!bm.can_reserve(id, std::min(n + options_.block_size, most))) {
+    bm.free_sequence(id);  // the mapped blocks go back (to the cache) until there is room
+    return false;
+  }
+  waiting_.pop_front();
+  KILN_RETURN_IF_ERROR(bm.reserve(id, n));
+  // Registered now, before the prefill computes them: a later request of this same group
+  // maps them, and its prefill pass comes after (or is) the one that writes them, and every
+  // pass writes all its K/V rows of a layer before attention reads any.
+  if (register_now) bm.register_blocks(id, context.data(), n);
+  seq.prefill_from = hit;
+  seq.context_len = n;
+  counters_.prefix_hit_tokens += hit;
+  return true;
+}
+
 Status Engine::step() {
+  if (options_.max_step_tokens > 0) return step_budgeted();
   ++counters_.steps;
   // 1. Admission: FCFS while the batch and the pool have room for the context (blocks are
   //    reserved here, so each check sees the ones before it). Prompts are packed side by side
@@ -126,35 +160,17 @@ Status Engine::step() {
   BlockManager& bm = cache_->blocks();
   while (!waiting_.empty() && static_cast<int64_t>(running_.size() + group.size()) < options_.max_batch) {
     const int64_t id = waiting_.front();
-    const std::vector<int64_t> context = context_of(id);
-    const int64_t n = static_cast<int64_t>(context.size());
-    // Map the cached whole blocks of the context but its last token (whose logits are needed).
-    KILN_RETURN_IF_ERROR(bm.add_sequence(id));
-    const int64_t hit = bm.match_prefix(id, context, n - 1);
-    // Room for the context and a block more to decode into (capped at the request's whole
-    // context, which add_request checked against the pool): admitting with no room to grow
-    // would preempt at once and thrash.
-    const Request& r = sequences_.at(id).request;
-    const int64_t most = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
-    if (!bm.can_reserve(id, std::min(n + options_.block_size, most))) {
-      bm.free_sequence(id);  // the mapped blocks go back (to the cache) until there is room
-      break;
-    }
-    if (!group.empty() && group_tokens + (n - hit) > chunk) {
+    KILN_ASSIGN_OR_RETURN(const bool admitted, admit_front(/*register_now=*/true));
+    if (!admitted) break;
+    const Sequence& seq = sequences_.at(id);
+    const int64_t tokens = seq.context_len - seq.prefill_from;
+    if (!group.empty() && group_tokens + tokens > chunk) {
       KILN_RETURN_IF_ERROR(prefill(group));
       group.clear();
       group_tokens = 0;
     }
-    waiting_.pop_front();
-    KILN_RETURN_IF_ERROR(bm.reserve(id, n));
-    // Registered now, before the prefill computes them: a later request of this same group
-    // maps them, and its prefill pass comes after (or is) the one that writes them, and every
-    // pass writes all its K/V rows of a layer before attention reads any.
-    bm.register_blocks(id, context.data(), n);
-    sequences_.at(id).prefill_from = hit;
-    counters_.prefix_hit_tokens += hit;
     group.push_back(id);
-    group_tokens += n - hit;
+    group_tokens += tokens;
   }
   if (!group.empty()) KILN_RETURN_IF_ERROR(prefill(group));
   // 2. + 3. One decode step for every running sequence.
@@ -163,6 +179,121 @@ Status Engine::step() {
   // could never make progress must not become a hang.
   if (running_.empty() && !waiting_.empty() && !bm.can_reserve(waiting_.front(), 1))
     return internal_error("KV pool has no block for request %lld with nothing running", (long long)waiting_.front());
+  return ok_status();
+}
+
+Status Engine::step_budgeted() {
+  ++counters_.steps;
+  const auto start_time = std::chrono::steady_clock::now();
+  BlockManager& bm = cache_->blocks();
+  const DecoderConfig& c = config();
+  // 1. A slot for every decoding sequence's next token (preempting the latest admitted, which
+  //    may be one still prefilling); their rows come first in the pass.
+  KILN_RETURN_IF_ERROR(reserve_decode_slots());
+  std::vector<int64_t> decoding;
+  std::vector<Piece> pieces;
+  int64_t budget = options_.max_step_tokens;
+  for (int64_t id : running_)
+    if (bm.length(id) >= sequences_.at(id).context_len) decoding.push_back(id);
+  budget -= static_cast<int64_t>(decoding.size());
+  // 2. Prefill chunks in the budget left: running sequences' unfinished prefills in admission
+  //    order, then new requests, first come first served, while the batch and pool have room.
+  for (int64_t id : running_) {
+    const int64_t done = bm.length(id), todo = sequences_.at(id).context_len - done;
+    if (todo > 0 && budget > 0) {
+      pieces.push_back({id, done, std::min(budget, todo)});
+      budget -= pieces.back().count;
+    }
+  }
+  while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+    const int64_t id = waiting_.front();
+    // Registered only once written (below): a chunk a later step computes must not be mapped.
+    KILN_ASSIGN_OR_RETURN(const bool admitted, admit_front(/*register_now=*/false));
+    if (!admitted) break;
+    Sequence& seq = sequences_.at(id);
+    seq.state.phase = RequestState::Phase::kRunning;
+    running_.push_back(id);
+    pieces.push_back({id, seq.prefill_from, std::min(budget, seq.context_len - seq.prefill_from)});
+    budget -= pieces.back().count;
+  }
+  const int64_t d = static_cast<int64_t>(decoding.size());
+  if (d == 0 && pieces.empty()) {
+    // As in step(): a step that could never make progress must not become a hang.
+    if (!waiting_.empty() && !bm.can_reserve(waiting_.front(), 1))
+      return internal_error("KV pool has no block for request %lld with nothing running", (long long)waiting_.front());
+    return ok_status();
+  }
+  // 3. One pass: decode rows, then the chunks, padded to a power of two.
+  std::vector<AttentionSequence> seqs;
+  std::vector<std::vector<int64_t>> contexts;
+  int64_t rows = d;
+  for (const Piece& p : pieces) rows += p.count;
+  const int64_t t = next_power_of_two(rows);
+  ids_.assign(t, 0);
+  positions_.assign(t, 0);
+  for (int64_t i = 0; i < d; ++i) {
+    ids_[i] = sequences_.at(decoding[i]).pending;
+    positions_[i] = bm.length(decoding[i]);
+    seqs.push_back({bm.block_table(decoding[i]).data(), positions_[i], 1, i});
+  }
+  int64_t row = d;
+  for (const Piece& p : pieces) {
+    contexts.push_back(context_of(p.id));
+    for (int64_t i = 0; i < p.count; ++i) {
+      ids_[row + i] = contexts.back()[p.begin + i];
+      positions_[row + i] = p.begin + i;
+    }
+    seqs.push_back({bm.block_table(p.id).data(), p.begin, p.count, row});
+    row += p.count;
+  }
+  KILN_RETURN_IF_ERROR(forward(t, seqs), "while running a step of %lld decode and %lld prefill rows", (long long)d,
+                       (long long)(rows - d));
+  // 4. The head on the rows that sample: every decode row, and the last row of a prefill that
+  //    completed (unless resuming after preemption: its next token is already chosen).
+  std::vector<int64_t> sampling = decoding;
+  last_hidden_.assign(hidden_.begin(), hidden_.begin() + d * c.d_model);
+  for (int64_t i = 0; i < d; ++i) {
+    const int64_t id = decoding[i];
+    bm.set_length(id, positions_[i] + 1);
+    if ((positions_[i] + 1) % options_.block_size == 0) {  // a block just filled: share it
+      std::vector<int64_t> context = context_of(id);
+      context.push_back(sequences_.at(id).pending);
+      bm.register_blocks(id, context.data(), positions_[i] + 1);
+    }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    const int64_t end = p.begin + p.count;
+    bm.set_length(p.id, end);
+    bm.register_blocks(p.id, contexts[i].data(), end);
+    Sequence& seq = sequences_.at(p.id);
+    if (end < seq.context_len || !seq.state.tokens.empty()) continue;
+    const float* h = hidden_.data() + (seqs[d + i].row + p.count - 1) * c.d_model;
+    last_hidden_.insert(last_hidden_.end(), h, h + c.d_model);
+    sampling.push_back(p.id);
+  }
+  const int64_t heads = next_power_of_two(static_cast<int64_t>(sampling.size()));
+  last_hidden_.resize(heads * c.d_model, 0.0f);
+  logits_.resize(heads * c.vocab);
+  KILN_RETURN_IF_ERROR(model_->head(heads, last_hidden_.data(), logits_.data()));
+  // Statistics before accept() retires anything.
+  const BlockStats kv = bm.stats();
+  counters_.peak_blocks_used = std::max(counters_.peak_blocks_used, kv.blocks_used);
+  counters_.peak_step_tokens = std::max(counters_.peak_step_tokens, rows);
+  counters_.prefill_tokens += rows - d;
+  counters_.decode_tokens += d;
+  if (d > 0) {
+    ++counters_.decode_steps;
+    counters_.fragmentation_sum += kv.fragmentation();
+    if (rows > d) ++counters_.mixed_steps;
+  }
+  // The padding goes with the prefill rows when there are any (the pass was sized by them).
+  counters_.decode_padded_tokens += rows > d ? d : t;
+  if (rows > d) counters_.prefill_padded_tokens += t - d;
+  for (size_t i = 0; i < sampling.size(); ++i) accept(sampling[i], logits_.data() + i * c.vocab);
+  const double ms = ms_since(start_time);
+  counters_.decode_ms += ms * static_cast<double>(d) / static_cast<double>(rows);
+  counters_.prefill_ms += ms * static_cast<double>(rows - d) / static_cast<double>(rows);
   return ok_status();
 }
 
@@ -211,9 +342,6 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
   BlockManager& bm = cache_->blocks();
   // Pieces (sequence, first position, count) in passes of at most the largest bucket's rows:
   // several whole prompts side by side, or one long prompt in chunks (chunked prefill).
-  struct Piece {
-    int64_t id, begin, count;
-  };
   std::vector<std::vector<int64_t>> contexts;
   std::vector<std::vector<Piece>> passes(1);
   const int64_t chunk = options_.prefill_buckets.back();
@@ -256,6 +384,7 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
     }
     KILN_RETURN_IF_ERROR(forward(t, seqs), "while prefilling %zu request(s)", pass.size());
     counters_.prefill_tokens += count;
+    counters_.peak_step_tokens = std::max(counters_.peak_step_tokens, count);
     counters_.prefill_padded_tokens += t;
     for (size_t i = 0; i < pass.size(); ++i) {
       const Piece& p = pass[i];
@@ -279,10 +408,10 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
   return ok_status();
 }
 
-Status Engine::decode() {
-  const auto start_time = std::chrono::steady_clock::now();
+Status Engine::reserve_decode_slots() {
   BlockManager& bm = cache_->blocks();
-  // Room for one more token per sequence; preempt the latest admitted while there is none.
+  // Room for one more token per sequence; preempt the latest admitted while there is none. A
+  // sequence still prefilling holds its whole context already (reserved at admission).
   for (size_t i = 0; i < running_.size(); ++i) {
     const int64_t id = running_[i];
     while (!bm.can_reserve(id, bm.length(id) + 1) && running_.size() > i + 1) preempt(running_.back());
@@ -292,6 +421,13 @@ Status Engine::decode() {
     }
     KILN_RETURN_IF_ERROR(bm.reserve(id, bm.length(id) + 1));
   }
+  return ok_status();
+}
+
+Status Engine::decode() {
+  const auto start_time = std::chrono::steady_clock::now();
+  BlockManager& bm = cache_->blocks();
+  KILN_RETURN_IF_ERROR(reserve_decode_slots());
   if (running_.empty()) return ok_status();
   const int64_t b = static_cast<int64_t>(running_.size());
   const int64_t t = next_power_of_two(b);
@@ -310,6 +446,7 @@ Status Engine::decode() {
   logits_.resize(t * c.vocab);
   KILN_RETURN_IF_ERROR(model_->head(t, hidden_.data(), logits_.data()));
   counters_.decode_tokens += b;
+  counters_.peak_step_tokens = std::max(counters_.peak_step_tokens, b);
   ++counters_.decode_steps;
   counters_.decode_padded_tokens += t;
   // accept() may retire sequences, which edits running_: walk a copy.

@@ -20,6 +20,14 @@
 // that pass first (same pass: every pass writes a layer's K/V rows before attention reads
 // any). The engine thus never needs the block manager's copy-on-write (make_writable), which
 // is there for writers into a block others have already filled (forked sequences).
+// With a per-step token budget (EngineOptions::max_step_tokens, vLLM's chunked prefill
+// scheduling) a step is instead one pass of at most that many rows: every decoding sequence's
+// next token first, then prefill chunks in the budget left (the unfinished prefills of running
+// sequences in admission order, then newly admitted requests), side by side. A long prompt is
+// prefilled over several steps while the others keep decoding, so an arriving prompt delays the
+// running sequences by at most a budget's worth of rows per output token. In this mode a
+// sequence's blocks are registered for sharing only once a pass has written them (a chunk
+// computed in a later step must not be mapped before).
 // When a running sequence needs a block and none is free, the sequence admitted last is
 // preempted by recomputation (its blocks freed, it re-queues at the front and is prefilled
 // again from its prompt and the tokens it had generated), as vLLM's default.
@@ -49,6 +57,9 @@ struct EngineOptions {
   int64_t max_batch = 16;     // sequences decoding together
   std::vector<int64_t> prefill_buckets = {128, 512, 1024, 2048};
   bool record_logits = false;  // keep every step's logits per request (tests)
+  // Rows per step (decode rows + prefill chunk rows), 0 or at least max_batch (every decoding
+  // sequence's row must fit); 0: each admitted prompt is prefilled whole before the decode step.
+  int64_t max_step_tokens = 0;
 };
 
 struct Request {
@@ -79,6 +90,10 @@ struct EngineStats {
   // as each step's batch is in the cache.
   double mean_fragmentation = 0;
   double fragmentation_sum = 0;  // of the decode steps' fragmentation, for the mean
+  // Most real rows one pass ran, and (with max_step_tokens) the passes that ran prefill chunk
+  // rows beside decode rows; a mixed pass's time is split between prefill_ms and decode_ms in
+  // proportion to their rows.
+  int64_t peak_step_tokens = 0, mixed_steps = 0;
 };
 
 class Engine {
@@ -116,10 +131,24 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     int64_t pending = -1;  // last sampled token, not yet in the cache
     int64_t prefill_from = 0;  // first context position the prefill computes (after a shared prefix)
+    int64_t context_len = 0;   // context tokens at admission: prefilled once the cache holds them
+  };
+  // A prefill piece: context positions [begin, begin + count) of sequence `id`.
+  struct Piece {
+    int64_t id, begin, count;
   };
   Engine(std::unique_ptr<DecoderModel> model, std::unique_ptr<KvCache> cache, const EngineOptions& options);
   // Prefills sequences whose blocks admission reserved, and samples their first tokens.
   Status prefill(const std::vector<int64_t>& group);
+  // Admits waiting_.front() if the batch and the pool have room: maps its cached prefix,
+  // reserves blocks for its context (registering them at once when `register_now`), moves it
+  // from waiting_ (not yet into running_). Returns whether it was admitted.
+  Expected<bool> admit_front(bool register_now);
+  // The step under max_step_tokens (see the top of this file).
+  Status step_budgeted();
+  // Reserves a slot for the next token of every running sequence, preempting the latest
+  // admitted while there is none.
+  Status reserve_decode_slots();
   std::vector<int64_t> context_of(int64_t id) const;
   Status decode();
   // Runs the layers over `t` rows of ids_/positions_ (the first `rows` real) into hidden_,

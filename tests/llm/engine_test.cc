@@ -181,6 +181,52 @@ TEST_P(EngineVsPyTorch, SharedSystemPromptUnderMemoryPressureStaysExact) {
   EXPECT_EQ(engine->stats().kv.blocks_used, 0);
 }
 
+// Chunked prefill under a per-step token budget: 8 sequences decode while the prompts of the
+// waiting ones (up to 40 tokens) are prefilled 12 rows a step at most beside them, over
+// several steps; tokens and logits still equal PyTorch's.
+TEST_P(EngineVsPyTorch, ChunkedPrefillUnderATokenBudgetStaysExact) {
+  EngineOptions options;
+  options.max_batch = 8;
+  options.max_step_tokens = 12;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref_, ref_.prompts.size(),
+                         [&](size_t i) { return ref_.steps - static_cast<int64_t>(5 * (i % 4)); });
+  const EngineStats s = engine->stats();
+  EXPECT_LE(s.peak_step_tokens, 12);
+  EXPECT_GT(s.mixed_steps, 0);  // prefill chunks ran beside decode rows
+  EXPECT_EQ(s.kv.blocks_used, 0);
+  int64_t prompt_tokens = 0;
+  for (const auto& p : ref_.prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  EXPECT_EQ(s.prefill_tokens + s.prefix_hit_tokens, prompt_tokens);  // no preemption here
+}
+
+// The same under memory pressure (preemption of sequences mid-prefill and mid-decode, the
+// recomputation chunked too) and with a shared 200-token system prompt: the later requests map
+// the blocks the first one's chunks wrote, and still equal PyTorch.
+TEST_P(EngineVsPyTorch, ChunkedPrefillPreemptedOrSharingAPrefixStaysExact) {
+  EngineOptions options;
+  options.max_batch = 8;
+  options.block_size = 8;
+  options.kv_blocks = 16;
+  options.max_step_tokens = 8;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref_, ref_.prompts.size(), [&](size_t) { return ref_.steps; });
+  EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_LE(engine->stats().peak_step_tokens, 8);
+
+  const Reference shared = load_reference(GetParam(), "reference_shared");
+  EngineOptions sharing;
+  sharing.max_batch = 16;
+  sharing.max_step_tokens = 64;
+  auto engine2 = make_engine(GetParam(), sharing);
+  ASSERT_TRUE(engine2);
+  expect_matches_pytorch(*engine2, shared, 16, [&](size_t) { return shared.steps; });
+  EXPECT_GE(engine2->stats().prefix_hit_tokens, 15 * 192);  // the 12 whole blocks, mapped by 15
+  EXPECT_LE(engine2->stats().peak_step_tokens, 64);
+}
+
 INSTANTIATE_TEST_SUITE_P(Styles, EngineVsPyTorch, ::testing::Values("gpt2-tiny", "llama-tiny"),
                          [](const auto& info) { return info.param == "gpt2-tiny" ? std::string("Gpt2") : std::string("Llama"); });
 
@@ -275,6 +321,18 @@ TEST_F(EngineRequests, SeededSamplingRepeatsAndTopKOneIsGreedy) {
   EXPECT_EQ(engine_->request(*a).tokens, engine_->request(*b).tokens);
   EXPECT_EQ(engine_->request(*k1).tokens, engine_->request(*greedy).tokens);
   EXPECT_NE(engine_->request(*a).tokens, engine_->request(*greedy).tokens);
+}
+
+TEST(EngineOptions, StepTokenBudgetBelowTheBatchIsAClearError) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/gpt2-tiny");
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  EngineOptions options;
+  options.max_batch = 16;
+  options.max_step_tokens = 15;
+  auto engine = Engine::create(std::move(*decoder), options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("max step tokens 15"), std::string::npos) << engine.status().message();
 }
 
 TEST(DecoderModel, NotADecoderDirectoryIsAClearError) {
