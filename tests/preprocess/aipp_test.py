@@ -298,6 +298,22 @@ def build_cases():
             nhwc = (vi + 2 * gi) % 3 == 0 and oh not in (1, 3, 4)
             name = f"{vname}-{gname}-{cname}-{nname}-{'nhwc' if nhwc else 'nchw'}-b{batch}"
             cases.append((name, cfg, channels, batch, nhwc))
+    # Outputs over the fast kernel's kStreamBytes (non-temporal stores), tested as one model:
+    # the benchmark's 1080p NV12 -> 640x640 BGR (bench/aipp), and NV21 cropped at odd
+    # positions, resized and padded above and below.
+    big = {"input_format": "YUV420SP_U8", "src_image_size_w": 1920, "src_image_size_h": 1080,
+           "resize": True, "resize_output_w": 640, "resize_output_h": 640,
+           "csc_switch": True, "csc_preset": "BT601_NARROW", "csc_output_bgr": True}
+    big.update(ar.imagenet_fields())
+    cases.append(("big-nv12_1080p_640-bt601n_bgr-imagenet-nchw-b1", big, 3, 1, False))
+    big = {"input_format": "YUV420SP_U8", "rbuv_swap_switch": True,
+           "src_image_size_w": 1280, "src_image_size_h": 720,
+           "crop": True, "load_start_pos_w": 3, "load_start_pos_h": 5, "crop_size_w": 1001, "crop_size_h": 701,
+           "resize": True, "resize_output_w": 768, "resize_output_h": 600,
+           "padding": True, "top_padding_size": 3, "bottom_padding_size": 5, "padding_value": -0.5,
+           "csc_switch": True, "csc_preset": "BT709_NARROW"}
+    big.update(ar.imagenet_fields())
+    cases.append(("big-nv21_crop_pad-bt709n-imagenet-nchw-b1", big, 3, 1, False))
     return cases
 
 
