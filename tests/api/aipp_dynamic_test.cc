@@ -22,6 +22,7 @@
 #include "kiln/kiln.hpp"
 #include "model/kiln_model.h"
 #include "ops/aipp_params.h"
+#include "../process_temp_dir.h"
 
 namespace {
 
@@ -49,12 +50,8 @@ const char* kModelText = R"(
 )";
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "kiln_aipp_dynamic_test_" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const kiln::test_support::ProcessTempDir dir("kiln_aipp_dynamic_test");
+  return dir.path();
 }
 
 // The model compiled with `insertions` (none: the plain model), written as .kiln.

@@ -14,6 +14,7 @@
 
 #include "kiln/kiln.h"
 #include "model/kiln_model.h"
+#include "../process_temp_dir.h"
 
 namespace {
 
@@ -51,8 +52,8 @@ std::shared_ptr<kiln::ir::Graph> graph(Dim batch) {
 }
 
 std::string write_bucketed_model() {
-  std::string dir = ::testing::TempDir() + "kiln_buckets_api_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  static const kiln::test_support::ProcessTempDir temp("kiln_buckets_api");
+  const std::string& dir = temp.path();
   kiln::model::BucketedModel m;
   m.kind = kiln::model::BucketKind::kBatch;
   for (int64_t b : {1, 4}) m.variants.push_back({{{"x", {b, 4}}}, graph(Dim(b))});

@@ -28,6 +28,7 @@
 #include "compiler/compiler.h"
 #include "kiln/kiln.h"
 #include "runtime/model_runtime.h"
+#include "../process_temp_dir.h"
 
 // ---- The hook --------------------------------------------------------------------------------
 
@@ -256,9 +257,8 @@ class ResNetBuilder {
 };
 
 std::string temp_path(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "kiln_alloc_test_" + std::to_string(::getpid());
-  fs::create_directories(dir);
-  return dir + "/" + name;
+  static const kiln::test_support::ProcessTempDir dir("kiln_alloc_test");
+  return dir.path() + "/" + name;
 }
 
 // The model to count: KILN_ALLOC_TEST_MODEL, or the small ResNet compiled here.

@@ -20,6 +20,7 @@
 #include "frontend/onnx/tensor_proto.h"
 #include "kiln/kiln.hpp"
 #include "model/kiln_model.h"
+#include "../process_temp_dir.h"
 
 namespace {
 
@@ -43,12 +44,8 @@ std::string backend_dir() {
 }
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "kiln_hpp_test_" + std::to_string(::getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const kiln::test_support::ProcessTempDir dir("kiln_hpp_test");
+  return dir.path();
 }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {

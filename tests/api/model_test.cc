@@ -33,6 +33,7 @@
 #include "model/kiln_model.h"
 #include "runtime/graph_executor.h"
 #include "runtime/model_runtime.h"
+#include "../process_temp_dir.h"
 
 namespace {
 
@@ -52,12 +53,8 @@ std::string backend_dir() {
 }
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "kiln_model_test_" + std::to_string(::getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const kiln::test_support::ProcessTempDir dir("kiln_model_test");
+  return dir.path();
 }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {

@@ -20,6 +20,7 @@
 #include "kernels/prepacked_weights.h"
 #include "kiln/kiln.hpp"
 #include "model/kiln_model.h"
+#include "../process_temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -121,9 +122,8 @@ std::vector<float> reference(const Weights& w, const std::vector<float>& x) {
 }
 
 std::string temp_path(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "kiln_prepacked_test_" + std::to_string(::getpid());
-  fs::create_directories(dir);
-  return dir + "/" + name;
+  static const kiln::test_support::ProcessTempDir dir("kiln_prepacked_test");
+  return dir.path() + "/" + name;
 }
 
 // Compiles the model; `edit` may change the compiled graph before it is written.

@@ -14,23 +14,14 @@
 
 #include "model/kiln_model.h"
 #include "model/model_format.h"
+#include "../process_temp_dir.h"
 
 namespace kiln::model::test_util {
 
 // A directory of this test process, removed with its files when the process exits.
 inline std::string temp_dir() {
-  struct Dir {
-    std::string path;
-    Dir() : path(::testing::TempDir() + "kiln_model_test_" + std::to_string(::getpid())) {
-      std::filesystem::create_directories(path);
-    }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path;
+  static const kiln::test_support::ProcessTempDir dir("kiln_model_test");
+  return dir.path();
 }
 
 inline std::vector<uint8_t> read_bytes(const std::string& path) {

@@ -25,6 +25,7 @@
 #include "profiler/profiler.h"
 #include "profiler/records.h"
 #include "profiler/report.h"
+#include "../process_temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -32,12 +33,8 @@ using nlohmann::json;
 namespace {
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = (fs::temp_directory_path() / ("kiln_profiler_test_" + std::to_string(getpid()))).string();
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const kiln::test_support::ProcessTempDir dir("kiln_profiler_test");
+  return dir.path();
 }
 
 // Conv -> Relu -> Flatten -> MatMul -> Softmax; the weights are model inputs so the test

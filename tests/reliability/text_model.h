@@ -10,6 +10,7 @@
 #include <string>
 
 #include "compiler/compiler.h"
+#include "../process_temp_dir.h"
 
 namespace kiln::test_util {
 
@@ -23,7 +24,8 @@ inline std::string compile_text_model(const char* text, const std::string& name,
   auto compiled = compiler::compile_onnx_bytes(bytes.data(), bytes.size(), name, options);
   EXPECT_TRUE(compiled.ok()) << compiled.status().to_string();
   if (!compiled.ok()) return "";
-  std::string out = ::testing::TempDir() + "kiln_" + name + "_" + std::to_string(::getpid()) + ".kiln";
+  static const test_support::ProcessTempDir dir("kiln_reliability_test");
+  std::string out = dir.path() + "/" + name + ".kiln";
   Status w = compiler::write_compiled_model(*compiled, out);
   EXPECT_TRUE(w.ok()) << w.to_string();
   return out;
