@@ -24,7 +24,8 @@ from ._kiln import (ERROR_FAILURE, ERROR_FEATURE_UNSUPPORTED, ERROR_INVALID_FILE
 
 __version__: str = _kiln.__version__
 
-__all__ = ["Error", "InferenceSession", "NodeArg", "OcrPipeline", "compile", "inspect", "ocr", "__version__"]
+__all__ = ["Error", "InferenceSession", "LlmEngine", "NodeArg", "OcrPipeline", "compile", "inspect", "ocr",
+           "__version__"]
 
 
 def ocr(image, model_dir, **options):
@@ -69,6 +70,51 @@ class InferenceSession(_kiln.InferenceSession):
         if executor is not None:
             executor.shutdown(wait=True)
         super().close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LlmEngine(_kiln.LlmEngine):
+    """The LLM engine (docs/llm.md) on a decoder directory written by bench/llm/export_decoder.py.
+
+    LlmEngine(model_dir, *, block_size=16, kv_cache_mib=256, kv_blocks=0, max_batch=16,
+              step_tokens=0, prefill_buckets=None, threads=0, record_logits=False)
+
+    step_tokens > 0 (at least max_batch) bounds the rows of every step: chunked prefill beside
+    the decode rows. Requests: add_request(ids, max_new_tokens=16, temperature=0.0, top_k=0,
+    top_p=1.0, seed=0, stop_tokens=()) -> id; cancel, release. Running: step() (True when
+    idle), run(), a callback through on_token(fn), poll(id), or the stream() iterator.
+    """
+
+    def stream(self, prompt_ids, **params):
+        """Adds a request and yields its tokens as the engine steps (other requests step along).
+
+        Closing the iterator early (break) cancels the request."""
+        request = self.add_request(prompt_ids, **params)
+        done = False
+        try:
+            while True:
+                tokens, status = self.poll(request)
+                yield from tokens
+                if status in ("finished", "cancelled") and not tokens:
+                    done = True
+                    return
+                if status not in ("finished", "cancelled"):
+                    self.step()
+        finally:
+            if not done:
+                self.cancel(request)
+
+    def generate(self, prompts, **params):
+        """Runs every prompt (a list of token-id lists) batched together to the end; their tokens."""
+        requests = [self.add_request(p, **params) for p in prompts]
+        self.run()
+        return [self.tokens(r) for r in requests]
 
     def __enter__(self):
         return self

@@ -18,5 +18,6 @@ void bind_mdl(py::module_& m);      // kiln.mdl (mdl.cc)
 void bind_prof(py::module_& m);     // kiln.prof (prof.cc)
 void bind_comm(py::module_& m);     // kiln.comm (comm.cc)
 void bind_ocr(py::module_& m);      // kiln.OcrPipeline (ocr.cc)
+void bind_llm(py::module_& m);      // kiln.LlmEngine (llm.cc)
 
 }  // namespace kiln::python

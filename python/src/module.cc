@@ -16,4 +16,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bind_prof(m);
   kiln::python::bind_comm(m);
   kiln::python::bind_ocr(m);
+  kiln::python::bind_llm(m);
 }
