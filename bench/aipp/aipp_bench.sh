@@ -3,11 +3,14 @@
 # NV12 -> 224x224 and -> 640x640, one thread), and networks compiled with AIPP fused against
 # the same networks on a ready tensor (MobileNetV2, ResNet-50, PP-OCRv4 det at 640x640 when the
 # OCR models are installed: scripts/install-deps.sh). Runs bench/aipp/preprocess_bench.
-# usage: bench/aipp/aipp_bench.sh [BUILD_DIR] [ROUNDS]   (default build/release 100)
+# usage: bench/aipp/aipp_bench.sh [BUILD_DIR] [ROUNDS] [RUNS]   (default build/release 100 0)
+# RUNS > 0: the preprocessing alone, RUNS processes per size alternated (the machine's load
+# moves between them), each line with the load average, then the spread of the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/release}
 rounds=${2:-100}
+runs=${3:-0}
 work=$build/bench/aipp
 mkdir -p "$work"
 cmake --build "$build" --target kiln preprocess_bench >/dev/null
@@ -48,6 +51,25 @@ config 640 true >"$work/nv12_640_bgr.cfg"
 "$kiln" compile "$work/input_only_224.onnx" -o "$work/aipp_224.kiln" --insert-op-conf "$work/nv12_224.cfg" -q
 "$kiln" compile "$work/input_only_640.onnx" -o "$work/aipp_640.kiln" --insert-op-conf "$work/nv12_640_bgr.cfg" -q
 
+std="--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375"
+if [ "$runs" -gt 0 ]; then
+  for i in $(seq "$runs"); do
+    for side in 224 640; do
+      bgr=$([ $side = 640 ] && echo --bgr || true)
+      cfg=$([ $side = 640 ] && echo nv12_640_bgr || echo nv12_224)
+      "$build/bench/preprocess_bench" "$work/aipp_$side.kiln" $bgr --rounds "$rounds" $std |
+        awk -v side=$side -v load="$(uptime | sed 's/.*average: //')" \
+          '/opencv chain/ {cv = $3} /aipp kernel/ {k = $4} /aipp model/ {m = $4}
+           END {printf "%s opencv %.3f ms kernel %.3f ms (%.2fx) model %.3f ms (%.2fx) load %s\n", side, cv, k, cv / k, m, cv / m, load}'
+    done
+  done | tee "$work/runs.txt"
+  for side in 224 640; do
+    grep "^$side " "$work/runs.txt" | awk '{print $8}' | tr -d '(x)' | sort -n |
+      awk -v side=$side '{v[NR] = $1} END {printf "%sx%s: kernel/opencv ratio over %d runs: median %.2fx, min %.2fx, max %.2fx\n", side, side, NR, v[int((NR + 1) / 2)], v[1], v[NR]}'
+  done
+  exit 0
+fi
+
 /usr/bin/python3 tests/e2e/make_torch_models.py "$work/models" --models mobilenet_v2,resnet50 >/dev/null
 both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP
   "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_plain.kiln" -q
@@ -56,7 +78,6 @@ both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP
 both mobilenet_v2 "$work/models/mobilenet_v2/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
 both resnet50 "$work/models/resnet50/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
 
-std="--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375"
 echo "== 1080p NV12 -> 224x224, MobileNetV2"
 "$build/bench/preprocess_bench" "$work/aipp_224.kiln" "$work/mobilenet_v2_plain.kiln" "$work/mobilenet_v2_aipp.kiln" \
   --rounds "$rounds" $std
