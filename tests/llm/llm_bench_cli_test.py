@@ -110,11 +110,24 @@ class LlmBench(unittest.TestCase):
         self.assertIn("Poisson arrivals at 40 requests/s", out)
         self.assertIn("TTFT p50", out)
 
+    def test_step_tokens_adds_the_chunked_configuration(self):
+        r = json.loads(bench(MODEL, *SMALL, "--json", "--mode", "paged", "--arrival-rate", "40", "--batch", "4",
+                             "--step-tokens", "32").stdout)
+        self.assertEqual(r["step_tokens"], 32)
+        self.assertEqual([c["name"] for c in r["configs"]], ["paged-nobuckets", "paged", "paged-chunked"])
+        self.assertTrue(r["same_tokens"])  # chunked prefill generates the same greedy tokens
+        by = {c["name"]: c for c in r["configs"]}
+        self.assertEqual(by["paged-chunked"]["prefill_rows"], r["prompt_tokens"])
+        self.assertLessEqual(by["paged-chunked"]["peak_sessions"], 4)
+        out = bench(MODEL, *SMALL, "--mode", "paged", "--batch", "4", "--step-tokens", "32").stdout
+        self.assertIn("paged-chunked (32 rows per step) / paged: TPOT p50", out)
+
     def test_bad_options_are_usage_errors(self):
         for bad in (["--mode", "static"], ["--requests", "0"], ["--prompt-min", "0"], ["--prompt-min", "50",
                     "--prompt-max", "10"], ["--output-min", "0"], ["--output-max", "2", "--output-min", "3"],
                     ["--kv-memory", "0"], ["--batch", "0"], ["--block-size", "0"], ["--block-size", "5000"],
-                    ["--repeat", "0"], ["--threads", "0"], ["--arrival-rate", "-1"]):
+                    ["--repeat", "0"], ["--threads", "0"], ["--arrival-rate", "-1"], ["--step-tokens", "8"],
+                    ["--step-tokens", "-1"]):
             r = bench(MODEL, *bad, code=EXIT_USAGE)
             self.assertIn("kiln llm-bench: error:", r.stderr, bad)
         # CLI11's own parse errors (its message, the same exit code).
