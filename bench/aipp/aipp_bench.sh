@@ -56,7 +56,6 @@ if [ "$runs" -gt 0 ]; then
   for i in $(seq "$runs"); do
     for side in 224 640; do
       bgr=$([ $side = 640 ] && echo --bgr || true)
-      cfg=$([ $side = 640 ] && echo nv12_640_bgr || echo nv12_224)
       "$build/bench/preprocess_bench" "$work/aipp_$side.kiln" $bgr --rounds "$rounds" $std |
         awk -v side=$side -v load="$(uptime | sed 's/.*average: //')" \
           '/opencv chain/ {cv = $3} /aipp kernel/ {k = $4} /aipp model/ {m = $4}
