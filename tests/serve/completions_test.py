@@ -207,6 +207,7 @@ class CompletionsTest(unittest.TestCase):
         return float(m.group(1)) if m else None
 
     def test_a_client_that_goes_away_mid_stream_frees_its_place(self):
+        generated_before = self.gauge("kiln_llm_generated_tokens_total") or 0
         conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
         conn.request("POST", "/v1/completions", body=json.dumps({"model": "gpt2", "prompt": [5, 6], "max_tokens": 500,
                                                                  "temperature": 0, "stream": True}))
@@ -214,9 +215,10 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.status, 200)
         r.read(64)
         conn.close()
-        # Whether the engine stopped it or it finished its 500 tokens first (the tiny model
-        # generates them in well under a second), its sequence leaves and its blocks go back.
-        # (The gauges are published after each engine step, so one read may precede the first.)
+        # The engine stops it: the server's next write after the close sees the client gone
+        # (the socket has its end: a peek reads nothing) and cancels the completion. Its
+        # sequence leaves and its blocks go back. (The gauges are published after each engine
+        # step, so one read may precede the first.)
         deadline = time.time() + 20
         names = ("kiln_llm_sequences_running", "kiln_llm_sequences_waiting", "kiln_llm_kv_blocks_used")
         while True:
@@ -226,6 +228,10 @@ class CompletionsTest(unittest.TestCase):
                 break
             self.assertLess(time.time(), deadline, f"the abandoned completion still holds {values}")
             time.sleep(0.02)
+        # Stopped early: far fewer than its 500 tokens were generated (a few while the close
+        # travelled; the tiny model makes about one per millisecond here).
+        generated = self.gauge("kiln_llm_generated_tokens_total") - generated_before
+        self.assertLess(generated, 250, "the abandoned completion was not stopped")
         # The pool: config.json's 8 MiB in whole blocks.
         total, size = self.gauge("kiln_llm_kv_blocks_total"), self.gauge("kiln_llm_kv_cache_bytes")
         self.assertGreater(total, 0)
