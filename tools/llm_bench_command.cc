@@ -121,6 +121,9 @@ struct Result {
   // Per request of every run: time to first token (from its arrival) and time per output
   // token after the first ((last - first) / (tokens - 1), requests of more than one token).
   std::vector<double> ttft_ms, tpot_ms;
+  // Every gap between two consecutive tokens of a request (inter-token latency): what a step
+  // that runs a whole prefill stalls, where TPOT averages the stall over the request's tokens.
+  std::vector<double> itl_ms;
 };
 
 llm::EngineOptions options_for(const Config& cfg, const LlmBenchArgs& a) {
@@ -160,7 +163,9 @@ Status run_once(const std::string& model_dir, const Config& cfg, const LlmBenchA
   engine->on_token = [&](int64_t id, int64_t) {
     peak = std::max(peak, engine->stats().running);
     const size_t i = index.at(id);
-    last_s[i] = elapsed_s();
+    const double now = elapsed_s();
+    if (last_s[i] >= 0) r.itl_ms.push_back(1e3 * (now - last_s[i]));
+    last_s[i] = now;
     if (first_s[i] < 0) first_s[i] = last_s[i];
   };
   // Requests join between steps once their arrival time has passed; an idle engine waits for
@@ -269,11 +274,11 @@ int run_llm_bench(const LlmBenchArgs& a) {
           "%s{\"name\": \"%s\", \"tokens_per_s\": %.2f, \"generated\": %lld, \"sessions_fit\": %lld, "
           "\"peak_sessions\": %lld, \"fragmentation\": %.6f, \"preemptions\": %lld, \"prefill_rows\": %lld, "
           "\"prefill_padded_rows\": %lld, \"ttft_p50_ms\": %.3f, \"ttft_p99_ms\": %.3f, \"tpot_p50_ms\": %.3f, "
-          "\"tpot_p99_ms\": %.3f}",
+          "\"tpot_p99_ms\": %.3f, \"itl_p50_ms\": %.3f, \"itl_p99_ms\": %.3f}",
           i ? ", " : "", configs[i]->name, r.tokens_per_s, (long long)r.generated, (long long)r.sessions_fit,
           (long long)r.peak_sessions, r.fragmentation, (long long)r.preemptions, (long long)r.prefill_rows,
           (long long)r.prefill_padded, percentile(r.ttft_ms, 50), percentile(r.ttft_ms, 99),
-          percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99));
+          percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99), percentile(r.itl_ms, 50), percentile(r.itl_ms, 99));
     }
     std::printf("%s]}\n", s.c_str());
     return same ? 0 : kExitError;
@@ -295,12 +300,14 @@ int run_llm_bench(const LlmBenchArgs& a) {
                 (long long)r.sessions_fit, (long long)r.peak_sessions, 100.0 * r.fragmentation,
                 (long long)r.preemptions, (long long)r.prefill_rows, (long long)r.prefill_padded);
   }
-  std::printf("%-16s %13s %13s %13s %13s   (TTFT from arrival; TPOT after the first token; all runs)\n",
-              "latency ms", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
+  std::printf("%-16s %13s %13s %13s %13s %13s %13s   (TTFT from arrival; TPOT after the first token, per request; "
+              "ITL between tokens; all runs)\n",
+              "latency ms", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "ITL p99");
   for (size_t i = 0; i < configs.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%-16s %13.1f %13.1f %13.2f %13.2f\n", configs[i]->name, percentile(r.ttft_ms, 50),
-                percentile(r.ttft_ms, 99), percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99));
+    std::printf("%-16s %13.1f %13.1f %13.2f %13.2f %13.2f %13.2f\n", configs[i]->name, percentile(r.ttft_ms, 50),
+                percentile(r.ttft_ms, 99), percentile(r.tpot_ms, 50), percentile(r.tpot_ms, 99),
+                percentile(r.itl_ms, 50), percentile(r.itl_ms, 99));
   }
   if (fixed && fixed_b)
     std::printf("buckets alone (fixed-buckets / fixed) tokens/s: %.2fx (acceptance >= 1.35x)\n",
@@ -314,9 +321,11 @@ int run_llm_bench(const LlmBenchArgs& a) {
                 static_cast<double>(paged->sessions_fit) / std::max<int64_t>(1, fixed->sessions_fit),
                 100.0 * paged->fragmentation, 100.0 * fixed->fragmentation);
   if (const Result* chunked = find("paged-chunked"); chunked && paged)
-    std::printf("paged-chunked (%lld rows per step) / paged: TPOT p50 %.2fx, p99 %.2fx; TTFT p50 %.2fx, p99 %.2fx; "
-                "tokens/s %.2fx\n",
-                (long long)a.step_tokens, percentile(chunked->tpot_ms, 50) / percentile(paged->tpot_ms, 50),
+    std::printf("paged-chunked (%lld rows per step) / paged: ITL p50 %.2fx, p99 %.2fx; TPOT p50 %.2fx, p99 %.2fx; "
+                "TTFT p50 %.2fx, p99 %.2fx; tokens/s %.2fx\n",
+                (long long)a.step_tokens, percentile(chunked->itl_ms, 50) / percentile(paged->itl_ms, 50),
+                percentile(chunked->itl_ms, 99) / percentile(paged->itl_ms, 99),
+                percentile(chunked->tpot_ms, 50) / percentile(paged->tpot_ms, 50),
                 percentile(chunked->tpot_ms, 99) / percentile(paged->tpot_ms, 99),
                 percentile(chunked->ttft_ms, 50) / percentile(paged->ttft_ms, 50),
                 percentile(chunked->ttft_ms, 99) / percentile(paged->ttft_ms, 99),

@@ -106,6 +106,8 @@ class LlmBench(unittest.TestCase):
             self.assertGreaterEqual(c["ttft_p99_ms"], c["ttft_p50_ms"], c["name"])
             self.assertGreater(c["tpot_p50_ms"], 0, c["name"])
             self.assertGreaterEqual(c["tpot_p99_ms"], c["tpot_p50_ms"], c["name"])
+            self.assertGreater(c["itl_p50_ms"], 0, c["name"])
+            self.assertGreaterEqual(c["itl_p99_ms"], c["itl_p50_ms"], c["name"])
         out = bench(MODEL, *SMALL, "--mode", "paged", "--arrival-rate", "40").stdout
         self.assertIn("Poisson arrivals at 40 requests/s", out)
         self.assertIn("TTFT p50", out)
@@ -120,7 +122,7 @@ class LlmBench(unittest.TestCase):
         self.assertEqual(by["paged-chunked"]["prefill_rows"], r["prompt_tokens"])
         self.assertLessEqual(by["paged-chunked"]["peak_sessions"], 4)
         out = bench(MODEL, *SMALL, "--mode", "paged", "--batch", "4", "--step-tokens", "32").stdout
-        self.assertIn("paged-chunked (32 rows per step) / paged: TPOT p50", out)
+        self.assertIn("paged-chunked (32 rows per step) / paged: ITL p50", out)
 
     def test_bad_options_are_usage_errors(self):
         for bad in (["--mode", "static"], ["--requests", "0"], ["--prompt-min", "0"], ["--prompt-min", "50",
