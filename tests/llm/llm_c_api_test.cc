@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -295,6 +296,26 @@ TEST_P(LlmCApi, KvMemoryPressurePreemptsAndStaysExact) {
   EXPECT_LE(s.peakBlocksUsed, 16);
 }
 
+// Chunked prefill (maxStepTokens): 8 decoding, at most 12 rows a step; still PyTorch's tokens.
+TEST_P(LlmCApi, ChunkedPrefillUnderAStepBudgetStaysExact) {
+  kilnllmEngineOptions o = options(8);
+  o.maxStepTokens = 12;
+  engine_ = make_engine(GetParam(), o);
+  ASSERT_TRUE(engine_);
+  Stream stream;
+  ASSERT_EQ(kilnllmSetTokenCallback(engine_, collect, &stream), KILN_SUCCESS);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < ref_.prompts.size(); ++i) ids.push_back(add(engine_, ref_.prompts[i], ref_.steps));
+  ASSERT_EQ(kilnllmRunToCompletion(engine_), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(stream.tokens[ids[i]], ref_.tokens[i]) << "request " << i;
+    expect_logits_match(engine_, ids[i], ref_, i, ref_.steps);
+  }
+  // Every prompt row ran in a pass of at most 12 rows beside the decode rows: more passes than
+  // the decode steps alone would need.
+  EXPECT_GT(stats_of(engine_).steps, ref_.steps);
+}
+
 TEST_P(LlmCApi, StopTokenEndsTheRequestAfterDeliveringIt) {
   engine_ = make_engine(GetParam(), options(16));
   ASSERT_TRUE(engine_);
@@ -532,6 +553,18 @@ TEST(LlmCApiErrors, BadEnginesAndHandlesAreErrorCodes) {
   o.size = 1;
   EXPECT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_ERROR_INVALID_PARAM);
   EXPECT_EQ(engine, nullptr);
+  kilnllmEngineOptionsInit(&o);
+  o.maxStepTokens = 15;  // below maxBatch 16
+  EXPECT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_ERROR_INVALID_PARAM);
+  EXPECT_TRUE(message_has("max step tokens 15")) << kilnGetRecentErrMsg();
+  // A caller built against the first release's struct (ending before maxStepTokens) is served,
+  // with no budget, whatever lies past its struct.
+  kilnllmEngineOptionsInit(&o);
+  o.size = offsetof(kilnllmEngineOptions, maxStepTokens);
+  o.maxStepTokens = 3;
+  ASSERT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  EXPECT_EQ(kilnllmDestroyEngine(engine), KILN_SUCCESS);
+  engine = nullptr;
   // Handles: NULL, foreign, destroyed.
   int foreign = 0;
   auto* fake = reinterpret_cast<kilnllmEngine*>(&foreign);
