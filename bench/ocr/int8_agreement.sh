@@ -7,9 +7,14 @@
 # against the drawn text, and the images/s of both.
 #
 # usage: bench/ocr/int8_agreement.sh [--kiln PATH] [--work DIR] [--threads N]
-#                                    [--det-args "..."] [--rec-args "..."]
-#   --det-args / --rec-args: extra kiln quantize options per model (default: none for det;
-#   "--op-types Conv" for rec, see docs/ocr.md "Int8").
+#                                    [--det-args "..."] [--det-keep-float N] [--rec-args "..."]
+#   --det-args / --rec-args: extra kiln quantize options per model. Defaults: the detector's
+#   convolutions, with the sensitivity analysis by the text mask's IoU at det_db_thresh 0.3
+#   (--min-mask-iou); the recogniser stays float ("--rec-args float"; give options, e.g.
+#   "--op-types Conv", to quantise it). See docs/ocr.md "Int8".
+#   --det-keep-float N (default 40; 0: off): then quantise the detector again with the N
+#   convolutions its sensitivity report ranks most sensitive kept float. The analysis compiles
+#   two variants per convolution: 10-30 minutes.
 # Needs what bench/ocr/README.md's setup installs (fonts and Pillow for make_dataset.py).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,8 +22,9 @@ python=${KILN_BENCH_PYTHON:-/usr/bin/python3}
 kiln=${KILN_BIN:-$repo/build/release/tools/kiln}
 work=$repo/build/ocr_int8
 threads=1
-det_args=""
-rec_args="--op-types Conv"
+det_args="--op-types Conv --min-mask-iou 0.99 --mask-threshold 0.3 --eval-fraction 0.1"
+det_keep_float=40
+rec_args=float
 die() { echo "int8_agreement: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,7 +33,8 @@ while [ $# -gt 0 ]; do
     --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
     --det-args) [ $# -ge 2 ] || die "--det-args needs a value"; det_args=$2; shift 2 ;;
     --rec-args) [ $# -ge 2 ] || die "--rec-args needs a value"; rec_args=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --det-keep-float) [ $# -ge 2 ] || die "--det-keep-float needs a value"; det_keep_float=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
@@ -49,15 +56,29 @@ log "calibration inputs: kiln ocr --dump-inputs on $work/calib"
 rm -rf "$work/dump"
 "$kiln" ocr --models "$models" --threads "$threads" --json --dump-inputs "$work/dump" "$work"/calib/*.png \
   "$work"/calib/*.jpg >/dev/null 2>"$work/calib.err" || { cat "$work/calib.err" >&2; exit 1; }
-for m in det rec; do
+int8_models=(--det-model "$work/det.int8.onnx" --rec-model "$work/rec.int8.onnx")
+quantized=(det rec)
+if [ "$rec_args" = float ]; then int8_models=(--det-model "$work/det.int8.onnx"); quantized=(det); fi
+for m in "${quantized[@]}"; do
   extra=$det_args
+  [ $m = det ] && [ "$det_keep_float" != 0 ] && extra="$extra --sensitivity $work/det.sens.json"
   [ $m = rec ] && extra=$rec_args
   log "kiln quantize $m ($(ls "$work/dump/$m" | wc -l) samples) $extra"
   # shellcheck disable=SC2086 # the extra options are split on purpose
   "$kiln" quantize "$models/ch_PP-OCRv4_${m}_infer.onnx" --calibration "$work/dump/$m" \
     -o "$work/$m.int8.onnx" --report "$work/$m.quantize.json" $extra 2>"$work/$m.quantize.err" ||
     { cat "$work/$m.quantize.err" >&2; exit 1; }
+  grep '^kiln quantize: ' "$work/$m.quantize.err" | sed "s/^/[int8_agreement] $m: /" >&2 || true
 done
+if [ "$det_keep_float" != 0 ]; then
+  keep=$("$python" -c 'import json, sys
+print(",".join(l["node"] for l in json.load(open(sys.argv[1]))["layers"][:int(sys.argv[2])]))' \
+    "$work/det.sens.json" "$det_keep_float")
+  log "kiln quantize det again, keeping float the $det_keep_float most sensitive: $keep"
+  "$kiln" quantize "$models/ch_PP-OCRv4_det_infer.onnx" --calibration "$work/dump/det" -o "$work/det.int8.onnx" \
+    --report "$work/det.quantize.json" --op-types Conv --exclude "$keep" 2>"$work/det.quantize.err" ||
+    { cat "$work/det.quantize.err" >&2; exit 1; }
+fi
 
 # Float and int8 alternately, three times each; the first run of each also compiles (cached).
 run() {  # NAME ARGS...: the JSON to $work/NAME.json, images/s to stdout
@@ -72,7 +93,7 @@ run() {  # NAME ARGS...: the JSON to $work/NAME.json, images/s to stdout
 fp32_rates=() int8_rates=()
 for round in 1 2 3; do
   fp32_rates+=("$(run fp32)")
-  int8_rates+=("$(run int8 --det-model "$work/det.int8.onnx" --rec-model "$work/rec.int8.onnx")")
+  int8_rates+=("$(run int8 "${int8_models[@]}")")
   log "round $round: fp32 ${fp32_rates[-1]} images/s, int8 ${int8_rates[-1]} images/s"
 done
 
@@ -94,7 +115,7 @@ drawn = os.path.join(work, "eval", "ground_truth.json")
 acc = {k: score(drawn, os.path.join(work, f"{k}.json")) for k in ("fp32", "int8")}
 rate = {k: statistics.median(float(x) for x in v.split()) for k, v in (("fp32", fp32_rates), ("int8", int8_rates))}
 n = same["truth_lines"]
-print(f"PP-OCRv4 det + rec int8 vs float, kiln ocr at {threads} thread(s), "
+print(f"PP-OCRv4 int8 (the models int8_agreement.sh quantised) vs float, kiln ocr at {threads} thread(s), "
       f"{len(as_truth['images'])} evaluation images, {n} float lines")
 print("| | lines as in float | lines as drawn (white space removed) | CER | lines as drawn (spaces kept) | images/s |")
 print("|---|---|---|---|---|---|")
