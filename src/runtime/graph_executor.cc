@@ -12,6 +12,7 @@
 #include "core/offset_assignment.h"
 #include "kernels/kernel_registry.h"
 #include "profiler/profiler.h"
+#include "runtime/plan_memory.h"
 
 namespace kiln::rt {
 
@@ -214,6 +215,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   size_t planned_bytes() const { return planned_bytes_.load(std::memory_order_relaxed); }
   uint64_t planned_outputs() const { return planned_outputs_.load(std::memory_order_relaxed); }
   bool take_new_plan() { return std::exchange(new_plan_, false); }
+  void share_plan_memory(std::shared_ptr<PlanMemory> memory) { shared_ = std::move(memory); }
 
  private:
   struct Bin {
@@ -236,6 +238,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   struct Plan {
     size_t block_bytes = 0;
     std::shared_ptr<PlannedBlock> block;  // made by materialize()
+    uint64_t generation = 0;              // of the shared PlanMemory the block came from
     std::vector<size_t> bytes, offsets;   // per request
     std::vector<Event> events;
     std::vector<Tensor> tensors;          // per request, while in the pool
@@ -309,12 +312,14 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   // recorded execution's blocks can go back first: ExecutionState::take_new_plan).
   bool materialize() {
     Plan& p = *plan_;
-    Expected<Tensor> memory = [&] {
+    Expected<Tensor> memory = [&]() -> Expected<Tensor> {
+      if (shared_) return shared_->block(p.block_bytes);
       TensorAllocatorScope heap(nullptr);  // one block of its own, not the arena's free lists
       return Tensor::allocate(DataType::kUInt8, {static_cast<int64_t>(p.block_bytes)},
                               TensorInit::kUninitialized);
     }();
     if (!memory.ok()) return false;
+    if (shared_) p.generation = shared_->generation();
     p.block = std::make_shared<PlannedBlock>(std::move(memory).value(), p.bytes.size());
     for (size_t r = 0; r < p.bytes.size(); ++r)
       if (!make_planned_tensor(r)) return false;
@@ -345,6 +350,15 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   // The next event must be request r of `bytes`, with r's tensor in the pool.
   bool take_planned(size_t bytes, DataType dtype, const std::vector<int64_t>& dims, TensorInit init,
                     Tensor* out) {
+    // A plan over a shared block another state replaced or retired moves to the current one
+    // at the start of an execution (every tensor of it is in the pool then, or freed).
+    if (plan_->block && shared_ && next_event_ == 0 && plan_->generation != shared_->generation()) {
+      plan_->block.reset();
+      for (size_t r = 0; r < plan_->tensors.size(); ++r) {
+        plan_->tensors[r] = Tensor();
+        plan_->held[r] = Held::kFreed;
+      }
+    }
     if (!plan_->block && !materialize()) {
       drop_plan();  // no memory for it: none of its tensors is out, the arena serves as before
       return diverge();
@@ -413,6 +427,11 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   void drop_plan() {
     diverged_runs_ = 0;
     if (!plan_) return;
+    // A tensor of the plan still out is held by someone: the shared block must not be written
+    // under it by this or any other state's plan again.
+    if (shared_ && plan_->block &&
+        std::find(plan_->held.begin(), plan_->held.end(), Held::kOut) != plan_->held.end())
+      shared_->retire(plan_->block->base());
     planned_bytes_.store(0, std::memory_order_relaxed);
     plan_.reset();
   }
@@ -432,6 +451,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   Trace trace_;
   int recordings_ = 0;
   std::unique_ptr<Plan> plan_;
+  std::shared_ptr<PlanMemory> shared_;  // the context's block for every state's plan, or none
   size_t next_event_ = 0;  // position in plan_->events of this execution
   bool diverged_ = false;  // this execution left the plan
   bool new_plan_ = false;  // made by the last trim, for take_new_plan
@@ -450,6 +470,10 @@ ExecutionState::Stats ExecutionState::stats() const {
 }
 
 bool ExecutionState::take_new_plan() { return pool_->take_new_plan(); }
+
+void ExecutionState::share_plan_memory(std::shared_ptr<PlanMemory> memory) {
+  pool_->share_plan_memory(std::move(memory));
+}
 
 void ExecutionState::clear() {
   slots_.clear();

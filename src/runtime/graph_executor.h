@@ -17,6 +17,8 @@
 
 namespace kiln::rt {
 
+class PlanMemory;
+
 // Resolves values of enclosing graphs by name for subgraph execution.
 class Scope {
  public:
@@ -69,6 +71,10 @@ class ExecutionState {
   bool take_new_plan();
   // Gives every parked block back (to the arena it came from) and forgets the slots.
   void clear();
+  // Lays the memory plan out in `memory`'s block, shared with the other states of the same
+  // execution context, instead of a block of its own (plan_memory.h). Set before the first
+  // execution; the states sharing it must never run at the same time.
+  void share_plan_memory(std::shared_ptr<PlanMemory> memory);
 
  private:
   friend class GraphExecutor;

@@ -20,6 +20,7 @@ ExecutionState& SignatureStates::acquire(const Signature& signature) {
     }
   }
   entries_.push_back(Entry{signature, std::make_unique<ExecutionState>(), clock_});
+  entries_.back().state->share_plan_memory(plan_memory_);
   current_ = entries_.size() - 1;
   return *entries_.back().state;
 }
@@ -55,6 +56,7 @@ void SignatureStates::clear() {
     e.state->clear();
   }
   entries_.clear();
+  plan_memory_ = std::make_shared<PlanMemory>();  // the old block goes with the last state's tensors
   current_ = 0;
 }
 

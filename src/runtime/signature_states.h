@@ -9,6 +9,10 @@
 // every input) gets a state of its own, made on first sight and reused, as a model compiled
 // at that shape would have: this is the per-signature memory plan of a dynamic model.
 //
+// The states' memory plans share one block (plan_memory.h): an execution at a new shape
+// finds its activations at the addresses the previous shape's execution just wrote, warm in
+// the caches, and the plans hold the largest one's bytes, not the sum.
+//
 // Bounds: at most kMaxStates signatures, and the states other than the largest together park
 // at most as many bytes as the largest one (so a ladder of sizes such as widths
 // 160/320/640/1280 is kept whole, and a model whose shapes moved on keeps at most twice the
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "runtime/graph_executor.h"
+#include "runtime/plan_memory.h"
 
 namespace kiln::rt {
 
@@ -47,7 +52,7 @@ class SignatureStates {
     size_t signatures = 0;          // states kept now
     uint64_t recycled_outputs = 0;  // over every state ever kept
     size_t parked_bytes = 0;        // parked now, over the states kept
-    size_t planned_bytes = 0;       // the states' memory plans' blocks
+    size_t planned_bytes = 0;       // the states' memory plans' sizes (their shared block is the largest)
     uint64_t planned_outputs = 0;   // outputs placed by plans, over the states kept
     uint64_t evicted = 0;           // states given up by trim()
   };
@@ -62,6 +67,7 @@ class SignatureStates {
   };
   mutable std::mutex mutex_;  // guards the list against stats(); the context has one user
   std::vector<Entry> entries_;
+  std::shared_ptr<PlanMemory> plan_memory_ = std::make_shared<PlanMemory>();
   size_t current_ = 0;  // index of the entry acquire() returned last
   uint64_t clock_ = 0;
   uint64_t recycled_by_evicted_ = 0;

@@ -13,6 +13,7 @@
 
 #include "graph_test_util.h"
 #include "runtime/graph_executor.h"
+#include "runtime/plan_memory.h"
 
 namespace kiln::rt {
 namespace {
@@ -89,14 +90,15 @@ TEST(ExecutionState, MissingInputAndWrongShapeAreErrors) {
   EXPECT_FALSE((*ex)->bind_input(state, 5, DataType::kFloat32, {2, 3}, x.data()).ok());
 }
 
-// z = Neg(Concat(c1, c1)) with c1 = Concat(x, x) on axis 1, x float32[4, 8]: three values of
-// 256, 512 and 512 bytes, of which c1 and z are never alive at once.
-std::shared_ptr<ir::Graph> widening_chain() {
+// z = Neg(Concat(c1, c1)) with c1 = Concat(x, x) on axis 1, x float32[rows, 8]: at 4 rows,
+// three values of 256, 512 and 512 bytes, of which c1 and z are never alive at once. With
+// symbolic rows, a model with an open dim.
+std::shared_ptr<ir::Graph> widening_chain(Dim rows = Dim(4)) {
   auto g = std::make_shared<ir::Graph>();
-  ir::Value* x = val(*g, "x", DataType::kFloat32, Shape::from_static({4, 8}));
-  ir::Value* c1 = val(*g, "c1", DataType::kFloat32, Shape::from_static({4, 16}));
-  ir::Value* c2 = val(*g, "c2", DataType::kFloat32, Shape::from_static({4, 32}));
-  ir::Value* z = val(*g, "z", DataType::kFloat32, Shape::from_static({4, 32}));
+  ir::Value* x = val(*g, "x", DataType::kFloat32, Shape{rows, 8});
+  ir::Value* c1 = val(*g, "c1", DataType::kFloat32, Shape{rows, 16});
+  ir::Value* c2 = val(*g, "c2", DataType::kFloat32, Shape{rows, 32});
+  ir::Value* z = val(*g, "z", DataType::kFloat32, Shape{rows, 32});
   g->inputs() = {x};
   g->add_node("cat1", "Concat", "", 13, {x, x}, {c1})->attrs()["axis"] = ir::Attribute::from_int(1);
   g->add_node("cat2", "Concat", "", 13, {c1, c1}, {c2})->attrs()["axis"] = ir::Attribute::from_int(1);
@@ -202,6 +204,89 @@ TEST(ExecutionStatePlan, ExecutionsThatLeaveThePlanStayCorrect) {
         << "execution " << run;
     (*ex)->end_run(state);
   }
+}
+
+// Runs `state` at `rows` rows of a ramp that differs per run and checks every output value
+// against the chain's formula (row i: -x[i] four times over); returns the output's address.
+// With `keep`, the caller keeps the output past the execution (a copy shares its block).
+const void* run_rows(const GraphExecutor& ex, ExecutionState& state, int rows, int run, RuntimeValue* keep = nullptr) {
+  std::vector<float> x(static_cast<size_t>(rows) * 8);
+  std::iota(x.begin(), x.end(), static_cast<float>(run * 1000 + rows));
+  EXPECT_TRUE(ex.bind_input(state, 0, DataType::kFloat32, {rows, 8}, x.data()).ok());
+  Status st = ex.run_bound(state);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  std::vector<float> want;
+  for (int i = 0; i < rows; ++i)
+    for (int copy = 0; copy < 4; ++copy)
+      for (int j = 0; j < 8; ++j) want.push_back(-x[static_cast<size_t>(i * 8 + j)]);
+  const RuntimeValue& out = ex.output(state, 0);
+  EXPECT_EQ(values_of(out), want) << rows << " rows, execution " << run;
+  const void* address = out.tensor().raw_data();
+  if (keep) *keep = out;
+  ex.end_run(state);
+  return address;
+}
+
+bool in_block(const void* address, const Tensor& block) {
+  const char* p = static_cast<const char*>(address);
+  const char* base = static_cast<const char*>(block.raw_data());
+  return p >= base && p < base + block.storage_bytes();
+}
+
+// Two states of one executor, at 4 and 8 rows, sharing one PlanMemory as the signatures of
+// an execution context do.
+class ExecutionStateSharedPlan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = GraphExecutor::create(widening_chain(Dim::symbolic("n")));
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    ex = std::move(made).value();
+    small.share_plan_memory(memory);
+    large.share_plan_memory(memory);
+  }
+  std::unique_ptr<GraphExecutor> ex;
+  std::shared_ptr<PlanMemory> memory = std::make_shared<PlanMemory>();
+  ExecutionState small, large;
+};
+
+TEST_F(ExecutionStateSharedPlan, BothPlansAreLaidOutOverOneBlock) {
+  // Alternating shapes as a dynamic model's signatures do. Each state records its first
+  // execution; from the second on it runs in its plan; the large plan's block replaces the
+  // small one's, and the small plan moves into it at its next execution.
+  for (int run = 0; run < 5; ++run) {
+    const void* a = run_rows(*ex, small, 4, run);
+    const void* b = run_rows(*ex, large, 8, run);
+    if (run >= 2) {
+      Expected<Tensor> block = memory->block(0);  // the current block, unchanged
+      ASSERT_TRUE(block.ok());
+      EXPECT_TRUE(in_block(a, *block)) << "execution " << run;
+      EXPECT_TRUE(in_block(b, *block)) << "execution " << run;
+    }
+  }
+  // The plans' sizes (the most bytes alive at once: c2 and z), and one block of the larger.
+  EXPECT_EQ(small.stats().planned_bytes, 1024u);
+  EXPECT_EQ(large.stats().planned_bytes, 2048u);
+  EXPECT_EQ(memory->bytes(), 2048u);
+  EXPECT_EQ(small.stats().planned_outputs, 3u * 4);
+  EXPECT_EQ(large.stats().planned_outputs, 3u * 4);
+}
+
+TEST_F(ExecutionStateSharedPlan, ATensorKeptFromOneStateIsNeverOverwrittenByAnother) {
+  for (int run = 0; run < 3; ++run) {
+    run_rows(*ex, small, 4, run);
+    run_rows(*ex, large, 8, run);
+  }
+  // A caller keeps the small state's output past its execution; its values as computed.
+  RuntimeValue kept;
+  run_rows(*ex, small, 4, 3, &kept);
+  const std::vector<float> kept_values = values_of(kept);
+  // The other state (and the small one again) run on: had the shared block stayed in
+  // service, the large plan would write its values over the kept tensor.
+  for (int run = 4; run < 8; ++run) {
+    run_rows(*ex, large, 8, run);
+    run_rows(*ex, small, 4, run);
+  }
+  EXPECT_EQ(values_of(kept), kept_values);
 }
 
 }  // namespace
