@@ -125,10 +125,10 @@ class LlmEngine(_kiln.LlmEngine):
 
 
 # The low-level modules (kiln.rt, kiln.mdl, ...) live in the native module; make
-# `import kiln.rt` work for each.
+# `import kiln.rt` work for each. (_dsl is the native half of kiln.dsl, python/kiln/dsl.py.)
 for _name in dir(_kiln):
     _value = getattr(_kiln, _name)
-    if isinstance(_value, _types.ModuleType):
+    if isinstance(_value, _types.ModuleType) and not _name.startswith("_"):
         globals()[_name] = _value
         _sys.modules[__name__ + "." + _name] = _value
         __all__.append(_name)

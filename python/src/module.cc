@@ -17,4 +17,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bind_comm(m);
   kiln::python::bind_ocr(m);
   kiln::python::bind_llm(m);
+  kiln::python::bind_dsl(m);
 }
