@@ -7,7 +7,8 @@
 // shape becomes [N, 1, H, W, C] (NC1HWC0 with one block of all C channels: NHWC's bytes), and
 // the convolutions say so in x_format / y_format (a QLinearConv becomes a FusedQLinearConv
 // without activation), and an int8 MaxPool between such values becomes kiln Pooling with
-// c0 = C. FusedQLinearAdd is elementwise: it runs on any layout as long as its
+// c0 = C, and a kiln QLinearGlobalAveragePool reading one takes it as it is (x_format; its
+// [N, C, 1, 1] output has NHWC's bytes already). FusedQLinearAdd is elementwise: it runs on any layout as long as its
 // two operands and its sum share it, so an addition's three values change together or not at
 // all. Graph inputs and outputs keep their layout.
 #include <string>
@@ -37,6 +38,14 @@ bool is_qpool(const ir::Node& n) {
   const ir::Value* x = n.input(0);
   return x && (x->dtype() == DataType::kUInt8 || x->dtype() == DataType::kInt8) && x->shape().has_rank() &&
          x->shape().rank() == 4;
+}
+
+// A kiln QLinearGlobalAveragePool of a plain 2-D image: it reads channels-last as it is.
+bool is_qgap(const ir::Node& n) {
+  if (!is_op(n, "QLinearGlobalAveragePool", ops::kKilnDomain)) return false;
+  const ir::Value* x = n.input(0);
+  return x && x->shape().has_rank() && x->shape().rank() == 4 &&
+         n.attr_string("x_format", ops::kFormatPlain) == ops::kFormatPlain;
 }
 
 // A 2-D int8 convolution whose formats this pass may set: plain so far, W [M, C/g, kh, kw].
@@ -87,6 +96,8 @@ class Int8Layout {
       if (chosen.count(n->input(0))) n->attrs()["x_format"] = ir::Attribute::from_string(ops::kFormatBlocked);
       if (chosen.count(n->output(0))) n->attrs()["y_format"] = ir::Attribute::from_string(ops::kFormatBlocked);
     }
+    for (const auto& n : g_.nodes())
+      if (is_qgap(*n) && chosen.count(n->input(0))) n->attrs()["x_format"] = ir::Attribute::from_string(ops::kFormatBlocked);
     // The pools between channels-last values become kiln Pooling (NC1HWC0 with C0 = C).
     std::vector<ir::Node*> pools;
     for (const auto& n : g_.nodes())
@@ -108,7 +119,9 @@ class Int8Layout {
     KILN_RETURN_IF_ERROR(fusion::finish(g_, removed));
     // The changed nodes agree with their new shapes.
     for (const auto& n : g_.nodes())
-      if (is_qconv(*n) || is_qadd(*n) || is_op(*n, "Pooling", ops::kKilnDomain)) KILN_RETURN_IF_ERROR(ops::infer_node(*n));
+      if (is_qconv(*n) || is_qadd(*n) || is_op(*n, "Pooling", ops::kKilnDomain) ||
+          is_op(*n, "QLinearGlobalAveragePool", ops::kKilnDomain))
+        KILN_RETURN_IF_ERROR(ops::infer_node(*n));
     ctx_.count_fusion("int8 NHWC values", static_cast<int>(chosen.size()));
     return ok_status();
   }
@@ -124,7 +137,7 @@ class Int8Layout {
     for (const ir::Node* r : readers) {
       const bool as_x = layout_capable_conv(*r) && r->input(0) == v && r->input(3) != v;
       const bool as_operand = is_qadd(*r) && (r->input(0) == v || r->input(3) == v) && r->input(0) != r->input(3);
-      const bool pooled = is_qpool(*r) && r->input(0) == v;
+      const bool pooled = (is_qpool(*r) || is_qgap(*r)) && r->input(0) == v;
       if (!as_x && !as_operand && !pooled) return false;
     }
     return true;

@@ -5,6 +5,7 @@
 //
 //   DQ(x) -> Conv(., DQ(w), b) [-> Relu | Clip] -> Q      =>  QLinearConv / kiln FusedQLinearConv
 //   DQ(x) -> MaxPool -> Q  (same scale and zero point)    =>  MaxPool on the int8 values
+//   DQ(x) -> GlobalAveragePool -> Q                        =>  kiln QLinearGlobalAveragePool
 //   DQ(a) + DQ(b) [-> Relu | Clip] -> Q                    =>  kiln FusedQLinearAdd
 //   DQ(a) -> MatMul|Gemm(., DQ(w)) [+ bias] [-> Relu | Clip] [-> Q]
 //                                                          =>  QLinearMatMul / kiln FusedQLinearMatMul
@@ -108,6 +109,7 @@ class QdqFolder {
       if (removed_.count(n)) continue;
       if (is_op(*n, "Conv")) try_conv(*n);
       else if (is_op(*n, "MaxPool")) try_max_pool(*n);
+      else if (is_op(*n, "GlobalAveragePool") && gap_available_) try_global_average_pool(*n);
       else if (is_op(*n, "MatMul") || is_op(*n, "Gemm")) try_matmul(*n);
       else if (is_op(*n, "Add") && add_available_) try_add(*n);
     }
@@ -423,6 +425,23 @@ class QdqFolder {
     ctx_.count_fusion("QDQ:MaxPool");
   }
 
+  // The pool of a classifier's head: the mean of the int8 values in int32, requantised once
+  // (ops/qlinear_global_average_pool.cc), as ONNX Runtime's QLinearGlobalAveragePool. X and Y
+  // per tensor, one dtype; the scales may differ.
+  void try_global_average_pool(ir::Node& pool) {
+    if (pool.num_inputs() != 1 || pool.num_outputs() != 1) return;
+    QuantParams dx, qy;
+    if (!dequantized(g_, pool.input(0), &dx) || !dx.per_tensor()) return;
+    ir::Value* xq = dx.node->input(0);
+    if (!is_x8(xq->dtype()) || !quantized_by(pool.output(0), &qy) || qy.node->output(0)->dtype() != xq->dtype()) return;
+    const std::string base = pool.name().empty() ? pool.output(0)->name() : pool.name();
+    std::vector<ir::Value*> in{xq, dx.scale, zero_point_or_zeros(dx.zero_point, xq->dtype(), {}, base + "_x"), qy.scale,
+                               zero_point_or_zeros(qy.zero_point, xq->dtype(), {}, base + "_y")};
+    fusion::add_fused_node(g_, uses_, "QLinearGlobalAveragePool", {&pool, qy.node}, in, qy.node->output(0), removed_);
+    drop_if_unused(dx.node);
+    ctx_.count_fusion("QDQ:GlobalAveragePool");
+  }
+
   // A DequantizeLinear whose output nothing reads any more goes with the chain it fed.
   void drop_if_unused(ir::Node* dq) {
     if (removed_.count(dq) || !uses_.unused(dq->output(0))) return;
@@ -436,6 +455,7 @@ class QdqFolder {
   std::unordered_set<const ir::Node*> removed_;
   // kiln FusedQLinearAdd is registered (its kernels and inference exist).
   const bool add_available_ = fusion::kiln_op_available("FusedQLinearAdd");
+  const bool gap_available_ = fusion::kiln_op_available("QLinearGlobalAveragePool");
 };
 
 }  // namespace
@@ -444,7 +464,7 @@ PassInfo qdq_folding_pass() {
   PassInfo p;
   p.name = "qdq_folding";
   p.min_level = 2;
-  p.description = "DequantizeLinear/QuantizeLinear around Conv, MatMul, Gemm and MaxPool -> int8 operators";
+  p.description = "DequantizeLinear/QuantizeLinear around Conv, MatMul, Gemm, Add, MaxPool and GlobalAveragePool -> int8 operators";
   p.run = [](ir::Graph& g, PassContext& ctx) -> Status {
     if (!fusion::kiln_op_available("FusedQLinearConv")) {
       ctx.note("qdq_folding: kiln FusedQLinearConv is not registered; nothing folded");
