@@ -12,6 +12,7 @@
 
 #include "compiler/compiler.h"
 #include "compiler/custom_op_plugin.h"
+#include "tools/custom_ops_source.h"
 #include "compiler/memory_plan.h"
 #include "compiler/pass_manager.h"
 #include "ir/value_bytes.h"
@@ -222,7 +223,7 @@ int run_compile(const CompileArgs& args_in) {
   }
   // Custom-op plugins: native code, loaded before the model is read (their ops must be known).
   for (const std::string& plugin : args.custom_ops) {
-    auto ops = compiler::load_custom_op_plugin(plugin);
+    auto ops = load_custom_ops(plugin);
     if (!ops.ok()) return report_error("compile", ops.status().to_string());
     if (!args.quiet)
       for (const std::string& op : *ops) std::printf("custom op %s from %s\n", op.c_str(), plugin.c_str());
@@ -320,9 +321,10 @@ std::function<int()> setup(CLI::App& app) {
                "Store weights as the ONNX model has them, not pre-packed for this CPU's kernels (the "
                "load then packs them; for a .kiln that runs on CPUs of another ISA, docs/model-format.md)");
   app.add_option("--custom-ops", args->custom_ops,
-                 "Custom-op plugin (a shared library built against include/kiln/custom_op.h, repeatable): "
-                 "defines ops Kiln lacks by DSL expressions, compiled into the model (docs/dsl.md). A plugin is "
-                 "code run by this command: load only plugins you trust");
+                 "Custom-op plugin (a shared library built against include/kiln/custom_op.h) or Python file "
+                 "(FILE.py of kiln.dsl.custom_op definitions, run by the Python interpreter), repeatable: defines "
+                 "ops Kiln lacks by DSL computes, compiled into the model (docs/dsl.md). Either is code run by this "
+                 "command: load only files you trust");
   app.add_option("--tuning-db", args->tuning_db,
                  "Tuning database of kiln tune: DSL kernels (custom ops) whose signature it holds for this CPU "
                  "get the recorded schedule, the others the default; the report lists them (docs/dsl.md)");

@@ -20,6 +20,7 @@
 #include "dsl/build_cache.h"
 #include "dsl/examples.h"
 #include "compiler/custom_op_plugin.h"
+#include "tools/custom_ops_source.h"
 #include "dsl/tuning.h"
 #include "kernels/cpu/dsl_elementwise.h"
 #include "ops/custom_expr.h"
@@ -142,7 +143,7 @@ Expected<double> measure_tile_kernel(const DslKernelNode& d, int64_t split, int 
 // default, unsplit, first), bounded by --trials per kernel and --time overall.
 int run_tune_model(const TuneArgs& args, std::vector<dsl::TuningEntry>& db) {
   for (const std::string& plugin : args.custom_ops) {
-    auto ops = compiler::load_custom_op_plugin(plugin);
+    auto ops = load_custom_ops(plugin);
     if (!ops.ok()) return report_error("tune", ops.status().to_string());
   }
   auto opened = open_model(args.model);
@@ -330,7 +331,7 @@ int run_tune(const TuneArgs& args) {
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
   app.add_option("model", args->model, "A model (.onnx or .kiln) whose DSL kernels (custom ops) to tune into --db");
-  app.add_option("--custom-ops", args->custom_ops, "Custom-op plugin an .onnx MODEL needs (as kiln compile's)");
+  app.add_option("--custom-ops", args->custom_ops, "Custom-op plugin or Python file an .onnx MODEL needs (as kiln compile's)");
   app.add_option("--op", args->op,
                  "The DSL operator to tune: layernorm, softmax, gelu_bias_add, or a FILE holding an element-wise "
                  "compute in the custom-op text form");

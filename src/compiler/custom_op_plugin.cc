@@ -281,6 +281,19 @@ Expected<std::vector<std::string>> load_custom_op_plugin(const std::string& path
   return ops;
 }
 
+Expected<std::vector<std::string>> register_custom_op_definitions(const std::string& source,
+                                                                  const std::vector<kilnCustomOpDef>& defs) {
+  HostState st;
+  st.path = source;
+  for (const kilnCustomOpDef& d : defs) {
+    if (d.infer) return invalid_argument("custom ops of %s: a definition without a library has no shape function",
+                                         source.c_str());
+    KILN_RETURN_IF_ERROR(add_definition(st, &d), "custom ops of %s: a definition was refused", source.c_str());
+  }
+  if (st.registered.empty()) return invalid_argument("custom ops of %s: no op defined", source.c_str());
+  return st.registered;
+}
+
 const CustomOpDefinition* find_custom_op(const std::string& domain, const std::string& op_type) {
   const std::string d = domain == "ai.onnx" ? std::string() : domain;
   for (const auto& def : definitions())

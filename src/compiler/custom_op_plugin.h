@@ -37,6 +37,13 @@ struct CustomOpDefinition {
 // (unknown function, input out of range, undeclared attribute) or already defined.
 Expected<std::vector<std::string>> load_custom_op_plugin(const std::string& path);
 
+// Registers definitions that come from no library: a Python file's (kiln.dsl.custom_op, run by
+// `kiln compile --custom-ops FILE.py`), its ops' shapes the broadcast of their inputs
+// (`infer` must be null). The same checks and errors as a plugin's definitions, naming
+// `source`. Returns the ops registered.
+Expected<std::vector<std::string>> register_custom_op_definitions(const std::string& source,
+                                                                  const std::vector<kilnCustomOpDef>& defs);
+
 // The node's values of the definition's attributes (float or int ONNX attributes; the
 // defaults where the node sets none), in definition order. Error: another attribute kind.
 Expected<std::vector<float>> custom_op_attr_values(const CustomOpDefinition& def, const ir::Node& node);

@@ -17,8 +17,8 @@ def dsl_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kiln_binary():
-    """KILN_BINARY (set by CTest), else tools/kiln next to the build tree's package."""
-    path = os.environ.get("KILN_BINARY")
+    """PYTEST_KILN_BINARY (set by CTest), else tools/kiln next to the build tree's package."""
+    path = os.environ.get("PYTEST_KILN_BINARY")
     if not path:
         import kiln
         path = str(pathlib.Path(kiln.__file__).resolve().parents[2] / "tools" / "kiln")
