@@ -5,6 +5,8 @@ broken file (syntax error, an exception, a compute that is not element-wise or r
 op, an exit) is a one-line error naming the file and line, exit code 1."""
 
 import json
+import math
+import re
 import subprocess
 
 import numpy as np
@@ -43,7 +45,6 @@ def sigmoid(x):
 
 
 def erf(x):
-    import math
     return np.vectorize(math.erf)(x)
 
 
@@ -133,7 +134,6 @@ def test_broken_python_file_is_a_one_line_error(kiln_binary, tmp_path, name):
     assert r.returncode == 1, r.stdout + r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, r.stderr
-    import re
     assert re.search(expected, lines[0]), lines[0]
     assert not (tmp_path / "m.kiln").exists()
 
