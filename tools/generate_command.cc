@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct GenerateArgs {
   int64_t block_size = 16;
   int64_t kv_cache_mib = 256;
   int64_t step_tokens = 0;  // rows per step with chunked prefill; 0: whole prefills
+  std::string kv_dtype = "fp32";
   float temperature = 0.0f;
   int64_t top_k = 0;
   float top_p = 1.0f;
@@ -67,6 +69,8 @@ int run_generate(const GenerateArgs& args) {
   if (args.kv_cache_mib < 1) return usage_error(cmd, "--kv-cache-mib must be at least 1");
   if (args.step_tokens != 0 && args.step_tokens < args.batch)
     return usage_error(cmd, "--step-tokens must be 0 (whole prefills) or at least --batch");
+  const std::optional<DataType> kv_dtype = llm::kv_dtype_from_name(args.kv_dtype);
+  if (!kv_dtype) return usage_error(cmd, "--kv-dtype '" + args.kv_dtype + "': expected fp32 or bf16");
   llm::SamplingOptions sampling{args.temperature, args.top_k, args.top_p, args.seed};
   if (Status st = llm::validate_sampling(sampling); !st.ok()) return usage_error(cmd, st.message());
   std::vector<std::vector<int64_t>> prompts;
@@ -94,6 +98,7 @@ int run_generate(const GenerateArgs& args) {
   options.kv_cache_mib = args.kv_cache_mib;
   options.max_batch = args.batch;
   options.max_step_tokens = args.step_tokens;
+  options.kv_dtype = *kv_dtype;
   auto engine = llm::Engine::create(std::move(*model), options);
   if (!engine.ok()) return report_error(cmd, engine.status().to_string());
   llm::Engine& e = **engine;
@@ -139,9 +144,10 @@ int run_generate(const GenerateArgs& args) {
               (long long)generated, (long long)(count - failed), seconds, generated / seconds, first_token_ms,
               (long long)st.prefill_tokens, (long long)st.prefill_padded_tokens, st.prefill_ms,
               (long long)st.decode_tokens, (long long)st.decode_steps, st.decode_ms, (long long)st.preemptions, compile_ms);
-  std::printf("KV cache: %lld blocks of %lld tokens, peak %lld used; mean fragmentation over decode steps %.2f%%; "
+  std::printf("KV cache (%s): %lld blocks of %lld tokens, peak %lld used; mean fragmentation over decode steps %.2f%%; "
               "shared prefixes: %lld prompt tokens mapped from cached blocks, %lld blocks cached at the end\n",
-              (long long)st.kv.blocks_total, (long long)args.block_size, (long long)st.peak_blocks_used,
+              llm::kv_dtype_name(*kv_dtype), (long long)st.kv.blocks_total, (long long)args.block_size,
+              (long long)st.peak_blocks_used,
               100.0 * st.mean_fragmentation, (long long)st.prefix_hit_tokens, (long long)st.kv.blocks_cached);
   return failed ? kExitError : 0;
 }
@@ -164,6 +170,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--step-tokens", args->step_tokens,
                  "Rows per step: prefill in chunks beside the decode rows, at least --batch (default 0: whole "
                  "prefills before each decode step)");
+  app.add_option("--kv-dtype", args->kv_dtype,
+                 "KV cache element type: fp32 (default) or bf16 (half the bytes per block: twice the blocks in "
+                 "--kv-cache-mib; K/V rounded to nearest even, attention in fp32)");
   args->threads_opt = app.add_option("--threads", args->threads, "Threads (default: the cores)");
   app.add_flag("--quiet", args->quiet, "Print only the summary, not the tokens");
   return [args] { return run_generate(*args); };

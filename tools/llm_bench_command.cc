@@ -11,10 +11,13 @@
 //                   sessions, prefill padded to 2048;
 //   paged           paged KV, continuous batching, prefill buckets (the engine's default);
 //   paged-chunked   with --step-tokens N: paged, continuous batching, and chunked prefill under
-//                   a budget of N rows per step beside the decode rows (vLLM's scheduling).
+//                   a budget of N rows per step beside the decode rows (vLLM's scheduling);
+//   paged-bf16kv    with --kv-dtype both: paged with its KV pool in bf16 (twice the blocks in
+//                   --kv-memory), beside the fp32 ones.
 //
 // Every configuration runs the same requests greedily on a fresh engine (so no configuration
-// reuses another's cached prefixes) and must produce the same tokens. Requests arrive all at
+// reuses another's cached prefixes) and those of one KV element type must produce the same
+// tokens (bf16 K/V may turn a near tie: paged-bf16kv's agreement with paged is counted instead). Requests arrive all at
 // once, or with --arrival-rate as a seeded Poisson process (each joins the engine between steps
 // once its time has come). Printed per configuration: tokens/s (generated tokens / wall time),
 // the sessions that fit in --kv-memory at their final lengths, fragmentation averaged over
@@ -49,6 +52,7 @@ struct LlmBenchArgs {
   int64_t requests = 16, prompt_min = 16, prompt_max = 1500, output_min = 16, output_max = 256;
   int64_t kv_memory_mib = 256, batch = 16, block_size = 16, repeat = 1;
   int64_t step_tokens = 0;  // paged-chunked's budget of rows per step; 0: no such configuration
+  std::string kv_dtype = "fp32";  // fp32, bf16 (every configuration) or both (adds paged-bf16kv)
   uint64_t seed = 1;
   double arrival_rate = 0;  // requests per second; 0: all arrive at the start
   int threads = 0;
@@ -106,12 +110,19 @@ double percentile(std::vector<double> v, double p) {
 struct Config {
   const char* name;
   bool paged, buckets, chunked;
+  bool bf16kv = false;  // only with --kv-dtype both: the bf16 twin of paged
 };
 constexpr Config kConfigs[] = {{"fixed", false, false, false},
                                {"fixed-buckets", false, true, false},
                                {"paged-nobuckets", true, false, false},
                                {"paged", true, true, false},
+                               {"paged-bf16kv", true, true, false, true},
                                {"paged-chunked", true, true, true}};
+
+DataType kv_dtype_for(const Config& cfg, const LlmBenchArgs& a) {
+  return cfg.bf16kv || llm::kv_dtype_from_name(a.kv_dtype) == DataType::kBFloat16 ? DataType::kBFloat16
+                                                                                 : DataType::kFloat32;
+}
 
 struct Result {
   double tokens_per_s = 0;  // best over the repeats
@@ -133,6 +144,7 @@ llm::EngineOptions options_for(const Config& cfg, const LlmBenchArgs& a) {
   o.max_batch = cfg.paged ? a.batch : 1;
   if (!cfg.buckets) o.prefill_buckets = {kFixedLength};
   if (cfg.chunked) o.max_step_tokens = a.step_tokens;
+  o.kv_dtype = kv_dtype_for(cfg, a);
   return o;
 }
 
@@ -219,6 +231,8 @@ int run_llm_bench(const LlmBenchArgs& a) {
   if (a.repeat < 1) return usage_error(cmd, "--repeat must be at least 1");
   if (a.step_tokens != 0 && a.step_tokens < a.batch)
     return usage_error(cmd, "--step-tokens must be 0 (no paged-chunked configuration) or at least --batch");
+  if (a.kv_dtype != "both" && !llm::kv_dtype_from_name(a.kv_dtype))
+    return usage_error(cmd, "--kv-dtype '" + a.kv_dtype + "': expected fp32, bf16 or both");
   if (!(a.arrival_rate >= 0) || !std::isfinite(a.arrival_rate))
     return usage_error(cmd, "--arrival-rate must be a number of requests per second, at least 0");
   std::string error;
@@ -230,7 +244,8 @@ int run_llm_bench(const LlmBenchArgs& a) {
   if (!probe.ok()) return report_error(cmd, probe.status().to_string());
   const llm::DecoderConfig c = (*probe)->config();
   probe->reset();
-  const int64_t fixed_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, kFixedLength);
+  const int64_t fixed_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, kFixedLength,
+                                                        kv_dtype_for(kConfigs[0], a));
   if (a.mode != "paged" && (a.kv_memory_mib << 20) < fixed_bytes)
     return report_error(cmd, str_format("--kv-memory %lld MiB holds no fixed-mode session of %lld tokens (%lld MiB)",
                                         (long long)a.kv_memory_mib, (long long)kFixedLength,
@@ -239,15 +254,19 @@ int run_llm_bench(const LlmBenchArgs& a) {
 
   std::vector<const Config*> configs;
   for (const Config& cfg : kConfigs)
-    if ((a.mode == "both" || (a.mode == "paged") == cfg.paged) && (!cfg.chunked || a.step_tokens > 0))
+    if ((a.mode == "both" || (a.mode == "paged") == cfg.paged) && (!cfg.chunked || a.step_tokens > 0) &&
+        (!cfg.bf16kv || a.kv_dtype == "both"))
       configs.push_back(&cfg);
   std::vector<Result> results(configs.size());
   // Alternated: repeat r runs every configuration once, so a load change hits them alike.
   for (int64_t rep = 0; rep < a.repeat; ++rep)
     for (size_t i = 0; i < configs.size(); ++i)
       if (Status st = run_once(a.model, *configs[i], a, w, results[i]); !st.ok()) return report_error(cmd, st.to_string());
+  // Configurations of one KV element type must agree token for token.
   bool same = true;
-  for (const Result& r : results) same = same && r.tokens == results[0].tokens;
+  for (size_t i = 0; i < configs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (configs[j]->bf16kv == configs[i]->bf16kv) same = same && results[i].tokens == results[j].tokens;
 
   auto find = [&](const char* name) -> const Result* {
     for (size_t i = 0; i < configs.size(); ++i)
@@ -255,15 +274,21 @@ int run_llm_bench(const LlmBenchArgs& a) {
     return nullptr;
   };
   const Result *fixed = find("fixed"), *fixed_b = find("fixed-buckets"), *paged_nb = find("paged-nobuckets"),
-               *paged = find("paged");
+               *paged = find("paged"), *bf16kv = find("paged-bf16kv");
+  // Requests whose greedy tokens paged-bf16kv and paged agree on.
+  int64_t bf16_agree = 0;
+  if (bf16kv && paged)
+    for (size_t i = 0; i < w.requests.size(); ++i) bf16_agree += bf16kv->tokens[i] == paged->tokens[i];
   if (a.json) {
     std::string s = str_format(
         "{\"model\": \"%s\", \"requests\": %lld, \"seed\": %llu, \"prompt_tokens\": %lld, \"output_tokens\": %lld, "
         "\"capped_prompts\": %lld, \"kv_memory_mib\": %lld, \"repeat\": %lld, \"arrival_rate\": %g, "
-        "\"step_tokens\": %lld, \"same_tokens\": %s, \"lengths\": [",
+        "\"step_tokens\": %lld, \"kv_dtype\": \"%s\", \"same_tokens\": %s, \"bf16kv_same_requests\": %lld, "
+        "\"lengths\": [",
         c.name.c_str(), (long long)a.requests, (unsigned long long)a.seed, (long long)w.prompt_tokens,
         (long long)w.output_tokens, (long long)w.capped, (long long)a.kv_memory_mib, (long long)a.repeat,
-        a.arrival_rate, (long long)a.step_tokens, same ? "true" : "false");
+        a.arrival_rate, (long long)a.step_tokens, a.kv_dtype.c_str(), same ? "true" : "false",
+        (long long)(bf16kv ? bf16_agree : -1));
     for (size_t i = 0; i < w.requests.size(); ++i)
       s += str_format("%s[%lld, %lld]", i ? ", " : "", (long long)w.requests[i].prompt.size(),
                       (long long)w.requests[i].max_new_tokens);
@@ -284,11 +309,11 @@ int run_llm_bench(const LlmBenchArgs& a) {
     return same ? 0 : kExitError;
   }
   std::printf("%s: %lld requests (seed %llu), %lld prompt tokens (%lld..%lld each, %lld shortened to the %lld-token "
-              "context), %lld output tokens (%lld..%lld); KV memory %lld MiB; best of %lld, alternated; %s\n",
+              "context), %lld output tokens (%lld..%lld); KV memory %lld MiB (%s); best of %lld, alternated; %s\n",
               c.name.c_str(), (long long)a.requests, (unsigned long long)a.seed, (long long)w.prompt_tokens,
               (long long)a.prompt_min, (long long)a.prompt_max, (long long)w.capped, (long long)c.context,
               (long long)w.output_tokens, (long long)a.output_min, (long long)a.output_max, (long long)a.kv_memory_mib,
-              (long long)a.repeat,
+              a.kv_dtype == "both" ? "fp32, and bf16 for paged-bf16kv" : a.kv_dtype.c_str(), (long long)a.repeat,
               a.arrival_rate > 0 ? str_format("Poisson arrivals at %g requests/s over %.1f s", a.arrival_rate,
                                               w.arrival_s.back()).c_str()
                                  : "all requests arrive at the start");
@@ -330,7 +355,16 @@ int run_llm_bench(const LlmBenchArgs& a) {
                 percentile(chunked->ttft_ms, 50) / percentile(paged->ttft_ms, 50),
                 percentile(chunked->ttft_ms, 99) / percentile(paged->ttft_ms, 99),
                 chunked->tokens_per_s / paged->tokens_per_s);
-  std::printf("greedy tokens: %s\n", same ? "identical in every configuration" : "DIFFER between configurations");
+  if (bf16kv && paged)
+    std::printf("paged-bf16kv / paged: tokens/s %.2fx, sessions in %lld MiB %.2fx (%lld vs %lld); greedy tokens "
+                "identical in %lld of %zu requests\n",
+                bf16kv->tokens_per_s / paged->tokens_per_s, (long long)a.kv_memory_mib,
+                static_cast<double>(bf16kv->sessions_fit) / std::max<int64_t>(1, paged->sessions_fit),
+                (long long)bf16kv->sessions_fit, (long long)paged->sessions_fit, (long long)bf16_agree,
+                w.requests.size());
+  std::printf("greedy tokens: %s\n", same ? (bf16kv ? "identical in every configuration of one KV element type"
+                                                    : "identical in every configuration")
+                                          : "DIFFER between configurations");
   return same ? 0 : kExitError;
 }
 
@@ -351,6 +385,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--step-tokens", args->step_tokens,
                  "Add the paged-chunked configuration: chunked prefill under this many rows per step, at least "
                  "--batch (default 0: not run)");
+  app.add_option("--kv-dtype", args->kv_dtype,
+                 "KV pool element type: fp32 (default), bf16 (every configuration), or both (adds paged-bf16kv, "
+                 "paged with a bf16 pool, beside the fp32 configurations)");
   app.add_option("--repeat", args->repeat, "Rounds of every configuration, alternated; best tokens/s (default 1)");
   app.add_option("--arrival-rate", args->arrival_rate,
                  "Requests per second, Poisson arrivals from the seed (default 0: all at the start)");

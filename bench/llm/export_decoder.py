@@ -82,6 +82,7 @@ class Block(nn.Module):
         self.c = c
         d, h, kvh = c["d_model"], c["heads"], c["kv_heads"]
         self.hd = d // h
+        self.kv_bf16 = False  # round the cache's K/V to bfloat16 (the engine's bf16 KV pool)
         llama = c["style"] == "llama"
         self.norm1 = RMSNorm(d) if llama else nn.LayerNorm(d)
         self.norm2 = RMSNorm(d) if llama else nn.LayerNorm(d)
@@ -123,6 +124,8 @@ class Block(nn.Module):
         """Batched step. x [B, T, d]; mask [B, 1, T, P+T] additive; past [B, Hkv, P, hd]."""
         q, k, v = self.qkv(x, pos)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
+        if self.kv_bf16:  # as stored (round to nearest even) and read back; the math stays fp32
+            k, v = k.to(torch.bfloat16).to(torch.float32), v.to(torch.bfloat16).to(torch.float32)
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
         group = self.c["heads"] // self.c["kv_heads"]
@@ -315,6 +318,10 @@ def main():
                     help="with --reference, also the greedy decode of 16 prompts that start with the same P "
                          "tokens (a system prompt) then a test prompt (reference_shared.json, "
                          "reference_shared_logits.npy)")
+    ap.add_argument("--bf16-kv-reference", action="store_true",
+                    help="with --reference, also the greedy decode of the test prompts with the torch module's "
+                         "K/V rounded to bfloat16 as the engine's bf16 KV pool stores them "
+                         "(reference_bf16kv.json, reference_bf16kv_logits.npy)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, c = export(args.config, args.out_dir, args.seed, past_kv=not args.no_past_kv)
@@ -324,6 +331,10 @@ def main():
         if args.shared_prefix:
             system = np.random.RandomState(args.seed + 2).randint(0, c["vocab"], size=args.shared_prefix).tolist()
             write_reference(model, c, [system + p for p in prompts[:16]], args.steps, args.out_dir, "reference_shared")
+        if args.bf16_kv_reference:
+            for blk in model.blocks:
+                blk.kv_bf16 = True
+            write_reference(model, c, prompts, args.steps, args.out_dir, "reference_bf16kv")
     print(f"{args.config}: {sum(p.numel() for p in model.parameters())} parameters -> {args.out_dir}")
 
 

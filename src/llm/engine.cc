@@ -31,15 +31,19 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DecoderModel> m
     return invalid_argument("max step tokens %lld: must be 0 (no budget) or at least the max batch %lld, so that "
                             "every decoding sequence's row fits a step",
                             (long long)options.max_step_tokens, (long long)options.max_batch);
+  if (!kv_dtype_supported(options.kv_dtype))
+    return invalid_argument("KV cache element type %s: must be fp32 or bf16", dtype_name(options.kv_dtype));
   int64_t blocks = options.kv_blocks;
   if (blocks <= 0) {
-    const int64_t block_bytes = KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, options.block_size);
+    const int64_t block_bytes =
+        KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, options.block_size, options.kv_dtype);
     blocks = (options.kv_cache_mib << 20) / block_bytes;
     if (blocks <= 0)
       return invalid_argument("a KV cache of %lld MiB holds no block of %lld bytes", (long long)options.kv_cache_mib,
                               (long long)block_bytes);
   }
-  KILN_ASSIGN_OR_RETURN(auto cache, KvCache::create(c.layers, c.kv_heads, c.head_dim, blocks, options.block_size));
+  KILN_ASSIGN_OR_RETURN(auto cache, KvCache::create(c.layers, c.kv_heads, c.head_dim, blocks, options.block_size,
+                                                        options.kv_dtype));
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(cache), options));
 }
 
@@ -321,7 +325,7 @@ Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
     for (const AttentionSequence& s : seqs)
       for (int64_t r = 0; r < s.count; ++r)
         cache_->write(layer, s.block_table, s.start + r, k_.data() + (s.row + r) * kv_row, v_.data() + (s.row + r) * kv_row);
-    paged_attention(shape, q_.data(), cache_->keys(layer), cache_->values(layer), seqs, attn_.data());
+    paged_attention(shape, q_.data(), cache_->pools(layer), seqs, attn_.data());
     KILN_RETURN_IF_ERROR(model_->attention_output(layer, t, hidden_.data(), attn_.data(), hidden_next_.data()));
     std::swap(hidden_, hidden_next_);
   }

@@ -60,6 +60,9 @@ struct EngineOptions {
   // Rows per step (decode rows + prefill chunk rows), 0 or at least max_batch (every decoding
   // sequence's row must fit); 0: each admitted prompt is prefilled whole before the decode step.
   int64_t max_step_tokens = 0;
+  // Element type of the KV pool: kFloat32, or kBFloat16 (half the bytes per block, so twice the
+  // blocks in kv_cache_mib; K/V rounded to nearest even as stored, attention math in fp32).
+  DataType kv_dtype = DataType::kFloat32;
 };
 
 struct Request {

@@ -1,12 +1,14 @@
-// Paged attention, fp32: softmax(q k^T / sqrt(head_dim)) v for query tokens of many sequences
-// at once, reading each sequence's keys and values through its block table from the KV
-// cache's block pool (kv_cache.h), causal, with grouped-query attention (query head h reads
+// Paged attention: softmax(q k^T / sqrt(head_dim)) v for query tokens of many sequences at
+// once, reading each sequence's keys and values through its block table from the KV cache's
+// block pool (kv_cache.h), fp32 or bf16 (widened to fp32 as loaded; the math is fp32), causal, with grouped-query attention (query head h reads
 // KV head h / (heads / kv_heads)). Serves prefill (many query tokens of one sequence) and
 // decode (one token of each of many sequences) alike.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace kiln::llm {
 
@@ -27,10 +29,18 @@ struct AttentionSequence {
   int64_t row = 0;
 };
 
-// Pool layout: [block][slot][kv_head][head_dim] floats, for K and for V alike. q and out are
-// [rows][heads][head_dim]. Rows no sequence names are left untouched. Parallel over (token,
-// head) pairs with parallel_for.
-void paged_attention(const AttentionShape& shape, const float* q, const float* k_pool, const float* v_pool,
+// One layer's K and V pools, [block][slot][kv_head][head_dim] elements of `dtype` each:
+// kFloat32 (float) or kBFloat16 (uint16_t bits, as core/dtype.h's float_to_bf16 stores them).
+struct KvPools {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DataType dtype = DataType::kFloat32;
+};
+
+// q and out are [rows][heads][head_dim] floats. Rows no sequence names are left untouched.
+// Parallel over (token, head) pairs with parallel_for. `pools.dtype` must be kFloat32 or
+// kBFloat16 (KvCache::create checks it).
+void paged_attention(const AttentionShape& shape, const float* q, const KvPools& pools,
                      const std::vector<AttentionSequence>& sequences, float* out);
 
 }  // namespace kiln::llm

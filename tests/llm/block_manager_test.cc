@@ -215,11 +215,40 @@ TEST(KvCache, CopyBlockCopiesKeysAndValuesInEveryLayer) {
   }
   kv.copy_block(1, 3);
   for (int64_t layer = 0; layer < 2; ++layer) {
-    EXPECT_EQ(std::vector<float>(kv.keys(layer) + 3 * 6, kv.keys(layer) + 4 * 6),
-              (std::vector<float>{1, 2, 3, 7, 8, 9}));
-    EXPECT_EQ(std::vector<float>(kv.values(layer) + 3 * 6, kv.values(layer) + 4 * 6),
-              (std::vector<float>{4, 5, 6, 10, 11, 12}));
+    const auto* keys = static_cast<const float*>(kv.pools(layer).k);
+    const auto* values = static_cast<const float*>(kv.pools(layer).v);
+    EXPECT_EQ(std::vector<float>(keys + 3 * 6, keys + 4 * 6), (std::vector<float>{1, 2, 3, 7, 8, 9}));
+    EXPECT_EQ(std::vector<float>(values + 3 * 6, values + 4 * 6), (std::vector<float>{4, 5, 6, 10, 11, 12}));
   }
+}
+
+// A bf16 pool copies its 2-byte elements: a block's whole K and V, no more, no less.
+TEST(KvCache, CopyBlockCopiesBf16Blocks) {
+  auto cache = KvCache::create(1, 1, 3, 4, 2, DataType::kBFloat16);
+  ASSERT_TRUE(cache.ok());
+  KvCache& kv = **cache;
+  const int32_t table[] = {1};
+  const float k0[] = {1, 2, 3}, v0[] = {4, 5, 6}, k1[] = {7, 8, 9}, v1[] = {10, 11, 12};
+  kv.write(0, table, 0, k0, v0);
+  kv.write(0, table, 1, k1, v1);
+  kv.copy_block(1, 3);
+  const auto* keys = static_cast<const uint16_t*>(kv.pools(0).k);
+  const auto* values = static_cast<const uint16_t*>(kv.pools(0).v);
+  std::vector<float> k, v;
+  for (int i = 3 * 6; i < 4 * 6; ++i) {
+    k.push_back(bf16_to_float(keys[i]));
+    v.push_back(bf16_to_float(values[i]));
+  }
+  EXPECT_EQ(k, (std::vector<float>{1, 2, 3, 7, 8, 9}));
+  EXPECT_EQ(v, (std::vector<float>{4, 5, 6, 10, 11, 12}));
+  EXPECT_EQ(KvCache::block_bytes(2, 4, 8, 16, DataType::kBFloat16) * 2, KvCache::block_bytes(2, 4, 8, 16));
+}
+
+TEST(KvCache, UnsupportedElementTypeIsAClearError) {
+  auto cache = KvCache::create(1, 1, 3, 4, 2, DataType::kFloat16);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cache.status().message().find("fp32 or bf16"), std::string::npos) << cache.status().message();
 }
 
 }  // namespace

@@ -51,9 +51,10 @@ std::unique_ptr<Engine> make_engine(const std::string& model, EngineOptions opti
 }
 
 // Runs the first `count` reference prompts (request i generating max_new(i) tokens) and
-// checks tokens and logits against PyTorch.
+// checks tokens and logits against PyTorch: max |kiln - torch| <= tolerance * max |torch| per
+// step.
 void expect_matches_pytorch(Engine& engine, const Reference& ref, size_t count,
-                            const std::function<int64_t(size_t)>& max_new) {
+                            const std::function<int64_t(size_t)>& max_new, double tolerance = 1e-4) {
   std::vector<int64_t> ids;
   for (size_t i = 0; i < count; ++i) {
     auto id = engine.add_request({ref.prompts[i], max_new(i), {}, {}});
@@ -76,7 +77,7 @@ void expect_matches_pytorch(Engine& engine, const Reference& ref, size_t count,
         scale = std::max(scale, std::abs(static_cast<double>(expect[v])));
         worst = std::max(worst, std::abs(static_cast<double>(r.logits[s][v]) - expect[v]));
       }
-      ASSERT_LE(worst, 1e-4 * scale) << "request " << i << " step " << s;
+      ASSERT_LE(worst, tolerance * scale) << "request " << i << " step " << s;
     }
   }
 }
@@ -227,6 +228,47 @@ TEST_P(EngineVsPyTorch, ChunkedPrefillPreemptedOrSharingAPrefixStaysExact) {
   EXPECT_LE(engine2->stats().peak_step_tokens, 64);
 }
 
+// A bf16 KV pool against PyTorch with its cache's K/V rounded to bf16 the same way
+// (reference_bf16kv, export_decoder.py --bf16-kv-reference): the same greedy tokens and logits
+// within kBf16KvTolerance (docs/llm.md says why not 1e-4), 16 batched; and twice the blocks of
+// an fp32 pool in the same memory.
+constexpr double kBf16KvTolerance = 1e-3;
+
+TEST_P(EngineVsPyTorch, Bf16KvMatchesPyTorchWithABf16Cache) {
+  const Reference ref = load_reference(GetParam(), "reference_bf16kv");
+  ASSERT_EQ(ref.prompts, ref_.prompts);
+  EngineOptions options;
+  options.max_batch = 16;
+  options.kv_cache_mib = 4;
+  options.kv_dtype = DataType::kBFloat16;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref, ref.prompts.size(),
+                         [&](size_t i) { return ref.steps - static_cast<int64_t>(5 * (i % 4)); }, kBf16KvTolerance);
+  EngineOptions fp32 = options;
+  fp32.kv_dtype = DataType::kFloat32;
+  auto fp32_engine = make_engine(GetParam(), fp32);
+  ASSERT_TRUE(fp32_engine);
+  EXPECT_EQ(engine->stats().kv.blocks_total, 2 * fp32_engine->stats().kv.blocks_total);
+  EXPECT_EQ(engine->stats().kv.blocks_used, 0);
+}
+
+// Recomputation after preemption and chunked prefill write the bf16 pool too: still PyTorch's.
+TEST_P(EngineVsPyTorch, Bf16KvPreemptedAndChunkedStaysExact) {
+  const Reference ref = load_reference(GetParam(), "reference_bf16kv");
+  EngineOptions options;
+  options.max_batch = 8;
+  options.block_size = 8;
+  options.kv_blocks = 16;
+  options.max_step_tokens = 8;
+  options.kv_dtype = DataType::kBFloat16;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref, ref.prompts.size(), [&](size_t) { return ref.steps; }, kBf16KvTolerance);
+  EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_GT(engine->stats().mixed_steps, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Styles, EngineVsPyTorch, ::testing::Values("gpt2-tiny", "llama-tiny"),
                          [](const auto& info) { return info.param == "gpt2-tiny" ? std::string("Gpt2") : std::string("Llama"); });
 
@@ -333,6 +375,17 @@ TEST(EngineOptions, StepTokenBudgetBelowTheBatchIsAClearError) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("max step tokens 15"), std::string::npos) << engine.status().message();
+}
+
+TEST(EngineOptions, UnsupportedKvElementTypeIsAClearError) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/gpt2-tiny");
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  EngineOptions options;
+  options.kv_dtype = DataType::kInt8;
+  auto engine = Engine::create(std::move(*decoder), options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("must be fp32 or bf16"), std::string::npos) << engine.status().message();
 }
 
 TEST(DecoderModel, NotADecoderDirectoryIsAClearError) {

@@ -5,7 +5,8 @@ baseline, buckets, paged with and without buckets) generates the same greedy tok
 requested count, the sessions that fit in --kv-memory and the prefill rows match what this
 script computes from the model's config.json and the printed request lengths, the table form
 prints every configuration and the ratios; with --arrival-rate the same requests arrive over
-time and TTFT/TPOT percentiles are reported; bad options exit 2, a missing model or a KV memory
+time and TTFT/TPOT percentiles are reported; --kv-dtype both adds paged-bf16kv with the sessions
+of half-size blocks; bad options exit 2, a missing model or a KV memory
 too small for one fixed-mode session exit 1 with a one-line error.
 
 usage: llm_bench_cli_test.py KILN_BINARY DATA_DIR
@@ -33,8 +34,8 @@ def bench(*args, code=EXIT_OK):
     return r
 
 
-def kv_block_bytes(c, tokens):
-    return 2 * c["layers"] * tokens * c["kv_heads"] * c["head_dim"] * 4
+def kv_block_bytes(c, tokens, element_bytes=4):
+    return 2 * c["layers"] * tokens * c["kv_heads"] * c["head_dim"] * element_bytes
 
 
 def sessions_fit(lengths, blocks, block_size):
@@ -124,12 +125,34 @@ class LlmBench(unittest.TestCase):
         out = bench(MODEL, *SMALL, "--mode", "paged", "--batch", "4", "--step-tokens", "32").stdout
         self.assertIn("paged-chunked (32 rows per step) / paged: ITL p50", out)
 
+    def test_kv_dtype_both_adds_the_bf16_configuration(self):
+        r = json.loads(bench(MODEL, *SMALL, "--json", "--mode", "paged", "--kv-dtype", "both").stdout)
+        self.assertEqual(r["kv_dtype"], "both")
+        self.assertEqual([c["name"] for c in r["configs"]], ["paged-nobuckets", "paged", "paged-bf16kv"])
+        self.assertTrue(r["same_tokens"])  # the fp32 configurations agree among themselves
+        by = {c["name"]: c for c in r["configs"]}
+        lengths, mib = r["lengths"], 24 << 20
+        # A bf16 block is half the bytes: the sessions that fit at twice the blocks.
+        self.assertEqual(by["paged"]["sessions_fit"], sessions_fit(lengths, mib // kv_block_bytes(self.config, 16), 16))
+        self.assertEqual(by["paged-bf16kv"]["sessions_fit"],
+                         sessions_fit(lengths, mib // kv_block_bytes(self.config, 16, 2), 16))
+        self.assertGreater(by["paged-bf16kv"]["sessions_fit"], by["paged"]["sessions_fit"])
+        self.assertEqual(by["paged-bf16kv"]["generated"], sum(o for _, o in lengths))
+        self.assertTrue(0 <= r["bf16kv_same_requests"] <= 6)
+        out = bench(MODEL, *SMALL, "--mode", "paged", "--kv-dtype", "both").stdout
+        self.assertIn("paged-bf16kv / paged: tokens/s", out)
+        # --kv-dtype bf16: every configuration on a bf16 pool, the fixed one's sessions too.
+        r = json.loads(bench(MODEL, *SMALL, "--json", "--kv-dtype", "bf16").stdout)
+        self.assertTrue(r["same_tokens"])
+        by = {c["name"]: c for c in r["configs"]}
+        self.assertEqual(by["fixed"]["sessions_fit"], mib // kv_block_bytes(self.config, 2048, 2))
+
     def test_bad_options_are_usage_errors(self):
         for bad in (["--mode", "static"], ["--requests", "0"], ["--prompt-min", "0"], ["--prompt-min", "50",
                     "--prompt-max", "10"], ["--output-min", "0"], ["--output-max", "2", "--output-min", "3"],
                     ["--kv-memory", "0"], ["--batch", "0"], ["--block-size", "0"], ["--block-size", "5000"],
                     ["--repeat", "0"], ["--threads", "0"], ["--arrival-rate", "-1"], ["--step-tokens", "8"],
-                    ["--step-tokens", "-1"]):
+                    ["--step-tokens", "-1"], ["--kv-dtype", "fp16"]):
             r = bench(MODEL, *bad, code=EXIT_USAGE)
             self.assertIn("kiln llm-bench: error:", r.stderr, bad)
         # CLI11's own parse errors (its message, the same exit code).

@@ -5,8 +5,14 @@
                             decode of the test prompts (reference.json, reference_logits.npy)
                             and of 16 prompts behind one shared 200-token system prompt
                             (reference_shared.json, reference_shared_logits.npy);
+                            and, with K/V rounded to bfloat16 in the torch module's cache as the
+                            engine's bf16 pool stores them, of the test prompts again
+                            (reference_bf16kv.json, reference_bf16kv_logits.npy);
   attention/                a paged-attention case: a block pool, block tables in shuffled
-                            order, queries, and the output NumPy computes from contiguous K/V.
+                            order, queries, and the output NumPy computes from contiguous K/V;
+                            and the same pool rounded to bfloat16 by NumPy (k_bf16.npy, v_bf16.npy:
+                            the bits) with the output NumPy computes from those values
+                            (expected_bf16.npy).
 """
 import json
 import os
@@ -18,6 +24,23 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORTER = os.path.join(HERE, "..", "..", "bench", "llm", "export_decoder.py")
 PROMPTS, STEPS, SHARED_PREFIX = 20, 48, 200
+
+
+def bf16_bits(x):
+    """float32 -> bfloat16 bits, rounded to nearest, ties to even, worked out in float64 from the
+    two neighbouring bfloat16 values (not by Kiln's bit trick). Finite inputs only."""
+    x = np.asarray(x, dtype=np.float32)
+    low = x.view(np.uint32) >> 16  # the bfloat16 toward zero
+    down = (low << 16).view(np.float32).astype(np.float64)
+    up = ((low + 1) << 16).view(np.float32).astype(np.float64)
+    xd = x.astype(np.float64)
+    d_down, d_up = np.abs(xd - down), np.abs(up - xd)
+    take_up = (d_up < d_down) | ((d_up == d_down) & (low % 2 == 1))
+    return np.where(take_up, low + 1, low).astype(np.uint16)
+
+
+def bf16_values(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def attention_case(out):
@@ -37,19 +60,30 @@ def attention_case(out):
         used += n_blocks
         seqs.append((start, count, rows))
         rows += count
+    # Exact ties between two bfloat16 values (low 16 bits 0x8000), with an even and an odd
+    # upper half: round to nearest even must keep the first and round the second up.
+    k_pool.flat[:4] = (np.array([0x3F808000, 0x3F818000, 0xBF808000, 0xBF818000], dtype=np.uint32)
+                       .view(np.float32))
     q = rng.randn(rows, heads, hd).astype(np.float32)
-    expected = np.zeros_like(q)
     group = heads // kv_heads
-    for (start, count, row), table in zip(seqs, tables):
-        keys = k_pool[table].reshape(-1, kv_heads, hd)  # contiguous K of the sequence
-        values = v_pool[table].reshape(-1, kv_heads, hd)
-        for i in range(count):
-            n = start + i + 1
-            for h in range(heads):
-                g = h // group
-                s = keys[:n, g, :].astype(np.float64) @ q[row + i, h].astype(np.float64) / np.sqrt(hd)
-                p = np.exp(s - s.max())
-                expected[row + i, h] = (p / p.sum()) @ values[:n, g, :].astype(np.float64)
+
+    def attend(k_all, v_all):
+        result = np.zeros_like(q)
+        for (start, count, row), table in zip(seqs, tables):
+            keys = k_all[table].reshape(-1, kv_heads, hd)  # contiguous K of the sequence
+            values = v_all[table].reshape(-1, kv_heads, hd)
+            for i in range(count):
+                n = start + i + 1
+                for h in range(heads):
+                    g = h // group
+                    s = keys[:n, g, :].astype(np.float64) @ q[row + i, h].astype(np.float64) / np.sqrt(hd)
+                    p = np.exp(s - s.max())
+                    result[row + i, h] = (p / p.sum()) @ values[:n, g, :].astype(np.float64)
+        return result
+
+    expected = attend(k_pool, v_pool)
+    k_bf16, v_bf16 = bf16_bits(k_pool), bf16_bits(v_pool)
+    expected_bf16 = attend(bf16_values(k_bf16), bf16_values(v_bf16))
     max_blocks = max(len(t) for t in tables)
     table_arr = np.full((len(tables), max_blocks), -1, dtype=np.int32)
     for i, t in enumerate(tables):
@@ -60,6 +94,9 @@ def attention_case(out):
     np.save(os.path.join(out, "sequences.npy"), np.array(seqs, dtype=np.int64))
     np.save(os.path.join(out, "q.npy"), q)
     np.save(os.path.join(out, "expected.npy"), expected.astype(np.float32))
+    np.save(os.path.join(out, "k_bf16.npy"), k_bf16)
+    np.save(os.path.join(out, "v_bf16.npy"), v_bf16)
+    np.save(os.path.join(out, "expected_bf16.npy"), expected_bf16.astype(np.float32))
     with open(os.path.join(out, "shape.json"), "w") as f:
         json.dump({"heads": heads, "kv_heads": kv_heads, "head_dim": hd, "block_size": bs}, f)
 
@@ -71,7 +108,7 @@ def main():
     for name in ("gpt2-tiny", "llama-tiny"):
         subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name), "--no-past-kv",
                         "--reference", str(PROMPTS), "--steps", str(STEPS),
-                        "--shared-prefix", str(SHARED_PREFIX)], check=True)
+                        "--shared-prefix", str(SHARED_PREFIX), "--bf16-kv-reference"], check=True)
 
 
 if __name__ == "__main__":
