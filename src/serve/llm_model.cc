@@ -37,6 +37,8 @@ Expected<std::shared_ptr<LlmModel>> LlmModel::load(const ModelFiles& files, Metr
   options.max_batch = files.config.llm.max_batch;
   options.kv_cache_mib = files.config.llm.kv_cache_mib;
   options.block_size = files.config.llm.block_size;
+  options.max_step_tokens = files.config.llm.max_step_tokens;
+  options.kv_dtype = *llm::kv_dtype_from_name(files.config.llm.kv_dtype);  // config.json checked the name
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(std::move(decoder), options),
                         "model '%s'", files.name.c_str());
   return std::shared_ptr<LlmModel>(new LlmModel(files, std::move(engine), metrics));
@@ -47,7 +49,9 @@ LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metric
   decoder_ = engine_->config();
   metrics_.llm = true;
   const llm::DecoderConfig& c = decoder_;
-  metrics_.kv_block_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, engine_->options().block_size);
+  metrics_.kv_block_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, engine_->options().block_size,
+                                                      engine_->options().kv_dtype);
+  metrics_.max_step_tokens = engine_->options().max_step_tokens;
   publish_stats();
   engine_->on_token = [this](int64_t request, int64_t token) { on_token(request, token); };
   driver_ = std::thread([this] { drive(); });
@@ -157,6 +161,8 @@ void LlmModel::publish_stats() {
   metrics_.kv_blocks_total = st.kv.blocks_total;
   metrics_.sequences_running = st.running;
   metrics_.sequences_waiting = st.waiting;
+  metrics_.peak_step_tokens = st.peak_step_tokens;
+  metrics_.mixed_steps = st.mixed_steps;
 }
 
 void LlmModel::drive() {

@@ -79,6 +79,12 @@ std::string Metrics::text(const std::vector<DeviceMemoryStats>& devices,
           [](const ModelMetrics& m) { return m.sequences_running.load(); });
   per_llm("kiln_llm_sequences_waiting", "gauge", "Sequences waiting for admission (decoder models).",
           [](const ModelMetrics& m) { return m.sequences_waiting.load(); });
+  per_llm("kiln_llm_max_step_tokens", "gauge", "Rows per engine step, llm.max_step_tokens (0: whole prefills).",
+          [](const ModelMetrics& m) { return m.max_step_tokens.load(); });
+  per_llm("kiln_llm_peak_step_tokens", "gauge", "Most rows (prefill and decode) one engine pass ran (decoder models).",
+          [](const ModelMetrics& m) { return m.peak_step_tokens.load(); });
+  per_llm("kiln_llm_mixed_steps_total", "counter", "Engine passes that ran prefill rows beside decode rows.",
+          [](const ModelMetrics& m) { return m.mixed_steps.load(); });
   family("kiln_inference_batch_size", "histogram", "Rows per execution.");
   for (const auto& [model, m] : models_) {
     int64_t cumulative = 0;

@@ -35,6 +35,9 @@ struct ModelMetrics {
   // The engine after its last step: KV blocks in use, of the pool, and its sequences.
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0}, kv_block_bytes{0};
   std::atomic<int64_t> sequences_running{0}, sequences_waiting{0};
+  // Chunked prefill: the step token budget (config.json llm.max_step_tokens, 0: none), the most
+  // rows one engine pass ran, and the passes that ran prefill rows beside decode rows.
+  std::atomic<int64_t> max_step_tokens{0}, peak_step_tokens{0}, mixed_steps{0};
 };
 
 // A device's caching allocator (kilnrtGetMemStats) and a model's execution memory

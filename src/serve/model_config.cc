@@ -74,8 +74,17 @@ Expected<ModelConfig> parse_config_json(const json& j) {
           KILN_ASSIGN_OR_RETURN(c.llm.kv_cache_mib, int_field(v, "llm.kv_cache_mib", 1, 1 << 20));
         } else if (k == "block_size") {
           KILN_ASSIGN_OR_RETURN(c.llm.block_size, int_field(v, "llm.block_size", 1, 4096));
+        } else if (k == "max_step_tokens") {
+          // At least max_batch unless 0: the engine checks that, with the model, at load.
+          KILN_ASSIGN_OR_RETURN(c.llm.max_step_tokens, int_field(v, "llm.max_step_tokens", 0, 1 << 20));
+        } else if (k == "kv_dtype") {
+          if (!v.is_string() || (v != "fp32" && v != "bf16"))
+            return invalid_argument("config.json: 'llm.kv_dtype' is %s, expected \"fp32\" or \"bf16\"",
+                                    json_brief(v).c_str());
+          c.llm.kv_dtype = v.get<std::string>();
         } else {
-          return invalid_argument("config.json: unknown field 'llm.%s' (known: max_batch, kv_cache_mib, block_size)",
+          return invalid_argument("config.json: unknown field 'llm.%s' (known: max_batch, kv_cache_mib, block_size, "
+                                  "max_step_tokens, kv_dtype)",
                                   k.c_str());
         }
       }

@@ -21,6 +21,8 @@ struct LlmConfig {
   int64_t max_batch = 16;      // sequences decoding together
   int64_t kv_cache_mib = 256;  // KV cache pool
   int64_t block_size = 16;     // token slots per KV block
+  int64_t max_step_tokens = 0; // rows per engine step (chunked prefill), 0 or >= max_batch; 0: whole prefills
+  std::string kv_dtype = "fp32";  // KV pool element type: "fp32" or "bf16"
 };
 
 struct ModelConfig {

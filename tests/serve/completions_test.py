@@ -4,7 +4,10 @@
 streamed as server-sent events and answered as JSON equal PyTorch's own greedy decode
 (reference.json) and `kiln generate` on the same prompts, concurrent streams are batched and
 each gets its own tokens, stop tokens, a client that goes away mid-stream, and malformed
-requests answered 4xx with an OpenAI error object while the server keeps serving.
+requests answered 4xx with an OpenAI error object while the server keeps serving; a model whose
+config.json sets llm.max_step_tokens and llm.kv_dtype "bf16" runs the engine with them (its
+/metrics: no pass above the budget, prefill and decode rows mixed, twice the blocks in the same
+memory) and still gives PyTorch's tokens (with a bf16 KV cache: reference_bf16kv.json).
 
 usage: completions_test.py KILN_BINARY LLM_DATA_DIR WORK_DIR
 """
@@ -29,8 +32,8 @@ KILN = DATA = WORK = None
 ENV = serve_test.ENV
 
 
-def reference(model):
-    with open(os.path.join(DATA, model, "reference.json")) as f:
+def reference(model, name="reference"):
+    with open(os.path.join(DATA, model, name + ".json")) as f:
         return json.load(f)["sequences"]
 
 
@@ -41,6 +44,12 @@ def make_repository(root):
         os.symlink(os.path.join(DATA, src), os.path.join(root, name, "1"))
         with open(os.path.join(root, name, "config.json"), "w") as f:
             json.dump({"backend": "llm", "llm": {"max_batch": 8, "kv_cache_mib": 8}, "max_queue_size": 64}, f)
+    # gpt2-tiny again, with chunked prefill under 8 rows per step and a bf16 KV pool.
+    os.makedirs(os.path.join(root, "gpt2-chunked"))
+    os.symlink(os.path.join(DATA, "gpt2-tiny"), os.path.join(root, "gpt2-chunked", "1"))
+    with open(os.path.join(root, "gpt2-chunked", "config.json"), "w") as f:
+        json.dump({"backend": "llm", "llm": {"max_batch": 4, "kv_cache_mib": 8, "max_step_tokens": 8,
+                                             "kv_dtype": "bf16"}}, f)
     # A tensor model beside them: /v1/completions refuses it, and it refuses /v1's requests.
     w = np.ones((4, 2), np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "lin",
@@ -246,7 +255,27 @@ class CompletionsTest(unittest.TestCase):
     def test_models_list(self):
         status, data = self.server.get("/v1/models")
         self.assertEqual(status, 200)
-        self.assertEqual(sorted(m["id"] for m in json.loads(data)["data"]), ["gpt2", "llama"])
+        self.assertEqual(sorted(m["id"] for m in json.loads(data)["data"]), ["gpt2", "gpt2-chunked", "llama"])
+
+    def test_step_token_budget_and_bf16_kv_reach_the_engine(self):
+        model = "gpt2-chunked"
+        self.assertEqual(self.gauge("kiln_llm_max_step_tokens", model), 8)
+        self.assertEqual(self.gauge("kiln_llm_max_step_tokens"), 0)  # gpt2: whole prefills
+        # Two prompts of 20+ tokens in one completion: admitted together, each prefilled 8 rows
+        # a step at most, the second's chunks beside the first's decode rows.
+        refs = [r for r in reference("gpt2-tiny", "reference_bf16kv") if len(r["prompt"]) > 20][:2]
+        self.assertEqual(len(refs), 2)
+        _, data = self.complete({"model": model, "prompt": [r["prompt"] for r in refs], "max_tokens": 12,
+                                 "temperature": 0})
+        for c, r in zip(json.loads(data)["choices"], refs):
+            self.assertEqual(c["token_ids"], r["tokens"][:12])
+        peak = self.gauge("kiln_llm_peak_step_tokens", model)
+        self.assertTrue(0 < peak <= 8, peak)  # whole prefills would have run 20+ rows at once
+        self.assertGreater(self.gauge("kiln_llm_mixed_steps_total", model), 0)
+        self.assertEqual(self.gauge("kiln_llm_mixed_steps_total"), 0)
+        # bf16 blocks are half the bytes: twice gpt2's blocks in the same 8 MiB.
+        self.assertEqual(self.gauge("kiln_llm_kv_blocks_total", model), 2 * self.gauge("kiln_llm_kv_blocks_total"))
+        self.assertLessEqual(self.gauge("kiln_llm_kv_cache_bytes", model), 8 << 20)
 
     def test_malformed_requests_get_4xx_with_an_openai_error(self):
         ok = {"model": "gpt2", "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0}
@@ -289,6 +318,10 @@ class RepositoryTest(unittest.TestCase):
         repo = os.path.join(WORK, "repo_bad")
         for config, words in (({"backend": "llm", "max_batch_size": 4}, "does not apply to backend"),
                               ({"backend": "llm", "llm": {"blocks": 3}}, "unknown field 'llm.blocks'"),
+                              ({"backend": "llm", "llm": {"max_batch": 8, "max_step_tokens": 4}},
+                               "max step tokens 4"),
+                              ({"backend": "llm", "llm": {"max_step_tokens": -1}}, "llm.max_step_tokens"),
+                              ({"backend": "llm", "llm": {"kv_dtype": "fp16"}}, "'llm.kv_dtype' is \"fp16\""),
                               ({"llm": {"max_batch": 3}}, "needs \"backend\": \"llm\""),
                               ({"backend": "tensorrt"}, "'backend'")):
             with self.subTest(config=config):
