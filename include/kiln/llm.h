@@ -81,6 +81,11 @@ typedef struct {
    * prefill chunks in the rest of the budget (chunked prefill, docs/llm.md); 0 (default): each
    * admitted prompt is prefilled whole before the step's decode. */
   int64_t maxStepTokens;
+  /* Added after maxStepTokens (a caller whose `size` ends before it gets the default): the
+   * element type of the KV pool, KILN_FLOAT (default) or KILN_BF16. bf16 takes half the bytes
+   * per block, so kvCacheMiB holds twice the blocks; K/V are rounded to nearest even as they
+   * are stored and attention computes in fp32 (docs/llm.md: accuracy and speed). */
+  kilnDataType kvDataType;
 } kilnllmEngineOptions;
 
 /* Fills `options` with the defaults above. KILN_ERROR_INVALID_PARAM for NULL. */
@@ -89,7 +94,8 @@ KILN_API kilnError kilnllmEngineOptionsInit(kilnllmEngineOptions* options);
 /* Loads and compiles the decoder in directory `modelDir` and makes an engine with an empty KV
  * pool (`options` NULL: the defaults). Errors: KILN_ERROR_INVALID_PARAM for a NULL argument
  * or an option out of range (block size outside 1..4096, no blocks, bad buckets, maxStepTokens
- * neither 0 nor at least maxBatch, a `size` this library does not know); KILN_ERROR_INVALID_FILE when the directory is missing or not a Kiln
+ * neither 0 nor at least maxBatch, a kvDataType other than KILN_FLOAT and KILN_BF16, a `size`
+ * this library does not know: the current one or one of an earlier release); KILN_ERROR_INVALID_FILE when the directory is missing or not a Kiln
  * decoder directory (the message names the file and what is wrong); KILN_ERROR_BAD_ALLOC when
  * the KV pool cannot be allocated. `*engine` is set only on success. */
 KILN_API kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* options,
@@ -219,10 +225,16 @@ typedef struct {
   int64_t prefixHitTokens;                    /* prompt tokens mapped from cached blocks, not computed */
   int64_t decodeTokens, decodePaddedTokens;
   double prefillMs, decodeMs;
+  /* Added after decodeMs (a caller whose `size` ends before them gets the fields before only):
+   * chunked prefill (maxStepTokens). The most real rows one step's pass ran (prefill and
+   * decode rows together), and the passes that ran prefill chunk rows beside decode rows. */
+  int64_t peakStepTokens;
+  int64_t mixedSteps;
 } kilnllmStats;
 
 /* The engine's statistics. KILN_ERROR_INVALID_PARAM for NULL `stats` or an unknown
- * `stats->size`. */
+ * `stats->size`; a `size` of an earlier release (ending before peakStepTokens) is filled up to
+ * that size and no further. */
 KILN_API kilnError kilnllmGetStats(const kilnllmEngine* engine, kilnllmStats* stats);
 
 #ifdef __cplusplus

@@ -128,6 +128,7 @@ class LlmEngine:
         prefill_buckets: Sequence[int] | None = None,
         threads: int = 0,
         record_logits: bool = False,
+        kv_dtype: str = "fp32",
     ) -> None: ...
     @property
     def model_info(self) -> dict[str, Any]: ...

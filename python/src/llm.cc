@@ -37,7 +37,10 @@ class LlmEngine {
  public:
   LlmEngine(const std::string& model_dir, int64_t block_size, int64_t kv_cache_mib, int64_t kv_blocks,
             int64_t max_batch, int64_t step_tokens, const std::optional<std::vector<int64_t>>& prefill_buckets,
-            int threads, bool record_logits) {
+            int threads, bool record_logits, const std::string& kv_dtype) {
+    // The KV pool's element type, spelt as kiln compile --precision and kiln generate --kv-dtype.
+    if (kv_dtype != "fp32" && kv_dtype != "bf16")
+      throw_error(KILN_ERROR_INVALID_PARAM, "LlmEngine: kv_dtype '" + kv_dtype + "': expected 'fp32' or 'bf16'");
     ensure_runtime(0);
     kilnllmEngineOptions o;
     kilnllmEngineOptionsInit(&o);
@@ -52,6 +55,7 @@ class LlmEngine {
     }
     o.numThreads = threads;
     o.recordLogits = record_logits ? 1 : 0;
+    o.kvDataType = kv_dtype == "bf16" ? KILN_BF16 : KILN_FLOAT;
     kilnError e;
     {
       py::gil_scoped_release unlocked;  // compiles the decoder's segments (a second or more)
@@ -190,6 +194,8 @@ class LlmEngine {
     d["decode_padded_tokens"] = s.decodePaddedTokens;
     d["prefill_ms"] = s.prefillMs;
     d["decode_ms"] = s.decodeMs;
+    d["peak_step_tokens"] = s.peakStepTokens;
+    d["mixed_steps"] = s.mixedSteps;
     return d;
   }
 
@@ -235,10 +241,11 @@ void bind_llm(py::module_& m) {
                         "The LLM engine (docs/llm.md) on a decoder directory (bench/llm/export_decoder.py's): "
                         "paged KV cache, continuous batching, greedy or sampled decoding.")
       .def(py::init<const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                    const std::optional<std::vector<int64_t>>&, int, bool>(),
+                    const std::optional<std::vector<int64_t>>&, int, bool, const std::string&>(),
            py::arg("model_dir"), py::kw_only(), py::arg("block_size") = 16, py::arg("kv_cache_mib") = 256,
            py::arg("kv_blocks") = 0, py::arg("max_batch") = 16, py::arg("step_tokens") = 0,
-           py::arg("prefill_buckets") = py::none(), py::arg("threads") = 0, py::arg("record_logits") = false)
+           py::arg("prefill_buckets") = py::none(), py::arg("threads") = 0, py::arg("record_logits") = false,
+           py::arg("kv_dtype") = "fp32")
       .def_property_readonly("model_info", &LlmEngine::model_info,
                              "{'name', 'style', 'vocab', 'context', 'layers', 'd_model', 'heads', 'kv_heads', "
                              "'head_dim'}")

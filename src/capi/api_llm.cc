@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -187,14 +189,29 @@ Status step_once(kilnllmEngine& e) {
 
 // A struct passed with its `size` field: NULL or a size this library does not know is
 // KILN_ERROR_INVALID_PARAM (the ABI may grow a struct; a caller built against another version
-// of the header is told so rather than misread).
+// of the header is told so rather than misread). `earlier`: the sizes the struct had in earlier
+// releases (the offset of the first field each release appended), also accepted.
 template <typename T>
-kilnError check_sized(const char* api, const char* name, const T* s, const char* type) {
+kilnError check_sized(const char* api, const char* name, const T* s, const char* type,
+                      std::initializer_list<size_t> earlier = {}) {
   if (s == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: %s is NULL", api, name);
-  if (s->size != sizeof(T))
-    return fail(KILN_ERROR_INVALID_PARAM, "%s: %s->size is %zu, not sizeof(%s) = %zu (set it, or call the struct's Init)",
-                api, name, s->size, type, sizeof(T));
-  return KILN_SUCCESS;
+  if (s->size == sizeof(T) || std::find(earlier.begin(), earlier.end(), s->size) != earlier.end())
+    return KILN_SUCCESS;
+  return fail(KILN_ERROR_INVALID_PARAM, "%s: %s->size is %zu, not sizeof(%s) = %zu (set it, or call the struct's Init)",
+              api, name, s->size, type, sizeof(T));
+}
+
+// kilnllmEngineOptions as released: first ending before maxStepTokens, then before kvDataType.
+constexpr std::initializer_list<size_t> kEarlierEngineOptionsSizes = {offsetof(kilnllmEngineOptions, maxStepTokens),
+                                                                      offsetof(kilnllmEngineOptions, kvDataType)};
+// kilnllmStats as first released, ending before peakStepTokens.
+constexpr std::initializer_list<size_t> kEarlierStatsSizes = {offsetof(kilnllmStats, peakStepTokens)};
+
+// A kilnllmEngineOptions::kvDataType as the engine's KV element type.
+std::optional<kiln::DataType> kv_dtype_of(kilnDataType t) {
+  if (t == KILN_FLOAT) return kiln::DataType::kFloat32;
+  if (t == KILN_BF16) return kiln::DataType::kBFloat16;
+  return std::nullopt;
 }
 
 kilnError success() {
@@ -221,6 +238,7 @@ kilnError kilnllmEngineOptionsInit(kilnllmEngineOptions* options) {
     options->numThreads = 0;
     options->recordLogits = 0;
     options->maxStepTokens = defaults.max_step_tokens;
+    options->kvDataType = KILN_FLOAT;
     return success();
   });
 }
@@ -234,14 +252,11 @@ kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* 
     kilnllmEngineOptions o;
     kilnllmEngineOptionsInit(&o);
     if (options != nullptr) {
-      // The struct as first released ended before maxStepTokens: such a caller gets the default.
-      constexpr size_t first_size = offsetof(kilnllmEngineOptions, maxStepTokens);
-      if (options->size == first_size)
-        std::memcpy(static_cast<void*>(&o), options, first_size);
-      else if (kilnError err = check_sized(api, "options", options, "kilnllmEngineOptions"))
+      // A caller of an earlier release passes a shorter struct: the fields it has, the defaults
+      // for the ones appended since.
+      if (kilnError err = check_sized(api, "options", options, "kilnllmEngineOptions", kEarlierEngineOptionsSizes))
         return err;
-      else
-        o = *options;
+      std::memcpy(static_cast<void*>(&o), options, options->size);
       o.size = sizeof(o);
     }
     kiln::llm::EngineOptions eo;
@@ -251,6 +266,11 @@ kilnError kilnllmCreateEngine(const char* modelDir, const kilnllmEngineOptions* 
     eo.max_batch = o.maxBatch;
     eo.record_logits = o.recordLogits != 0;
     eo.max_step_tokens = o.maxStepTokens;
+    const std::optional<kiln::DataType> kv_dtype = kv_dtype_of(o.kvDataType);
+    if (!kv_dtype)
+      return fail(KILN_ERROR_INVALID_PARAM, "%s: kvDataType %d: the KV cache holds KILN_FLOAT (%d) or KILN_BF16 (%d)",
+                  api, static_cast<int>(o.kvDataType), static_cast<int>(KILN_FLOAT), static_cast<int>(KILN_BF16));
+    eo.kv_dtype = *kv_dtype;
     if (o.blockSize <= 0 || o.blockSize > 4096)
       return fail(KILN_ERROR_INVALID_PARAM, "%s: blockSize %lld: must be in 1..4096 tokens", api, (long long)o.blockSize);
     if (o.kvBlocks < 0 || (o.kvBlocks == 0 && o.kvCacheMiB <= 0))
@@ -519,35 +539,39 @@ kilnError kilnllmRunToCompletion(kilnllmEngine* engine) {
 kilnError kilnllmGetStats(const kilnllmEngine* engine, kilnllmStats* stats) {
   const char* api = "kilnllmGetStats";
   return with_engine(api, ApiNeeds::kNothing, engine, [&](kilnllmEngine& e) -> kilnError {
-    if (kilnError err = check_sized(api, "stats", stats, "kilnllmStats")) return err;
+    if (kilnError err = check_sized(api, "stats", stats, "kilnllmStats", kEarlierStatsSizes)) return err;
     const kiln::llm::EngineStats s = e.engine->stats();
-    *stats = kilnllmStats{};
-    stats->size = sizeof(kilnllmStats);
-    stats->blockSize = e.engine->options().block_size;
-    stats->blocksTotal = s.kv.blocks_total;
-    stats->blocksUsed = s.kv.blocks_used;
-    stats->blocksFree = s.kv.blocks_free;
-    stats->blocksShared = s.kv.blocks_shared;
-    stats->blocksCached = s.kv.blocks_cached;
-    stats->slotsAllocated = s.kv.slots_allocated;
-    stats->slotsUsed = s.kv.slots_used;
-    stats->fragmentation = s.kv.fragmentation();
-    stats->peakBlocksUsed = s.peak_blocks_used;
-    stats->meanFragmentation = s.mean_fragmentation;
-    stats->copiesOnWrite = s.kv.copies_on_write;
-    stats->waiting = s.waiting;
-    stats->running = s.running;
-    stats->finished = s.finished;
-    stats->preemptions = s.preemptions;
-    stats->steps = s.steps;
-    stats->decodeSteps = s.decode_steps;
-    stats->prefillTokens = s.prefill_tokens;
-    stats->prefillPaddedTokens = s.prefill_padded_tokens;
-    stats->prefixHitTokens = s.prefix_hit_tokens;
-    stats->decodeTokens = s.decode_tokens;
-    stats->decodePaddedTokens = s.decode_padded_tokens;
-    stats->prefillMs = s.prefill_ms;
-    stats->decodeMs = s.decode_ms;
+    kilnllmStats all{};
+    all.size = stats->size;
+    all.blockSize = e.engine->options().block_size;
+    all.blocksTotal = s.kv.blocks_total;
+    all.blocksUsed = s.kv.blocks_used;
+    all.blocksFree = s.kv.blocks_free;
+    all.blocksShared = s.kv.blocks_shared;
+    all.blocksCached = s.kv.blocks_cached;
+    all.slotsAllocated = s.kv.slots_allocated;
+    all.slotsUsed = s.kv.slots_used;
+    all.fragmentation = s.kv.fragmentation();
+    all.peakBlocksUsed = s.peak_blocks_used;
+    all.meanFragmentation = s.mean_fragmentation;
+    all.copiesOnWrite = s.kv.copies_on_write;
+    all.waiting = s.waiting;
+    all.running = s.running;
+    all.finished = s.finished;
+    all.preemptions = s.preemptions;
+    all.steps = s.steps;
+    all.decodeSteps = s.decode_steps;
+    all.prefillTokens = s.prefill_tokens;
+    all.prefillPaddedTokens = s.prefill_padded_tokens;
+    all.prefixHitTokens = s.prefix_hit_tokens;
+    all.decodeTokens = s.decode_tokens;
+    all.decodePaddedTokens = s.decode_padded_tokens;
+    all.prefillMs = s.prefill_ms;
+    all.decodeMs = s.decode_ms;
+    all.peakStepTokens = s.peak_step_tokens;
+    all.mixedSteps = s.mixed_steps;
+    // Only as much as the caller's struct holds (an earlier release's is shorter).
+    std::memcpy(static_cast<void*>(stats), &all, stats->size);
     return success();
   });
 }

@@ -73,9 +73,9 @@ std::vector<float> read_npy_f32(const std::string& path, std::vector<int64_t>* d
   return data;
 }
 
-Reference load_reference(const std::string& model) {
+Reference load_reference(const std::string& model, const std::string& name = "reference") {
   Reference r;
-  std::ifstream in(data_dir() + "/" + model + "/reference.json");
+  std::ifstream in(data_dir() + "/" + model + "/" + name + ".json");
   EXPECT_TRUE(in) << data_dir() << ": no test data (ctest runs the llm.make_test_data fixture first)";
   if (!in) return r;
   nlohmann::json j = nlohmann::json::parse(in);
@@ -85,7 +85,7 @@ Reference load_reference(const std::string& model) {
     r.tokens.push_back(s["tokens"].get<std::vector<int64_t>>());
   }
   std::vector<int64_t> dims;
-  r.logits = read_npy_f32(data_dir() + "/" + model + "/reference_logits.npy", &dims);
+  r.logits = read_npy_f32(data_dir() + "/" + model + "/" + name + "_logits.npy", &dims);
   EXPECT_EQ(dims.size(), 3u);
   if (dims.size() == 3) r.vocab = dims[2];
   return r;
@@ -149,9 +149,10 @@ kilnllmStats stats_of(const kilnllmEngine* engine) {
 
 std::vector<int64_t> first(const std::vector<int64_t>& v, size_t n) { return {v.begin(), v.begin() + n}; }
 
-// Every step's logits through kilnllmGetRequestLogits within 1e-4 of PyTorch's, relative to
-// the row's largest magnitude.
-void expect_logits_match(const kilnllmEngine* engine, int64_t id, const Reference& ref, size_t prompt, size_t steps) {
+// Every step's logits through kilnllmGetRequestLogits within `tolerance` (1e-4) of PyTorch's,
+// relative to the row's largest magnitude.
+void expect_logits_match(const kilnllmEngine* engine, int64_t id, const Reference& ref, size_t prompt, size_t steps,
+                         double tolerance = 1e-4) {
   std::vector<float> row(ref.vocab);
   for (size_t s = 0; s < steps; ++s) {
     ASSERT_EQ(kilnllmGetRequestLogits(engine, id, s, row.data(), row.size()), KILN_SUCCESS) << kilnGetRecentErrMsg();
@@ -161,7 +162,7 @@ void expect_logits_match(const kilnllmEngine* engine, int64_t id, const Referenc
       scale = std::max(scale, std::abs(static_cast<double>(expect[v])));
       worst = std::max(worst, std::abs(static_cast<double>(row[v]) - expect[v]));
     }
-    ASSERT_LE(worst, 1e-4 * scale) << "prompt " << prompt << " step " << s;
+    ASSERT_LE(worst, tolerance * scale) << "prompt " << prompt << " step " << s;
   }
 }
 
@@ -178,6 +179,21 @@ int32_t collect(int64_t id, int64_t token, int32_t is_last, void* user) {
   s->tokens[id].push_back(token);
   s->last_flags[id] += is_last;
   return 0;
+}
+
+// Adds every reference prompt to `engine` (its whole budget of steps), runs it to the end and
+// checks the tokens the callback streamed and every step's logits against the reference.
+void expect_streams_match(kilnllmEngine* engine, const Reference& ref, double tolerance = 1e-4) {
+  Stream stream;
+  ASSERT_EQ(kilnllmSetTokenCallback(engine, collect, &stream), KILN_SUCCESS);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) ids.push_back(add(engine, ref.prompts[i], ref.steps));
+  ASSERT_EQ(kilnllmRunToCompletion(engine), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(stream.tokens[ids[i]], ref.tokens[i]) << "request " << i;
+    expect_logits_match(engine, ids[i], ref, i, ref.steps, tolerance);
+  }
+  ASSERT_EQ(kilnllmSetTokenCallback(engine, nullptr, nullptr), KILN_SUCCESS);
 }
 
 class LlmCApi : public ::testing::TestWithParam<std::string> {
@@ -280,15 +296,7 @@ TEST_P(LlmCApi, KvMemoryPressurePreemptsAndStaysExact) {
   o.kvBlocks = 16;  // 128 token slots for 8 sequences of up to ~90 tokens
   engine_ = make_engine(GetParam(), o);
   ASSERT_TRUE(engine_);
-  Stream stream;
-  ASSERT_EQ(kilnllmSetTokenCallback(engine_, collect, &stream), KILN_SUCCESS);
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < ref_.prompts.size(); ++i) ids.push_back(add(engine_, ref_.prompts[i], ref_.steps));
-  ASSERT_EQ(kilnllmRunToCompletion(engine_), KILN_SUCCESS) << kilnGetRecentErrMsg();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(stream.tokens[ids[i]], ref_.tokens[i]) << "request " << i;  // nothing delivered twice
-    expect_logits_match(engine_, ids[i], ref_, i, ref_.steps);
-  }
+  expect_streams_match(engine_, ref_);  // nothing delivered twice
   const kilnllmStats s = stats_of(engine_);
   EXPECT_GT(s.preemptions, 0);
   EXPECT_EQ(s.blocksTotal, 16);
@@ -302,18 +310,63 @@ TEST_P(LlmCApi, ChunkedPrefillUnderAStepBudgetStaysExact) {
   o.maxStepTokens = 12;
   engine_ = make_engine(GetParam(), o);
   ASSERT_TRUE(engine_);
-  Stream stream;
-  ASSERT_EQ(kilnllmSetTokenCallback(engine_, collect, &stream), KILN_SUCCESS);
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < ref_.prompts.size(); ++i) ids.push_back(add(engine_, ref_.prompts[i], ref_.steps));
-  ASSERT_EQ(kilnllmRunToCompletion(engine_), KILN_SUCCESS) << kilnGetRecentErrMsg();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(stream.tokens[ids[i]], ref_.tokens[i]) << "request " << i;
-    expect_logits_match(engine_, ids[i], ref_, i, ref_.steps);
-  }
+  expect_streams_match(engine_, ref_);
   // Every prompt row ran in a pass of at most 12 rows beside the decode rows: more passes than
-  // the decode steps alone would need.
-  EXPECT_GT(stats_of(engine_).steps, ref_.steps);
+  // the decode steps alone would need; the chunked-prefill counters say so.
+  const kilnllmStats s = stats_of(engine_);
+  EXPECT_GT(s.steps, ref_.steps);
+  EXPECT_LE(s.peakStepTokens, 12);
+  EXPECT_GE(s.peakStepTokens, 8);  // 8 decoding rows at least, once the batch was full
+  EXPECT_GT(s.mixedSteps, 0);      // prefill chunks beside decode rows
+  EXPECT_LT(s.mixedSteps, s.steps);
+  // A caller of the first release (its kilnllmStats ends before peakStepTokens) gets the fields
+  // it knows, and nothing is written past its struct.
+  kilnllmStats old;
+  std::memset(&old, 0xAB, sizeof(old));
+  old.size = offsetof(kilnllmStats, peakStepTokens);
+  ASSERT_EQ(kilnllmGetStats(engine_, &old), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  EXPECT_EQ(old.steps, s.steps);
+  EXPECT_EQ(old.prefillTokens, s.prefillTokens);
+  EXPECT_EQ(old.size, offsetof(kilnllmStats, peakStepTokens));
+  const auto* tail = reinterpret_cast<const unsigned char*>(&old) + offsetof(kilnllmStats, peakStepTokens);
+  for (size_t i = 0; i < sizeof(old) - offsetof(kilnllmStats, peakStepTokens); ++i)
+    ASSERT_EQ(tail[i], 0xAB) << "byte " << i << " past the caller's struct was written";
+}
+
+// Without a budget a whole prompt is one pass: the peak is the largest prompt (one request at
+// a time), and no pass mixes prefill and decode rows.
+TEST_P(LlmCApi, WholePrefillStatsHaveNoMixedSteps) {
+  engine_ = make_engine(GetParam(), options(1));
+  ASSERT_TRUE(engine_);
+  size_t longest = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    add(engine_, ref_.prompts[i], 2);
+    longest = std::max(longest, ref_.prompts[i].size());
+  }
+  ASSERT_EQ(kilnllmRunToCompletion(engine_), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  const kilnllmStats s = stats_of(engine_);
+  EXPECT_EQ(s.peakStepTokens, static_cast<int64_t>(longest));
+  EXPECT_EQ(s.mixedSteps, 0);
+}
+
+// kvDataType KILN_BF16: half the bytes per block (twice the blocks in kvCacheMiB), and the
+// tokens and logits of PyTorch with its cache's K/V rounded to bf16 (export_decoder.py
+// --bf16-kv-reference), within the tolerance docs/llm.md justifies.
+TEST_P(LlmCApi, Bf16KvCacheMatchesPyTorchWithABf16Cache) {
+  const Reference ref = load_reference(GetParam(), "reference_bf16kv");
+  ASSERT_EQ(ref.prompts, ref_.prompts);
+  kilnllmEngineOptions o = options(16);
+  o.kvCacheMiB = 4;
+  o.kvDataType = KILN_BF16;
+  engine_ = make_engine(GetParam(), o);
+  ASSERT_TRUE(engine_);
+  expect_streams_match(engine_, ref, 1e-3);
+  kilnllmEngineOptions f = o;
+  f.kvDataType = KILN_FLOAT;
+  kilnllmEngine* fp32 = make_engine(GetParam(), f);
+  ASSERT_TRUE(fp32);
+  EXPECT_EQ(stats_of(engine_).blocksTotal, 2 * stats_of(fp32).blocksTotal);
+  EXPECT_EQ(kilnllmDestroyEngine(fp32), KILN_SUCCESS);
 }
 
 TEST_P(LlmCApi, StopTokenEndsTheRequestAfterDeliveringIt) {
@@ -562,6 +615,19 @@ TEST(LlmCApiErrors, BadEnginesAndHandlesAreErrorCodes) {
   kilnllmEngineOptionsInit(&o);
   o.size = offsetof(kilnllmEngineOptions, maxStepTokens);
   o.maxStepTokens = 3;
+  ASSERT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  EXPECT_EQ(kilnllmDestroyEngine(engine), KILN_SUCCESS);
+  engine = nullptr;
+  // A KV element type the cache does not hold.
+  kilnllmEngineOptionsInit(&o);
+  o.kvDataType = KILN_INT8;
+  EXPECT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_ERROR_INVALID_PARAM);
+  EXPECT_TRUE(message_has("kvDataType")) << kilnGetRecentErrMsg();
+  EXPECT_EQ(engine, nullptr);
+  // The second release's struct (ending before kvDataType) gets fp32 KV whatever lies past it.
+  kilnllmEngineOptionsInit(&o);
+  o.size = offsetof(kilnllmEngineOptions, kvDataType);
+  o.kvDataType = KILN_INT8;
   ASSERT_EQ(kilnllmCreateEngine(model.c_str(), &o, &engine), KILN_SUCCESS) << kilnGetRecentErrMsg();
   EXPECT_EQ(kilnllmDestroyEngine(engine), KILN_SUCCESS);
   engine = nullptr;
