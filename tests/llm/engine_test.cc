@@ -230,9 +230,7 @@ TEST_P(EngineVsPyTorch, ChunkedPrefillPreemptedOrSharingAPrefixStaysExact) {
 
 // A bf16 KV pool against PyTorch with its cache's K/V rounded to bf16 the same way
 // (reference_bf16kv, export_decoder.py --bf16-kv-reference): the same greedy tokens and logits
-// within kBf16KvTolerance (docs/llm.md says why not 1e-4), 16 batched; and twice the blocks of
-// an fp32 pool in the same memory.
-constexpr double kBf16KvTolerance = 1e-3;
+// within fp32's 1e-4, 16 batched; and twice the blocks of an fp32 pool in the same memory.
 
 TEST_P(EngineVsPyTorch, Bf16KvMatchesPyTorchWithABf16Cache) {
   const Reference ref = load_reference(GetParam(), "reference_bf16kv");
@@ -244,13 +242,25 @@ TEST_P(EngineVsPyTorch, Bf16KvMatchesPyTorchWithABf16Cache) {
   auto engine = make_engine(GetParam(), options);
   ASSERT_TRUE(engine);
   expect_matches_pytorch(*engine, ref, ref.prompts.size(),
-                         [&](size_t i) { return ref.steps - static_cast<int64_t>(5 * (i % 4)); }, kBf16KvTolerance);
+                         [&](size_t i) { return ref.steps - static_cast<int64_t>(5 * (i % 4)); });
   EngineOptions fp32 = options;
   fp32.kv_dtype = DataType::kFloat32;
   auto fp32_engine = make_engine(GetParam(), fp32);
   ASSERT_TRUE(fp32_engine);
   EXPECT_EQ(engine->stats().kv.blocks_total, 2 * fp32_engine->stats().kv.blocks_total);
   EXPECT_EQ(engine->stats().kv.blocks_used, 0);
+}
+
+// What bf16 K/V cost against the fp32 model: PyTorch's plain fp32 greedy decode. The tokens of
+// these 20 prompts stay the same, and the logits within 2e-3 of the row's largest magnitude
+// (PyTorch itself moves them by up to 1.3e-3 when its cache is rounded to bf16; docs/llm.md).
+TEST_P(EngineVsPyTorch, Bf16KvStaysNearFp32PyTorch) {
+  EngineOptions options;
+  options.max_batch = 16;
+  options.kv_dtype = DataType::kBFloat16;
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref_, ref_.prompts.size(), [&](size_t) { return ref_.steps; }, 2e-3);
 }
 
 // Recomputation after preemption and chunked prefill write the bf16 pool too: still PyTorch's.
@@ -264,7 +274,7 @@ TEST_P(EngineVsPyTorch, Bf16KvPreemptedAndChunkedStaysExact) {
   options.kv_dtype = DataType::kBFloat16;
   auto engine = make_engine(GetParam(), options);
   ASSERT_TRUE(engine);
-  expect_matches_pytorch(*engine, ref, ref.prompts.size(), [&](size_t) { return ref.steps; }, kBf16KvTolerance);
+  expect_matches_pytorch(*engine, ref, ref.prompts.size(), [&](size_t) { return ref.steps; });
   EXPECT_GT(engine->stats().preemptions, 0);
   EXPECT_GT(engine->stats().mixed_steps, 0);
 }
