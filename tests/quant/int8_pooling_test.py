@@ -16,6 +16,10 @@ points; the pool reading a graph input (plain NCHW), and the pool reading an int
 convolution's output, which int8_layout stores channels-last (x_format NC1HWC0). Not folded
 (run in float, same checks): y of another dtype than x.
 
+Bad nodes (kiln QLinearGlobalAveragePool written into a model): a clear error naming the node
+and what is wrong, at compile time (rank, x_format, dtypes) or at run time (a y_scale of 0 fed
+as an input, on the reference kernel).
+
 Usage: int8_pooling_test.py KILN WORKDIR
 """
 import json
@@ -176,6 +180,61 @@ class Int8GlobalAveragePoolTest(unittest.TestCase):
 
     def test_other_output_dtype_is_not_folded(self):
         self.check_case("u8_to_s8", [1, 16, 6, 6], np.uint8, 0.02, 10, 0.01, 0, np.int8, False, False)
+
+
+def kiln_gap_model(x_dims, x_type=TensorProto.UINT8, zp_dtype=np.uint8, attrs=None, y_scale_input=False):
+    """A model of one kiln QLinearGlobalAveragePool node (x, and y_scale when asked, as inputs)."""
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "xs"), numpy_helper.from_array(np.array(3, zp_dtype), "xz"),
+             numpy_helper.from_array(np.array(1, zp_dtype), "yz")]
+    inputs = [helper.make_tensor_value_info("x", x_type, x_dims)]
+    if y_scale_input:
+        inputs.append(helper.make_tensor_value_info("ys", TensorProto.FLOAT, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(0.05, np.float32), "ys"))
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], name="qgap", domain="kiln",
+                            **(attrs or {}))
+    graph = helper.make_graph([node], "qgap", inputs, [helper.make_tensor_value_info("y", x_type, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("kiln", 1)])
+
+
+class BadQLinearGlobalAveragePoolTest(unittest.TestCase):
+    def test_bad_nodes_fail_to_compile_with_the_reason(self):
+        cases = [("rank2", kiln_gap_model([1, 4]), "expected [N, C, S...] of rank >= 3"),
+                 ("format", kiln_gap_model([1, 4, 3, 3], attrs={"x_format": "NHWC"}), "x_format 'NHWC'"),
+                 ("blocked_rank4", kiln_gap_model([1, 4, 3, 3], attrs={"x_format": "NC1HWC0"}), "[N, 1, H, W, C]"),
+                 ("zero_point_dtype", kiln_gap_model([1, 4, 3, 3], zp_dtype=np.int8), "must be uint8, got int8"),
+                 ("float_x", kiln_gap_model([1, 4, 3, 3], TensorProto.FLOAT, np.float32), "X must be uint8 or int8")]
+        for tag, model, message in cases:
+            d = os.path.join(WORK, "bad_" + tag)
+            os.makedirs(d, exist_ok=True)
+            onnx.save(model, os.path.join(d, "m.onnx"))
+            r = run(["compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")])
+            self.assertEqual(r.returncode, 1, f"{tag}: {r.stderr}")
+            self.assertIn("'qgap' (kiln.QLinearGlobalAveragePool)", r.stderr, tag)
+            self.assertIn(message, r.stderr, tag)
+
+    def test_zero_y_scale_at_run_time_is_an_error(self):
+        d = os.path.join(WORK, "bad_y_scale")
+        os.makedirs(d, exist_ok=True)
+        onnx.save(kiln_gap_model([1, 4, 3, 3], y_scale_input=True), os.path.join(d, "m.onnx"))
+        r = run(["compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        x = np.arange(36, dtype=np.uint8).reshape(1, 4, 3, 3)
+        np.save(os.path.join(d, "x.npy"), x)
+        for ys, ok in ((0.0, False), (0.05, True)):
+            np.save(os.path.join(d, "ys.npy"), np.array(ys, np.float32))
+            out = os.path.join(d, "out")
+            r = run(["run", os.path.join(d, "m.kiln"), "--input", "x=" + os.path.join(d, "x.npy"), "--input",
+                     "ys=" + os.path.join(d, "ys.npy"), "--output-dir", out])
+            if not ok:
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("x_scale / (positions * y_scale) is not finite", r.stderr)
+                continue
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "outputs.json")) as f:
+                got = np.load(os.path.join(out, json.load(f)["y"]["file"]))
+            want = quantize(dequantize(x, 0.1, 3).astype(np.float64).mean(axis=(2, 3), keepdims=True), 0.05, 1, np.uint8)
+            np.testing.assert_array_equal(got, want)
 
 
 if __name__ == "__main__":
