@@ -12,7 +12,8 @@
 // fused <= plain + 10% of the OpenCV chain.
 // Rounds alternate the variants; medians. The OpenCV chain and the kernel read the same
 // frame, rewritten and with the caches scrubbed before each (as a frame just decoded); the
-// models read it from device memory. Copies are not timed on either side.
+// models read it from device memory, with the caches scrubbed before each network too, and
+// the plain and the fused network take turns going first. Copies are not timed on either side.
 //
 // usage: preprocess_bench AIPP_ONLY.kiln [PLAIN.kiln FUSED.kiln] [--rounds N] [--bgr]
 //                         [--mean a,b,c] [--std a,b,c]
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +99,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// A 95% confidence interval of the median of `v`, from its order statistics (no assumption on
+// the distribution: the median lies between the ranks n/2 -+ 1.96 sqrt(n)/2).
+std::pair<double, double> median_interval(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size()), half = 0.98 * std::sqrt(n);
+  const auto rank = [&](double r) { return v[static_cast<size_t>(std::clamp(r, 0.0, n - 1))]; };
+  return {rank(std::floor(n / 2 - half)), rank(std::ceil(n / 2 + half))};
+}
+
 std::vector<double> parse3(const char* s) {
   std::vector<double> v;
   for (const char* p = s; *p;) {
@@ -151,6 +162,7 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> frame_copy = frame;  // what the OpenCV chain and the kernel read
 
   std::vector<float> tensor(static_cast<size_t>(3) * h * w);
+  const size_t tensor_bytes = tensor.size() * sizeof(float);
   cv::Mat rgb, small, f;
   const cv::Scalar cv_mean(mean[0], mean[1], mean[2]), cv_scale(1 / stdv[0], 1 / stdv[1], 1 / stdv[2]);
   auto opencv_chain = [&] {
@@ -195,17 +207,27 @@ int main(int argc, char** argv) {
   if (models.size() == 3) {
     plain = load(models[1]);
     fused = load(models[2]);
+    if (plain.in_buffers.size() != 1 || kilnmdlGetInputSizeByIndex(plain.desc, 0) != tensor_bytes)
+      die("the plain model's input is not the " + std::to_string(tensor_bytes) + "-byte tensor the AIPP model writes");
     CHECK(kilnrtMemcpy(fused.in_buffers[0], frame.size(), frame.data(), frame.size(), KILN_MEMCPY_HOST_TO_DEVICE));
   }
   // Each timed call starts from the same cache state: a new video frame has just been
   // written by the decoder; whatever ran before (the other variant) is gone.
   std::vector<uint8_t> scrub(size_t{64} << 20);
-  auto fresh = [&](const std::function<void()>& fn) {
+  // With `input`, the call's model input is written last instead of the frame's copy: the
+  // fused model's NV12 frame, or the plain model's tensor just made by the preprocessing.
+  auto fresh = [&](const std::function<void()>& fn, void* input = nullptr, const void* data = nullptr,
+                   size_t bytes = 0) {
     for (size_t i = 0; i < scrub.size(); i += 64) scrub[i] = static_cast<uint8_t>(i + scrub[i]);
-    std::memcpy(frame_copy.data(), frame.data(), frame.size());  // the frame, freshly written
+    if (input) {
+      CHECK(kilnrtMemcpy(input, bytes, data, bytes, KILN_MEMCPY_HOST_TO_DEVICE));
+    } else {
+      std::memcpy(frame_copy.data(), frame.data(), frame.size());  // the frame, freshly written
+    }
     return time_ms(fn);
   };
-  std::vector<double> t_cv, t_kernel, t_aipp, t_plain, t_fused;
+  // t_extra: per round, the fused network's time minus the plain one's, run back to back.
+  std::vector<double> t_cv, t_kernel, t_aipp, t_plain, t_fused, t_extra;
   for (int r = 0; r < rounds + 5; ++r) {
     const bool keep = r >= 5;  // warm-up rounds
     double a = fresh(opencv_chain);
@@ -213,9 +235,23 @@ int main(int argc, char** argv) {
     double b = time_ms([&] { CHECK(kilnmdlExecute(aipp.id, aipp.in, aipp.out)); });
     if (keep) t_cv.push_back(a), t_kernel.push_back(k), t_aipp.push_back(b);
     if (models.size() == 3) {
-      double c = time_ms([&] { CHECK(kilnmdlExecute(plain.id, plain.in, plain.out)); });
-      double d = time_ms([&] { CHECK(kilnmdlExecute(fused.id, fused.in, fused.out)); });
-      if (keep) t_plain.push_back(c), t_fused.push_back(d);
+      // Each network starts from scrubbed caches (its weights, and the fused model's frame, in
+      // memory as after the rest of a video pipeline's work), and the two take turns going
+      // first: the second one otherwise always finds the first one's weights and activations
+      // (dirty lines to write back) in the caches.
+      auto plain_run = [&] { CHECK(kilnmdlExecute(plain.id, plain.in, plain.out)); };
+      auto fused_run = [&] { CHECK(kilnmdlExecute(fused.id, fused.in, fused.out)); };
+      auto plain_fresh = [&] { return fresh(plain_run, plain.in_buffers[0], tensor.data(), tensor_bytes); };
+      auto fused_fresh = [&] { return fresh(fused_run, fused.in_buffers[0], frame.data(), frame.size()); };
+      double c = 0, d = 0;
+      if (r % 2 == 0) {
+        c = plain_fresh();
+        d = fused_fresh();
+      } else {
+        d = fused_fresh();
+        c = plain_fresh();
+      }
+      if (keep) t_plain.push_back(c), t_fused.push_back(d), t_extra.push_back(d - c);
     }
   }
   const double cv_ms = median(t_cv), kernel_ms = median(t_kernel), aipp_ms = median(t_aipp);
@@ -225,11 +261,22 @@ int main(int argc, char** argv) {
   std::printf("  kiln aipp model   %8.3f ms   (%.1fx faster; + the runtime's call and output copy)\n", aipp_ms,
               cv_ms / aipp_ms);
   if (models.size() == 3) {
-    const double p = median(t_plain), fz = median(t_fused), bar = p + 0.1 * cv_ms;
+    // On a shared machine a network's time moves by a factor of two from one second to the next
+    // (other jobs' use of the memory and the last-level cache), so the medians of the two
+    // networks, each over all rounds, may differ by more than the bar (10% of the OpenCV chain,
+    // about 0.2 ms at 224x224). The bar is judged on the rounds' own differences: the two
+    // networks ran back to back in each round and share its machine state.
+    const double p = median(t_plain), fz = median(t_fused), bar = 0.1 * cv_ms;
+    // Met when the whole interval of the median difference is under the bar, missed when it is
+    // all above; otherwise this run's noise cannot tell.
+    const double extra = median(t_extra);
+    const auto [lo, hi] = median_interval(t_extra);
+    const char* verdict = hi <= bar ? "met" : lo > bar ? "MISSED" : "not resolved at this noise";
     std::printf("model alone on a ready tensor   %8.3f ms\n", p);
-    std::printf("model with AIPP on NV12         %8.3f ms   (bar: alone + 10%% of opencv = %.3f ms: %s)\n", fz, bar,
-                fz <= bar ? "met" : "MISSED");
-    std::printf("  AIPP's share inside the fused model: %.3f ms\n", fz - p);
+    std::printf("model with AIPP on NV12         %8.3f ms\n", fz);
+    std::printf("  with AIPP - alone, per round  %8.3f ms median, 95%% interval [%.3f, %.3f]   (bar: <= 10%% of "
+                "opencv = %.3f ms: %s)\n",
+                extra, lo, hi, bar, verdict);
   }
   return 0;
 }
