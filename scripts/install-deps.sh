@@ -23,8 +23,8 @@ packages=(
   # the collectives' authenticated handshakes (HMAC-SHA256): OpenSSL's libcrypto
   libssl-dev
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
-  # namespaces for the two-host communication tests
-  openmpi-bin libopenmpi-dev iproute2
+  # namespaces for the two-host communication tests, nftables for their lossy and cut links
+  openmpi-bin libopenmpi-dev iproute2 nftables
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision

@@ -149,7 +149,7 @@ def mpirun_case(n):
     return run
 
 
-FAULT_LINE = re.compile(r"^FAULT rank=(\d+) code=(-?\d+) async=(-?\d+) seconds=([0-9.]+) message=(.*)$")
+FAULT_LINE = re.compile(r"^FAULT rank=(\d+) code=(-?\d+) async=(-?\d+) seconds=([0-9.]+) epoch=[0-9.]+ message=(.*)$")
 
 
 def fault_case(n, transport, kind, victim, count=None):

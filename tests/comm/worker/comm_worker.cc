@@ -3,7 +3,7 @@
 //   comm_worker matrix [--quick]        every collective x dtype x reduce op x count x in-place,
 //                                       compared with a serial computation of the expected
 //                                       result from every rank's deterministic data;
-//   comm_worker fault kill|stall|hang V [COUNT]
+//   comm_worker fault kill|stall|hang|partition V [COUNT]
 //                                       rank V SIGKILLs / SIGSTOPs itself in the middle of
 //                                       a large AllReduce (of COUNT fp32, default 4 Mi; a
 //                                       small COUNT: among many back to back, the one-shot
@@ -11,8 +11,19 @@
 //                                       but its stream stops before its third one (a blocking
 //                                       host callback that never returns, like a hung kernel);
 //                                       every other rank must fail with an error naming rank
-//                                       V. Prints one line per rank:
-//                                       "FAULT rank=R code=C seconds=S message=M".
+//                                       V. With partition no rank misbehaves (V is ignored):
+//                                       netns_test.sh cuts the link between the two hosts
+//                                       from outside. Prints one line per rank:
+//                                       "FAULT rank=R code=C seconds=S epoch=E message=M"
+//                                       (E: the wall clock when the operation ended, to
+//                                       compare with the moment the link was cut).
+//   comm_worker endure SECONDS          AllReduces of 1 Mi fp32 back to back for SECONDS, each
+//                                       checked (rank r sends r + 1 + i: the sum is exact);
+//                                       netns_test.sh cuts the link meanwhile for less than the
+//                                       timeout, which they must ride out. Prints
+//                                       "ENDURE rank=R ops=N wrong=W code=C longest=S message=M"
+//                                       (S: the slowest operation with its vote to go on, in
+//                                       seconds).
 // Driven by tests/comm/multiprocess_test.py and tests/comm/netns_test.sh.
 #include <signal.h>
 #include <unistd.h>
@@ -488,7 +499,9 @@ int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::st
       return 2;
     }
   }
-  if (rank == victim && mode != "hang") {
+  std::printf("STARTED rank=%d\n", rank);  // warmed up: netns_test.sh may cut the link now
+  std::fflush(stdout);
+  if (rank == victim && (mode == "kill" || mode == "stall")) {
     // From another thread, a little into the big AllReduce.
     std::thread([mode]() {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -517,8 +530,10 @@ int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::st
     if (c == '\n') c = ' ';
   kilnError async = KILN_SUCCESS;
   kilnCommGetAsyncError(comm, &async);
-  std::printf("FAULT rank=%d code=%d async=%d seconds=%.3f message=%s\n", rank, e, async, seconds,
-              message.c_str());
+  const double epoch =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::printf("FAULT rank=%d code=%d async=%d seconds=%.3f epoch=%.3f message=%s\n", rank, e, async,
+              seconds, epoch, message.c_str());
   std::fflush(stdout);
   // Stay a while, so that the victim stays the only rank that went away while the others
   // report, then leave without waiting for the broken world.
@@ -528,9 +543,62 @@ int run_fault(kilnComm comm, int rank, int n, kilnrtStream stream, const std::st
   std::_Exit(e == KILN_SUCCESS ? 3 : 0);
 }
 
+// The endurance run (above): every result checked, the slowest operation reported.
+int run_endure(kilnComm comm, int rank, int n, kilnrtStream stream, double duration) {
+  constexpr uint64_t kCount = 1 << 20;
+  void *send = nullptr, *recv = nullptr, *vote = nullptr;
+  if (kilnrtMalloc(&send, kCount * 4, KILN_MEM_MALLOC_NORMAL_ONLY) != KILN_SUCCESS ||
+      kilnrtMalloc(&recv, kCount * 4, KILN_MEM_MALLOC_NORMAL_ONLY) != KILN_SUCCESS ||
+      kilnrtMalloc(&vote, 8, KILN_MEM_MALLOC_NORMAL_ONLY) != KILN_SUCCESS) {
+    std::fprintf(stderr, "rank %d: kilnrtMalloc failed: %s\n", rank, kilnGetRecentErrMsg());
+    return 2;
+  }
+  std::vector<float> host(kCount);
+  const Clock::time_point start = Clock::now();
+  kilnError e = KILN_SUCCESS;
+  int ops = 0, wrong = 0;
+  double longest = 0;
+  for (float stop = 0; e == KILN_SUCCESS && stop == 0; ++ops) {
+    // Small integers: every partial sum is exact in fp32, whatever the reduction order.
+    const float mine = static_cast<float>(rank + 1 + ops % 7);
+    std::fill(host.begin(), host.end(), mine);
+    const Clock::time_point op_start = Clock::now();
+    e = kilnrtMemcpy(send, kCount * 4, host.data(), kCount * 4, KILN_MEMCPY_HOST_TO_DEVICE);
+    if (e == KILN_SUCCESS) e = kilnAllReduce(send, recv, kCount, KILN_COMM_FP32, KILN_REDUCE_SUM, comm, stream);
+    if (e == KILN_SUCCESS) e = kilnrtSynchronizeStream(stream);
+    if (e == KILN_SUCCESS) e = kilnrtMemcpy(host.data(), kCount * 4, recv, kCount * 4, KILN_MEMCPY_DEVICE_TO_HOST);
+    if (e != KILN_SUCCESS) break;
+    const float expected = static_cast<float>(n * (n + 1) / 2 + n * (ops % 7));
+    wrong += std::any_of(host.begin(), host.end(), [&](float v) { return v != expected; });
+    // Every rank must run the same number of operations: whether to go on is agreed on (the
+    // maximum of the ranks' "my time is up").
+    float up[2] = {std::chrono::duration<double>(Clock::now() - start).count() >= duration ? 1.f : 0.f, 0};
+    e = kilnrtMemcpy(vote, 8, up, 8, KILN_MEMCPY_HOST_TO_DEVICE);
+    if (e == KILN_SUCCESS)
+      e = kilnAllReduce(vote, static_cast<char*>(vote) + 4, 1, KILN_COMM_FP32, KILN_REDUCE_MAX, comm, stream);
+    if (e == KILN_SUCCESS) e = kilnrtSynchronizeStream(stream);
+    if (e == KILN_SUCCESS) e = kilnrtMemcpy(&stop, 4, static_cast<char*>(vote) + 4, 4, KILN_MEMCPY_DEVICE_TO_HOST);
+    // The operation and the vote: a cut link may stall either.
+    longest = std::max(longest, std::chrono::duration<double>(Clock::now() - op_start).count());
+    if (ops == 0) {
+      std::printf("STARTED rank=%d\n", rank);  // netns_test.sh may cut the link now
+      std::fflush(stdout);
+    }
+  }
+  std::string message = e == KILN_SUCCESS ? "" : kilnGetRecentErrMsg();
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  std::printf("ENDURE rank=%d ops=%d wrong=%d code=%d longest=%.3f message=%s\n", rank, ops, wrong, e,
+              longest, message.c_str());
+  std::fflush(stdout);
+  for (void* p : {send, recv, vote}) kilnrtFree(p);
+  return e == KILN_SUCCESS && wrong == 0 ? 0 : 1;
+}
+
 int usage() {
   std::fprintf(stderr,
-               "usage: comm_worker matrix [--quick] | comm_worker fault kill|stall|hang VICTIM_RANK [COUNT]\n");
+               "usage: comm_worker matrix [--quick] | comm_worker fault kill|stall|hang|partition VICTIM_RANK "
+               "[COUNT] | comm_worker endure SECONDS\n");
   return 2;
 }
 
@@ -549,7 +617,10 @@ int main(int argc, char** argv) {
     victim = std::atoi(argv[3]);
     if (argc == 5) fault_count = std::strtoull(argv[4], nullptr, 10);
     if (fault_count == 0) return usage();
-    if (fault_kind != "kill" && fault_kind != "stall" && fault_kind != "hang") return usage();
+    if (fault_kind != "kill" && fault_kind != "stall" && fault_kind != "hang" && fault_kind != "partition")
+      return usage();
+  } else if (mode == "endure") {
+    if (argc != 3 || std::atof(argv[2]) <= 0) return usage();
   } else if (mode != "matrix") {
     return usage();
   }
@@ -576,6 +647,8 @@ int main(int argc, char** argv) {
     rc =
         run_fault(comm, static_cast<int>(rank), static_cast<int>(size), stream, fault_kind, victim,
                   fault_count);
+  } else if (mode == "endure") {
+    rc = run_endure(comm, static_cast<int>(rank), static_cast<int>(size), stream, std::atof(argv[2]));
   } else {
     rc = run_matrix(comm, static_cast<int>(rank), static_cast<int>(size), stream, quick);
   }
