@@ -235,8 +235,8 @@ int main(int argc, char** argv) {
     double b = time_ms([&] { CHECK(kilnmdlExecute(aipp.id, aipp.in, aipp.out)); });
     if (keep) t_cv.push_back(a), t_kernel.push_back(k), t_aipp.push_back(b);
     if (models.size() == 3) {
-      // Each network starts from scrubbed caches (its weights, and the fused model's frame, in
-      // memory as after the rest of a video pipeline's work), and the two take turns going
+      // Each network starts from scrubbed caches (its weights in memory, as after the rest of a
+      // video pipeline's work) with only its input just written, and the two take turns going
       // first: the second one otherwise always finds the first one's weights and activations
       // (dirty lines to write back) in the caches.
       auto plain_run = [&] { CHECK(kilnmdlExecute(plain.id, plain.in, plain.out)); };
