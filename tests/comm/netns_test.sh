@@ -220,15 +220,29 @@ retransmits() {
   echo "$total"
 }
 
+# Packets the filters' counters saw dropped, both namespaces (a FILTER counts with `counter`).
+dropped_packets() {
+  local total=0 n ns
+  for ns in "$ns_a" "$ns_b"; do
+    n=$(ip netns exec "$ns" nft list table inet kiln_link 2>/dev/null | awk '/counter packets/ { for (i = 1; i < NF; i++) if ($i == "packets") s += $(i + 1) } END { print s + 0 }')
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
+}
+
 # run_lossy NAME FILTER SHAPE: the correctness matrix over a link with FILTER and SHAPE
-# (link_filter, link_shape): every result must be right; the retransmissions prove the
-# losses happened.
+# (link_filter, link_shape): every result must be right, and the filter's counter must have
+# dropped packets (the losses happened).
 run_lossy() {
   local name=$1 before
   link_filter "$2" && link_shape "$3" || { echo "[ FAIL ] $name: cannot set up the link"; failures=$((failures + 1)); return; }
   before=$(retransmits)
   run_world "$name"
-  echo "    TCP retransmissions during the world: $(($(retransmits) - before))"
+  local dropped
+  dropped=$(dropped_packets)
+  echo "    packets dropped by the filter: $dropped, TCP retransmissions during the world: $(($(retransmits) - before))"
+  # None dropped would mean the world above proved nothing about losses.
+  ((dropped > 0)) || { echo "[ FAIL ] $name: the link's filter dropped nothing"; failures=$((failures + 1)); }
   link_filter ""
   link_shape ""
 }
@@ -330,8 +344,8 @@ if [[ $what == all || $what == faults ]]; then
   worlds=$((worlds + 3))
 fi
 if [[ $what == all || $what == lossy ]] && command -v nft >/dev/null; then
-  run_lossy lossy_1pct "numgen random mod 100 < 1 drop" ""
-  run_lossy lossy_5pct_congested "numgen random mod 100 < 5 drop" "rate 200mbit burst 32kb limit 64kb"
+  run_lossy lossy_1pct "numgen random mod 100 < 1 counter drop" ""
+  run_lossy lossy_5pct_congested "numgen random mod 100 < 5 counter drop" "rate 200mbit burst 32kb limit 64kb"
   worlds=$((worlds + 2))
 fi
 if [[ $what == all || $what == partitions ]] && command -v nft >/dev/null; then
