@@ -1,8 +1,8 @@
 // Fuzz target: the collective wire protocol as a peer sends it (comm/bootstrap.h, "What a
 // peer sends, decoded"): a rank's hello to the root listener and how the listener cuts it
 // from the stream, the root's frames to a joining rank (progress, error, timed out, world
-// table, challenge), a rank's answer to the challenge, the hello on a TCP data link, a status
-// channel's answer, and the root info blob.
+// table, challenge), a rank's answer to the challenge, the hello on a TCP data link, the status
+// channel's challenge, query and answer, and the root info blob.
 // The first byte picks the message, the second the world size a joining rank expects; the
 // rest is the peer's bytes.
 #include <cstddef>
@@ -17,6 +17,7 @@ namespace {
 
 constexpr uint64_t kUniqueId = 0x1122334455667788ull;  // the seeds' communicator
 constexpr uint64_t kNonce = 0x99aabbccddeeff00ull;     // the seeds' world
+const std::string kKey = "secret:the seeds' key";       // the status seeds' MACs
 
 void check(bool ok) {
   if (!ok) std::abort();  // a decoded message broke a promise its decoder makes
@@ -76,9 +77,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (rank.ok()) check(encode_link_hello(kUniqueId, kNonce, *rank) == bytes.substr(0, 24));
       break;
     }
-    case 4:  // a status channel's answer
-      (void)decode_status_answer(bytes.data(), bytes.size(), kNonce);
+    case 4: {  // the status channel: a challenge, a query, an answer (each signed with kKey)
+      const std::string challenge(kiln::comm::kAuthNonceBytes, 'c');
+      (void)decode_status_challenge(bytes.data(), bytes.size());
+      kiln::Expected<StatusQuery> q =
+          decode_status_query(bytes.data(), bytes.size(), kKey, kNonce, challenge);
+      if (q.ok()) check(encode_status_query(kKey, kNonce, challenge, *q) == bytes);
+      kiln::Expected<uint64_t> started =
+          decode_status_answer(bytes.data(), bytes.size(), kKey, kNonce, challenge);
+      if (started.ok()) check(encode_status_answer(kKey, kNonce, challenge, *started) == bytes);
       break;
+    }
     case 5: {  // the root info blob (kilnCommInitRank's, handed from rank 0 to the others)
       kiln::Expected<RootInfo> info = decode_root_info(std::span<const char>(bytes));
       if (info.ok()) check(!info->addr.empty());

@@ -692,7 +692,7 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
   std::unique_ptr<StatusChannel> status;
   if (!tcp_peers.empty()) {
     listen_closer.fd = -1;  // the channel owns the listener now
-    KILN_ASSIGN_OR_RETURN(status, start_tcp_status_channel(table, listen_fd, tcp_peers),
+    KILN_ASSIGN_OR_RETURN(status, start_tcp_status_channel(table, rank, listen_fd, tcp_peers),
                           "join: rank %d", rank);
   }
   stop_guard.active = false;

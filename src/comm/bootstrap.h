@@ -45,11 +45,12 @@ Status make_shm_links(const WorldTable& table, int rank, const std::vector<int>&
 Status make_tcp_links(const WorldTable& table, int rank, int listen_fd,
                       const std::vector<int>& peers, Clock::time_point deadline,
                       std::vector<std::unique_ptr<Link>>* links);
-// The status channel of a rank with TCP links to `peers`, once make_tcp_links is done with
-// `listen_fd`: the channel takes the listener over (closing it on every path) and answers
-// its connections from then on, so the address the bootstrap gave the peers serves both.
+// The status channel of rank `rank`, with TCP links to `peers`, once make_tcp_links is done
+// with `listen_fd`: the channel takes the listener over (closing it on every path) and
+// answers its connections from then on, so the address the bootstrap gave the peers serves
+// both.
 Expected<std::unique_ptr<StatusChannel>> start_tcp_status_channel(const WorldTable& table,
-                                                                  int listen_fd,
+                                                                  int rank, int listen_fd,
                                                                   const std::vector<int>& peers);
 
 // ---- Authentication --------------------------------------------------------------------------
@@ -155,10 +156,37 @@ Expected<RootFrame> decode_root_frame(const std::string& frame, uint64_t unique_
 Expected<uint32_t> decode_link_hello(const std::string& frame, uint64_t unique_id, uint64_t nonce);
 std::string encode_link_hello(uint64_t unique_id, uint64_t nonce, uint32_t rank);
 
-// A status channel's answer (tcp_status_channel.cc): the whole answer as received, its
-// length prefix included; the count of collectives the peer started when it is a whole
-// answer of the world `nonce`, else an error.
-Expected<uint64_t> decode_status_answer(const char* p, size_t n, uint64_t nonce);
+// The status channel's exchange (tcp_status_channel.cc), every message a frame (a 4-byte
+// length, then the payload) and authenticated both ways like the links' hellos:
+// 1. the answering rank sends a challenge: kAuthNonceBytes fresh random bytes;
+// 2. the asking rank sends its query: the world's nonce, its rank, a challenge of its own,
+//    and auth_mac(key, "kiln status query", the answerer's challenge, the query before the
+//    MAC), so a stranger (or a replay of an earlier query) learns nothing;
+// 3. the answerer sends the count of collectives it started with auth_mac(key, "kiln status
+//    answer", the asker's challenge, the answer before the MAC), so an answer from anyone
+//    but a rank of this world (a stranger on a reused port, a forger) is refused.
+constexpr size_t kStatusChallengeBytes = 4 + 4 + 1 + kAuthNonceBytes;
+constexpr size_t kStatusQueryBytes = 4 + 4 + 1 + 8 + 4 + kAuthNonceBytes + kAuthMacBytes;
+constexpr size_t kStatusAnswerBytes = 4 + 4 + 1 + 8 + 8 + kAuthMacBytes;
+struct StatusQuery {
+  uint32_t rank = 0;
+  std::string challenge;  // the asker's: kAuthNonceBytes
+};
+std::string encode_status_challenge(const std::string& challenge);
+// The answerer's challenge from the whole frame received (length prefix included).
+Expected<std::string> decode_status_challenge(const char* p, size_t n);
+std::string encode_status_query(const std::string& key, uint64_t nonce,
+                                const std::string& answerer_challenge, const StatusQuery& q);
+// A query of the world (`key`, `nonce`) made for `answerer_challenge`, else an error naming
+// what is wrong (malformed, another world, not signed with the key).
+Expected<StatusQuery> decode_status_query(const char* p, size_t n, const std::string& key,
+                                          uint64_t nonce, const std::string& answerer_challenge);
+std::string encode_status_answer(const std::string& key, uint64_t nonce,
+                                 const std::string& asker_challenge, uint64_t started);
+// The count of collectives the peer started when the frame is a whole answer of the world
+// made for `asker_challenge`, else an error.
+Expected<uint64_t> decode_status_answer(const char* p, size_t n, const std::string& key,
+                                        uint64_t nonce, const std::string& asker_challenge);
 
 // Bounds-checked little helpers for the wire format.
 class WireWriter {

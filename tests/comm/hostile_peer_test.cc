@@ -1,7 +1,9 @@
 // Hostile and broken peers at the bootstrap and the TCP links (docs/comm.md "Authentication"):
 // strangers sending garbage, absurd lengths, other versions or other jobs' hellos, peers that
 // stall mid-frame or do not know the job's key, a forged root: each is refused with an error
-// naming the cause, within a bounded time, and the world of the real ranks still forms.
+// naming the cause, within a bounded time, and the world of the real ranks still forms. The
+// status channel after the join answers only ranks of its world, and only its world's
+// answers are believed.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -326,6 +329,170 @@ TEST(HostilePeers, StrangersAtATcpLinkListenerAreRefusedAndTheLinksStillForm) {
     ::close(fd);
   }
   for (int fd : listen_fds) ::close(fd);
+}
+
+// Reads exactly n bytes from a blocking socket ("" when it closed or failed first).
+std::string read_exactly(int fd, size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::recv(fd, out.data() + got, n - got, 0);
+    if (r <= 0) return "";
+    got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+// True when the peer closed `fd` without sending anything more.
+bool closed_without_a_word(int fd) {
+  char buf[64];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// Two ranks' status channels on 127.0.0.1 (rank 0 has started `started0` collectives).
+struct StatusWorld {
+  WorldTable table;
+  std::vector<std::unique_ptr<StatusChannel>> channels;
+};
+
+void start_status_world(StatusWorld* w, uint64_t started0) {
+  w->table.unique_id = random_id();
+  w->table.nonce = random_id();
+  w->table.key = world_key(kSecret, w->table.unique_id);
+  std::vector<int> fds;
+  for (int r = 0; r < 2; ++r) {
+    int port = 0;
+    Expected<int> fd = tcp_listen("127.0.0.1", 0, &port);
+    ASSERT_TRUE(fd.ok());
+    fds.push_back(*fd);
+    w->table.peers.push_back(local_peer_info(r));
+    w->table.data_addrs.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  for (int r = 0; r < 2; ++r) {
+    Expected<std::unique_ptr<StatusChannel>> c =
+        start_tcp_status_channel(w->table, r, fds[static_cast<size_t>(r)], {1 - r});
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    w->channels.push_back(std::move(c).value());
+  }
+  w->channels[0]->publish_collectives(started0);
+}
+
+int64_t ask_rank0(StatusChannel& asker) {
+  const int ranks[1] = {0};
+  int64_t counts[1] = {-2};
+  asker.query_collectives(ranks, counts);
+  return counts[0];
+}
+
+TEST(HostilePeers, StatusChannelAnswersOnlyRanksOfItsWorld) {
+  StatusWorld w;
+  ASSERT_NO_FATAL_FAILURE(start_status_world(&w, 7));
+  const std::string addr0 = w.table.data_addrs[0];
+  auto challenged = [&](int fd) {
+    Expected<std::string> c = decode_status_challenge(read_exactly(fd, kStatusChallengeBytes).data(),
+                                                      kStatusChallengeBytes);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? *c : std::string(kAuthNonceBytes, '\0');
+  };
+  const StatusQuery stranger_query{1, std::string(kAuthNonceBytes, 's')};
+  struct Case {
+    const char* what;
+    std::function<std::string(const std::string& challenge)> bytes;
+  };
+  const std::string other_key = world_key("another secret", w.table.unique_id);
+  const std::string some_challenge(kAuthNonceBytes, 'r');
+  const Case cases[] = {
+      {"an HTTP request", [](const std::string&) { return std::string("GET / HTTP/1.1\r\n\r\n"); }},
+      {"a query signed with another key",
+       [&](const std::string& c) { return encode_status_query(other_key, w.table.nonce, c, stranger_query); }},
+      {"a query signed for another challenge (a replay)",
+       [&](const std::string&) {
+         return encode_status_query(w.table.key, w.table.nonce, some_challenge, stranger_query);
+       }},
+      {"a query of another world",
+       [&](const std::string& c) { return encode_status_query(w.table.key, w.table.nonce ^ 1, c, stranger_query); }},
+      {"half a query, then its end",
+       [&](const std::string& c) {
+         return encode_status_query(w.table.key, w.table.nonce, c, stranger_query).substr(0, 30);
+       }},
+  };
+  for (const Case& c : cases) {
+    const auto start = Clock::now();
+    int fd = connect_to(addr0);
+    ASSERT_GE(fd, 0);
+    send_raw(fd, c.bytes(challenged(fd)));
+    if (std::string(c.what).rfind("half", 0) == 0) ::shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(closed_without_a_word(fd)) << c.what << ": answered";
+    ::close(fd);
+    report((std::string("status: ") + c.what + ": closed, no answer").c_str(), start);
+  }
+  // Strangers that hold their connections open without asking (more than the channel
+  // serves at once): they cost it a slot each, and must not keep a rank's query unheard.
+  std::vector<int> silent;
+  for (int i = 0; i < 40; ++i) silent.push_back(connect_to(addr0));
+  // Rank 1 asks while they are connected: answered at once.
+  auto start = Clock::now();
+  EXPECT_EQ(ask_rank0(*w.channels[1]), 7);
+  EXPECT_LT(Clock::now() - start, milliseconds(250));
+  report("status: rank 1's query, 40 silent strangers connected", start);
+  // A query of the world made by hand (the test knows the key) is answered, and the answer
+  // is signed for the asker's challenge: the harness above can tell an answer from none.
+  int fd = connect_to(addr0);
+  const std::string theirs = challenged(fd);
+  send_raw(fd, encode_status_query(w.table.key, w.table.nonce, theirs, stranger_query));
+  Expected<uint64_t> started = decode_status_answer(read_exactly(fd, kStatusAnswerBytes).data(),
+                                                    kStatusAnswerBytes, w.table.key,
+                                                    w.table.nonce, stranger_query.challenge);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  EXPECT_EQ(*started, 7u);
+  ::close(fd);
+  for (int s : silent) ::close(s);
+  // Stopped: a later query gets no answer, promptly.
+  w.channels[0]->stop();
+  start = Clock::now();
+  EXPECT_EQ(ask_rank0(*w.channels[1]), -1);
+  EXPECT_LT(Clock::now() - start, milliseconds(400));
+}
+
+// A forged rank 0 (a stranger listening where rank 1 asks): its challenge is taken, but an
+// answer not signed with the key for rank 1's own challenge is refused.
+TEST(HostilePeers, StatusAnswerFromAForgerIsRefused) {
+  for (bool knows_key : {false, true}) {
+    WorldTable table;
+    table.unique_id = random_id();
+    table.nonce = random_id();
+    table.key = world_key(kSecret, table.unique_id);
+    int port0 = 0, port1 = 0;
+    Expected<int> forger = tcp_listen("127.0.0.1", 0, &port0);
+    Expected<int> fd1 = tcp_listen("127.0.0.1", 0, &port1);
+    ASSERT_TRUE(forger.ok() && fd1.ok());
+    for (int r = 0; r < 2; ++r) table.peers.push_back(local_peer_info(r));
+    table.data_addrs = {"127.0.0.1:" + std::to_string(port0), "127.0.0.1:" + std::to_string(port1)};
+    std::thread forge([&] {
+      int fd = ::accept(*forger, nullptr, nullptr);
+      if (fd < 0) return;
+      timeval tv{3, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      const std::string mine(kAuthNonceBytes, 'f');
+      send_raw(fd, encode_status_challenge(mine));
+      // The query's challenge is in the clear: the forger signs its answer for it.
+      std::string q = read_exactly(fd, kStatusQueryBytes);
+      Expected<StatusQuery> query =
+          decode_status_query(q.data(), q.size(), table.key, table.nonce, mine);
+      EXPECT_TRUE(query.ok()) << query.status().to_string();
+      if (query.ok()) {
+        const std::string key = knows_key ? table.key : world_key("forged", table.unique_id);
+        send_raw(fd, encode_status_answer(key, table.nonce, query->challenge, 99));
+      }
+      ::close(fd);
+    });
+    Expected<std::unique_ptr<StatusChannel>> asker = start_tcp_status_channel(table, 1, *fd1, {0});
+    ASSERT_TRUE(asker.ok());
+    EXPECT_EQ(ask_rank0(**asker), knows_key ? 99 : -1) << (knows_key ? "the key's answer" : "a forgery");
+    forge.join();
+    ::close(*forger);
+  }
 }
 
 }  // namespace
