@@ -25,8 +25,9 @@ packages=(
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests, nftables for their lossy and cut links
   openmpi-bin libopenmpi-dev iproute2 nftables
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks; clang-14 and its sanitizer and libFuzzer runtimes for CI's fuzz
+  # smoke (scripts/fuzz-smoke.sh)
+  libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
   imagemagick fonts-dejavu-core
   # the Python package (python/, docs/python.md): the binding, its tests, `pip install .`,
