@@ -102,7 +102,13 @@ nlohmann::json make_compile_report(const compiler::CompiledModel& compiled, doub
   // it cannot plan only loses the memory section.
   Expected<compiler::MemoryPlan> plan = compiler::plan_memory(graph);
   if (plan.ok()) {
+    // The arena the .kiln carries and the runtime lays its executions out in (kilnmdlQuerySize's
+    // work size; model/arena_plan.h): null for a graph that cannot be planned ahead.
+    Expected<std::optional<model::ArenaPlan>> runtime_plan = model::plan_arena(graph);
+    const bool has_runtime_plan = runtime_plan.ok() && runtime_plan->has_value();
     j["memory"] = {{"arena_bytes", plan->arena_bytes},
+                   {"runtime_arena_bytes",
+                    has_runtime_plan ? nlohmann::json((*runtime_plan)->arena_bytes) : nlohmann::json(nullptr)},
                    {"naive_bytes", plan->naive_bytes},
                    {"lower_bound_bytes", plan->lower_bound_bytes},
                    {"weights_bytes", plan->weights_bytes},
@@ -215,6 +221,8 @@ void print_compile_summary(std::FILE* out, const compiler::CompiledModel& compil
     const nlohmann::json& m = report["memory"];
     std::fprintf(out, "memory: arena %.2f MB vs naive %.2f MB vs lower bound %.2f MB", mb(m["arena_bytes"]),
                  mb(m["naive_bytes"]), mb(m["lower_bound_bytes"]));
+    if (!m["runtime_arena_bytes"].is_null())
+      std::fprintf(out, "; the .kiln's runtime arena %.2f MB (kilnmdlQuerySize's work size)", mb(m["runtime_arena_bytes"]));
     int dynamic = m["dynamic_values"].get<int>();
     if (dynamic) std::fprintf(out, "; %d values sized at run time (fix shapes with --input-shape)", dynamic);
     std::fprintf(out, "\n");

@@ -64,7 +64,10 @@ def measure(args, name):
     kiln_model = os.path.join(out, "model.kiln")
     report = oc.kiln_compile(args, model, kiln_model)
     mem = report.get("memory", {})
-    weights, arena = mem.get("weights_bytes", 0), mem.get("arena_bytes", 0)
+    # The arena the .kiln carries and every execution lays out (kilnmdlQuerySize's work size);
+    # the compiler's in-place arena for reports from before it.
+    weights = mem.get("weights_bytes", 0)
+    arena = mem.get("runtime_arena_bytes") or mem.get("arena_bytes", 0)
     cold, packed = mem.get("cold_weights_bytes", 0), mem.get("prepacked_bytes", 0)
     kiln_cmd = [args.kiln, "run", kiln_model, "--loops", str(args.loops), "--threads",
                 str(args.threads)] + oc.kiln_input_args(model)
@@ -114,6 +117,7 @@ def main():
     node_kib = peak_rss_kib([args.node, "-e", "0"], what="node -e 0")
     rows = [measure(args, n) for n in names]
     print()
+    print("load: " + subprocess.run(["uptime"], stdout=subprocess.PIPE, text=True).stdout.strip())
     print(f"Peak RSS of `kiln run MODEL.kiln --loops {args.loops} --threads {args.threads}` "
           f"(/usr/bin/time -v) against weights + planned arena + {BUDGET_OTHER_MIB:g} MiB, and "
           f"ONNX Runtime's peak RSS for the same runs (its Node.js process; `node -e 0` alone: "

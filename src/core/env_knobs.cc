@@ -97,6 +97,11 @@ const std::vector<EnvKnob>& env_knobs() {
        "How a .kiln file is loaded: read into memory (its cold tail of unused original weights mapped), "
        "all of it read, or mmap'ed.",
        valid_model_load, true},
+      // runtime/model_runtime.cc
+      {"KILN_ARENA_PLAN", "0, 1", "1",
+       "0 ignores the arena plan a .kiln carries: executions plan from their first one, as before plans "
+       "(for A/B measurements).",
+       valid_switch},
       // compiler/pass_manager.cc
       {"KILN_VERIFY_PASSES", "0, 1", "1 in debug builds, 0 in release builds",
        "Runs the IR verifier after every compiler pass.", valid_switch},

@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "ir/graph.h"
+#include "model/arena_plan.h"
 
 namespace kiln::model {
 
@@ -69,7 +71,11 @@ struct BucketedModel {
 
 // Writes `graph` (already compiled: typed, in execution order) to `path`.
 // Writes to a temporary file and renames, so a failed write never leaves a partial model.
+// A graph that can be planned ahead (model/arena_plan.h) carries its arena plan.
 Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path);
+// Same with the plan given (nullopt: none), written as it is: for tests of the loader's checks.
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path,
+                   const std::optional<ArenaPlan>& plan);
 // Writes a model with shape buckets: variants[0].graph is the file's main graph (what a
 // reader without bucket support runs), the others follow in the variant table.
 Status write_model(const BucketedModel& model, const ModelInfo& info, const std::string& path);
@@ -95,6 +101,9 @@ struct LoadedModel {
   std::vector<LoadedVariant> variants;        // at least one
   std::map<std::string, double> pad_values;   // bucketed models only
   std::shared_ptr<ir::Graph> dynamic_graph;   // bucketed models only; may be null
+  // The activation arena of `graph`, checked against it (arena_plan.h); absent in files
+  // written before it and for graphs that cannot be planned ahead.
+  std::optional<ArenaPlan> arena_plan;
 };
 
 // How load_model brings the file into memory.

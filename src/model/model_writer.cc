@@ -472,14 +472,35 @@ Status write_laid_out(const std::vector<const ir::Graph*>& graphs, const BuildMo
 }  // namespace
 
 Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::optional<ArenaPlan> plan, plan_arena(graph), "while planning the arena of model '%s'",
+                        path.c_str());
+  return write_model(graph, info, path, plan);
+}
+
+Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::string& path,
+                   const std::optional<ArenaPlan>& plan) {
+  std::unordered_map<const ir::Value*, uint32_t> index;
+  for (const auto& v : graph.values()) index.emplace(v.get(), static_cast<uint32_t>(index.size()));
+  std::vector<fb::PlannedValue> planned;
+  if (plan) {
+    for (const PlannedValue& pv : plan->values) {
+      auto it = index.find(pv.value);
+      if (it == index.end())
+        return invalid_argument("while writing model '%s': a planned value is not a value of the graph", path.c_str());
+      planned.emplace_back(it->second, pv.offset, pv.size);
+    }
+  }
   return write_laid_out(
       {&graph},
       [&](MetadataBuilder& mb, uint64_t cold_offset) -> Expected<fbs::Offset<fb::Model>> {
         auto& fbb = mb.fbb();
         KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
+        fbs::Offset<fb::ArenaPlan> arena;
+        if (plan)
+          arena = fb::CreateArenaPlan(fbb, kArenaPlanVersion, plan->arena_bytes, fbb.CreateVectorOfStructs(planned));
         InfoOffsets io = info_offsets(fbb, info);
         return fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer, io.target_arch,
-                               io.features, graph_off, 0, 0, 0, 0, cold_offset);
+                               io.features, graph_off, 0, 0, 0, 0, cold_offset, arena);
       },
       path);
 }

@@ -12,6 +12,7 @@
 #include "core/offset_assignment.h"
 #include "kernels/kernel_registry.h"
 #include "profiler/profiler.h"
+#include "runtime/execution_pool.h"
 #include "runtime/plan_memory.h"
 
 namespace kiln::rt {
@@ -69,399 +70,6 @@ class GraphExecutor::StepSubgraphRunner : public ops::SubgraphRunner {
 
 // ---- ExecutionState ------------------------------------------------------------------------
 
-// The memory plan an execution state makes from its first execution, and the one block of
-// memory it lays the outputs of every later execution out in. The first execution records, in order, each output it was asked for (its
-// bytes) and the point where that output's block was parked free again; the state's
-// executions all have the same input shapes (SignatureStates keeps one state per shape
-// signature), so the next ones ask for the same sizes in the same order. assign_offsets (the
-// compiler's offset assignment) places those lifetimes in one block, and from then on the
-// r-th output asked for is a tensor at its planned offset: no arena lock, no size lookup, and
-// the block is the plan's size, not the sum of every size the exact-size pool kept.
-//
-// The plan is only used while an execution keeps to the recorded order: every request and
-// every release is checked against it, and on the first difference (a data-dependent shape,
-// a failed step, a tensor some caller kept) the rest of the execution takes its memory from
-// the arena as before. Planned tensors handed out are tracked one by one, and a plan some of
-// whose tensors did not come back by the end of an execution is dropped, so the block is
-// never handed out twice. The block stays alive as long as any of its tensors does (each
-// tensor's deleter holds the PlannedBlock).
-class PlannedBlock final : public TensorAllocator {
- public:
-  explicit PlannedBlock(Tensor memory, size_t max_freed) : memory_(std::move(memory)) {
-    freed_.reserve(max_freed);
-  }
-  char* base() { return static_cast<char*>(memory_.raw_data()); }
-  size_t size() const { return memory_.storage_bytes(); }
-  // Hands out `next` once: Tensor::allocate under a scope of this block takes it.
-  void* allocate(size_t) override { return std::exchange(next_, nullptr); }
-  // A planned tensor's last owner went away without being parked (a view in another value
-  // kept the block, and that value was dropped): noted for the pool to see at its next trim.
-  void deallocate(void* p, size_t) override {
-    std::lock_guard lock(mutex_);
-    if (freed_.size() < freed_.capacity()) freed_.push_back(p);
-  }
-  void set_next(void* p) { next_ = p; }
-  // Moves the blocks freed since the last call into `out` (cleared first).
-  void take_freed(std::vector<void*>* out) {
-    out->clear();
-    std::lock_guard lock(mutex_);
-    out->swap(freed_);
-    freed_.reserve(out->capacity());
-  }
-
- private:
-  Tensor memory_;
-  void* next_ = nullptr;
-  std::mutex mutex_;
-  std::vector<void*> freed_;
-};
-
-// Finished tensors by block size, sorted; each bin's vector keeps its capacity, so parking
-// and taking allocate nothing once the first execution has sized the bins. After the first
-// execution, the outputs come from the plan above where it holds.
-class ExecutionState::Pool final : public ops::OutputRecycler {
- public:
-  bool reuse(DataType dtype, const std::vector<int64_t>& dims, TensorInit init, Tensor* out) override {
-    size_t bytes = 0;
-    if (!Tensor::storage_bytes_for(dtype, dims, &bytes)) return false;
-    if (plan_ && !diverged_ && take_planned(bytes, dtype, dims, init, out)) return true;
-    Bin& bin = bin_of(bytes);
-    ++bin.demand;
-    if (bin.tensors.empty()) {
-      if (!recording()) return false;
-      // Recording: allocate here (as the kernel context would) to learn the block's address.
-      Expected<Tensor> fresh = Tensor::allocate(dtype, dims, init);
-      if (!fresh.ok()) return false;
-      *out = std::move(fresh).value();
-    } else {
-      *out = std::move(bin.tensors.back());
-      bin.tensors.pop_back();
-      out->reuse_storage(dtype, dims, init);
-      parked_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-      recycled_.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (recording()) record_request(bytes, out->raw_data());
-    return true;
-  }
-
-  bool reuse_view(const Tensor& base, const std::vector<int64_t>& dims, Tensor* out) override {
-    if (shells_.empty()) return false;
-    *out = std::move(shells_.back());
-    shells_.pop_back();
-    out->become_view_of(base, dims);
-    recycled_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-
-  // Takes the tensor of `v` when its block is free to reuse, or else keeps the tensor object
-  // without its storage as a shell for a view (reuse_view); `v` is empty afterwards.
-  void park(RuntimeValue& v) {
-    if (v.is_tensor() && !v.tensor().storage_reusable() && shells_.size() < kMaxShells) {
-      v.tensor().release_storage();
-      shells_.push_back(std::move(v.tensor()));
-    } else if (v.is_tensor() && v.tensor().storage_reusable()) {
-      if (recording()) {
-        // Straight back to the arena, whose free lists reuse blocks across sizes (up to twice
-        // as large): the recorded execution's peak is what the process's peak memory is.
-        record_release(v.tensor().raw_data());
-      } else if (!park_planned(v.tensor())) {
-        size_t bytes = v.tensor().storage_bytes();
-        bin_of(bytes).tensors.push_back(std::move(v.tensor()));
-        parked_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-      }
-    }
-    v = RuntimeValue();
-  }
-
-  // At the end of an execution: each size keeps at most as many blocks as this execution
-  // asked the pool for; the rest go back to the arena. So shapes that change do not hoard
-  // memory, and the blocks of tensors kernels allocate by themselves (not through the kernel
-  // context, so never asked for here) return to the arena's free lists, where those kernels
-  // find them again. The first execution's record becomes the plan here.
-  void trim() {
-    if (recording()) {
-      make_plan();
-    } else if (plan_) {
-      // Executions that keep leaving the plan (shapes that depend on the data) drop it, and
-      // the next one records again (up to kMaxRecordings).
-      diverged_runs_ = diverged_ ? diverged_runs_ + 1 : 0;
-      if (diverged_runs_ >= kMaxDivergedRuns) {
-        drop_plan();
-      } else {
-        check_plan_returned();
-      }
-    }
-    for (Bin& b : bins_) {
-      while (b.tensors.size() > b.demand) {
-        b.tensors.pop_back();
-        parked_bytes_.fetch_sub(b.bytes, std::memory_order_relaxed);
-      }
-      b.demand = 0;
-    }
-    next_event_ = 0;
-    diverged_ = false;
-  }
-  void clear() {
-    bins_.clear();
-    shells_.clear();
-    drop_plan();
-    trace_ = Trace();
-    recordings_ = 0;
-    parked_bytes_.store(0, std::memory_order_relaxed);
-  }
-  // Read by Model::stats while an execution may be running.
-  uint64_t recycled() const { return recycled_.load(std::memory_order_relaxed); }
-  size_t parked_bytes() const { return parked_bytes_.load(std::memory_order_relaxed); }
-  size_t planned_bytes() const { return planned_bytes_.load(std::memory_order_relaxed); }
-  uint64_t planned_outputs() const { return planned_outputs_.load(std::memory_order_relaxed); }
-  bool take_new_plan() { return std::exchange(new_plan_, false); }
-  void share_plan_memory(std::shared_ptr<PlanMemory> memory) { shared_ = std::move(memory); }
-
- private:
-  struct Bin {
-    size_t bytes;
-    std::vector<Tensor> tensors;
-    size_t demand = 0;  // outputs of this size asked for in this execution
-  };
-  // One event of an execution, in order: output `request` asked for, or its block parked free.
-  struct Event {
-    uint32_t request;
-    bool release;
-  };
-  struct Trace {
-    std::vector<size_t> bytes;            // per request
-    std::vector<Event> events;
-    std::unordered_map<const void*, uint32_t> live;  // block -> request, while recording
-    bool valid = true;  // false once something the plan cannot follow happened
-  };
-  enum class Held : uint8_t { kInPool, kOut, kFreed };
-  struct Plan {
-    size_t block_bytes = 0;
-    std::shared_ptr<PlannedBlock> block;  // made by materialize()
-    uint64_t generation = 0;              // of the shared PlanMemory the block came from
-    std::vector<size_t> bytes, offsets;   // per request
-    std::vector<Event> events;
-    std::vector<Tensor> tensors;          // per request, while in the pool
-    std::vector<Held> held;               // per request
-    std::vector<size_t> offset_index;     // per request: its offset's index in `offsets_sorted`
-    std::vector<size_t> offsets_sorted;   // the distinct offsets
-    std::vector<uint32_t> out_at;         // per distinct offset: the request handed out there
-    std::vector<void*> freed;             // scratch for PlannedBlock::take_freed
-  };
-
-  // Executions recorded at most per state: a model whose executions keep differing (shapes
-  // that depend on the data) goes on with the exact-size pool alone.
-  static constexpr int kMaxRecordings = 2;
-  // Requests recorded at most: a plan is made for a model's activations, not for unbounded
-  // loops of them.
-  static constexpr size_t kMaxRequests = 1 << 16;
-  // Executions in a row that left the plan before it is dropped.
-  static constexpr int kMaxDivergedRuns = 3;
-
-  bool recording() const { return !plan_ && recordings_ < kMaxRecordings && trace_.valid; }
-
-  void record_request(size_t bytes, const void* data) {
-    if (trace_.bytes.size() >= kMaxRequests) {
-      trace_.valid = false;
-      return;
-    }
-    auto r = static_cast<uint32_t>(trace_.bytes.size());
-    trace_.bytes.push_back(bytes);
-    trace_.events.push_back({r, false});
-    trace_.live[data] = r;
-  }
-  void record_release(const void* data) {
-    auto it = trace_.live.find(data);
-    if (it == trace_.live.end()) return;  // a block a kernel allocated by itself
-    trace_.events.push_back({it->second, true});
-    trace_.live.erase(it);
-  }
-
-  // The end of a recorded execution: lifetimes in event positions (blocks never parked free
-  // live to the end), their offsets, the block, and a tensor per request.
-  void make_plan() {
-    ++recordings_;
-    Trace trace = std::move(trace_);
-    trace_ = Trace();
-    const size_t n = trace.bytes.size();
-    if (!trace.valid || n == 0) return;
-    std::vector<int> first(n), last(n, static_cast<int>(trace.events.size()));
-    for (size_t e = 0; e < trace.events.size(); ++e)
-      (trace.events[e].release ? last : first)[trace.events[e].request] = static_cast<int>(e);
-    auto plan = std::make_unique<Plan>();
-    plan->block_bytes = assign_offsets(trace.bytes, first, last, &plan->offsets);
-    if (plan->block_bytes == 0) return;
-    plan->bytes = std::move(trace.bytes);
-    plan->events = std::move(trace.events);
-    plan->offsets_sorted = plan->offsets;
-    std::sort(plan->offsets_sorted.begin(), plan->offsets_sorted.end());
-    plan->offsets_sorted.erase(std::unique(plan->offsets_sorted.begin(), plan->offsets_sorted.end()),
-                               plan->offsets_sorted.end());
-    plan->offset_index.resize(n);
-    for (size_t r = 0; r < n; ++r)
-      plan->offset_index[r] = index_of_offset(*plan, plan->offsets[r]);
-    plan->out_at.assign(plan->offsets_sorted.size(), 0);
-    plan->held.assign(n, Held::kFreed);
-    plan->tensors.resize(n);
-    plan->freed.reserve(n);
-    plan_ = std::move(plan);
-    new_plan_ = true;
-  }
-
-  // The plan's block and tensors, made by the first execution that follows the plan (so the
-  // recorded execution's blocks can go back first: ExecutionState::take_new_plan).
-  bool materialize() {
-    Plan& p = *plan_;
-    Expected<Tensor> memory = [&]() -> Expected<Tensor> {
-      if (shared_) return shared_->block(p.block_bytes);
-      TensorAllocatorScope heap(nullptr);  // one block of its own, not the arena's free lists
-      return Tensor::allocate(DataType::kUInt8, {static_cast<int64_t>(p.block_bytes)},
-                              TensorInit::kUninitialized);
-    }();
-    if (!memory.ok()) return false;
-    if (shared_) p.generation = shared_->generation();
-    p.block = std::make_shared<PlannedBlock>(std::move(memory).value(), p.bytes.size());
-    for (size_t r = 0; r < p.bytes.size(); ++r)
-      if (!make_planned_tensor(r)) return false;
-    planned_bytes_.store(p.block_bytes, std::memory_order_relaxed);
-    return true;
-  }
-
-  static size_t index_of_offset(const Plan& plan, size_t offset) {
-    return static_cast<size_t>(
-        std::lower_bound(plan.offsets_sorted.begin(), plan.offsets_sorted.end(), offset) -
-        plan.offsets_sorted.begin());
-  }
-
-  // (Re)makes request r's tensor over its place in the block: a uint8 tensor of its bytes,
-  // which reuse_storage turns into whatever the execution asks for.
-  bool make_planned_tensor(size_t r) {
-    Plan& p = *plan_;
-    p.block->set_next(p.block->base() + p.offsets[r]);
-    TensorAllocatorScope scope(p.block);
-    Expected<Tensor> t = Tensor::allocate(DataType::kUInt8, {static_cast<int64_t>(p.bytes[r])},
-                                          TensorInit::kUninitialized);
-    if (!t.ok()) return false;
-    p.tensors[r] = std::move(t).value();
-    p.held[r] = Held::kInPool;
-    return true;
-  }
-
-  // The next event must be request r of `bytes`, with r's tensor in the pool.
-  bool take_planned(size_t bytes, DataType dtype, const std::vector<int64_t>& dims, TensorInit init,
-                    Tensor* out) {
-    // A plan over a shared block another state replaced or retired moves to the current one
-    // at the start of an execution (every tensor of it is in the pool then, or freed).
-    if (plan_->block && shared_ && next_event_ == 0 && plan_->generation != shared_->generation()) {
-      plan_->block.reset();
-      for (size_t r = 0; r < plan_->tensors.size(); ++r) {
-        plan_->tensors[r] = Tensor();
-        plan_->held[r] = Held::kFreed;
-      }
-    }
-    if (!plan_->block && !materialize()) {
-      drop_plan();  // no memory for it: none of its tensors is out, the arena serves as before
-      return diverge();
-    }
-    Plan& p = *plan_;
-    if (next_event_ >= p.events.size() || p.events[next_event_].release) return diverge();
-    const uint32_t r = p.events[next_event_].request;
-    if (p.bytes[r] != bytes) return diverge();
-    if (p.held[r] == Held::kFreed && !make_planned_tensor(r)) return diverge();
-    if (p.held[r] != Held::kInPool) return diverge();
-    ++next_event_;
-    *out = std::move(p.tensors[r]);
-    p.held[r] = Held::kOut;
-    p.out_at[p.offset_index[r]] = r;
-    out->reuse_storage(dtype, dims, init);
-    recycled_.fetch_add(1, std::memory_order_relaxed);
-    planned_outputs_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  bool diverge() {
-    diverged_ = true;
-    return false;
-  }
-
-  // Puts a planned tensor back (checking the release against the plan); false for any other.
-  bool park_planned(Tensor& t) {
-    if (!plan_ || !plan_->block) return false;
-    Plan& p = *plan_;
-    char* data = static_cast<char*>(t.raw_data());
-    if (data < p.block->base() || data >= p.block->base() + p.block->size()) return false;
-    const size_t offset = static_cast<size_t>(data - p.block->base());
-    const size_t index = index_of_offset(p, offset);
-    const uint32_t r = index < p.out_at.size() ? p.out_at[index] : 0;
-    if (index >= p.out_at.size() || p.offsets[r] != offset || p.held[r] != Held::kOut) {
-      // Not a tensor the plan handed out (a copy sharing a planned block): let it go, and
-      // follow the plan no further in this execution.
-      diverged_ = true;
-      t = Tensor();
-      return true;
-    }
-    if (!diverged_) {
-      if (next_event_ < p.events.size() && p.events[next_event_].release &&
-          p.events[next_event_].request == r)
-        ++next_event_;
-      else
-        diverged_ = true;
-    }
-    p.tensors[r] = std::move(t);
-    p.held[r] = Held::kInPool;
-    return true;
-  }
-
-  // After a planned execution: every tensor handed out is back, or its block was freed (a
-  // view kept it and went); one still out is held by someone, so the plan goes (its block
-  // lives on with that tensor) and the next execution records again.
-  void check_plan_returned() {
-    Plan& p = *plan_;
-    if (!p.block) return;  // not made yet: nothing of it is out
-    p.block->take_freed(&p.freed);
-    for (void* q : p.freed) {
-      const size_t index = index_of_offset(p, static_cast<size_t>(static_cast<char*>(q) - p.block->base()));
-      if (index < p.out_at.size() && p.held[p.out_at[index]] == Held::kOut) p.held[p.out_at[index]] = Held::kFreed;
-    }
-    if (std::find(p.held.begin(), p.held.end(), Held::kOut) != p.held.end()) drop_plan();
-  }
-  void drop_plan() {
-    diverged_runs_ = 0;
-    if (!plan_) return;
-    // A tensor of the plan still out is held by someone: the shared block must not be written
-    // under it by this or any other state's plan again.
-    if (shared_ && plan_->block &&
-        std::find(plan_->held.begin(), plan_->held.end(), Held::kOut) != plan_->held.end())
-      shared_->retire(plan_->block->base());
-    planned_bytes_.store(0, std::memory_order_relaxed);
-    plan_.reset();
-  }
-
-  // The bin of `bytes`, made on first use (the only allocation: a size's first execution).
-  Bin& bin_of(size_t bytes) {
-    auto it = std::lower_bound(bins_.begin(), bins_.end(), bytes,
-                               [](const Bin& b, size_t n) { return b.bytes < n; });
-    if (it == bins_.end() || it->bytes != bytes) it = bins_.insert(it, Bin{bytes, {}, 0});
-    return *it;
-  }
-  // Shells kept at most: more than the views one execution makes of most models, and a bound
-  // for those that make many.
-  static constexpr size_t kMaxShells = 256;
-  std::vector<Bin> bins_;
-  std::vector<Tensor> shells_;
-  Trace trace_;
-  int recordings_ = 0;
-  std::unique_ptr<Plan> plan_;
-  std::shared_ptr<PlanMemory> shared_;  // the context's block for every state's plan, or none
-  size_t next_event_ = 0;  // position in plan_->events of this execution
-  bool diverged_ = false;  // this execution left the plan
-  bool new_plan_ = false;  // made by the last trim, for take_new_plan
-  int diverged_runs_ = 0;  // executions in a row that left it
-  std::atomic<uint64_t> recycled_{0};
-  std::atomic<size_t> parked_bytes_{0};
-  std::atomic<size_t> planned_bytes_{0};
-  std::atomic<uint64_t> planned_outputs_{0};
-};
-
 ExecutionState::ExecutionState() : pool_(std::make_unique<Pool>()) {}
 ExecutionState::~ExecutionState() = default;
 
@@ -474,6 +82,12 @@ bool ExecutionState::take_new_plan() { return pool_->take_new_plan(); }
 void ExecutionState::share_plan_memory(std::shared_ptr<PlanMemory> memory) {
   pool_->share_plan_memory(std::move(memory));
 }
+
+void ExecutionState::use_arena_layout(std::shared_ptr<const ArenaLayout> layout, bool keep_bins) {
+  pool_->use_arena_layout(std::move(layout), keep_bins);
+}
+
+bool ExecutionState::has_arena_layout() const { return pool_->has_arena_layout(); }
 
 void ExecutionState::clear() {
   slots_.clear();
@@ -560,6 +174,28 @@ Status GraphExecutor::prepare() {
   KILN_LOG(kDebug, "prepared graph '%s': %zu steps (%zu on fast kernels), %d value slots", graph_->name().c_str(),
            steps_.size(), fast_steps, num_slots_);
   return ok_status();
+}
+
+Expected<std::shared_ptr<const ArenaLayout>> GraphExecutor::layout_arena(const model::ArenaPlan& plan) const {
+  std::unordered_map<const ir::Value*, const model::PlannedValue*> planned;
+  for (const model::PlannedValue& pv : plan.values) planned[pv.value] = &pv;
+  auto layout = std::make_shared<ArenaLayout>();
+  layout->arena_bytes = plan.arena_bytes;
+  size_t found = 0;
+  for (const Step& step : steps_) {
+    layout->step_begin.push_back(static_cast<uint32_t>(layout->entries.size()));
+    for (const ir::Value* v : step.node->outputs()) {
+      auto it = v ? planned.find(v) : planned.end();
+      if (it == planned.end()) continue;
+      layout->entries.push_back({it->second->offset, it->second->size, v, step.node});
+      ++found;
+    }
+  }
+  layout->step_begin.push_back(static_cast<uint32_t>(layout->entries.size()));
+  if (found != plan.values.size())
+    return invalid_argument("the arena plan places %zu values, %zu of them outputs of graph '%s''s nodes",
+                            plan.values.size(), found, graph_->name().c_str());
+  return std::shared_ptr<const ArenaLayout>(std::move(layout));
 }
 
 size_t GraphExecutor::num_steps() const { return steps_.size(); }
@@ -667,7 +303,9 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
   std::vector<const RuntimeValue*>& in = state ? state->step_inputs_ : own_in;
   std::vector<RuntimeValue>& out = state ? state->step_outputs_ : own_out;
   ops::OutputRecycler* recycler = state ? state->pool_.get() : nullptr;
-  for (const Step& step : steps_) {
+  for (size_t step_index = 0; step_index < steps_.size(); ++step_index) {
+    const Step& step = steps_[step_index];
+    if (state) state->pool_->begin_step(step_index);
     in.clear();
     for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);
     out.clear();

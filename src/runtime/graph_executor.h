@@ -13,11 +13,26 @@
 #include "core/runtime_value.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "model/arena_plan.h"
 #include "ops/registry.h"
 
 namespace kiln::rt {
 
 class PlanMemory;
+
+// The .kiln's arena plan (model/arena_plan.h) in an executor's terms, made once per loaded
+// model by GraphExecutor::layout_arena: per step, the planned outputs in output order.
+struct ArenaLayout {
+  struct Entry {
+    size_t offset = 0;
+    size_t size = 0;  // the storage a tensor of the value takes (Tensor::storage_bytes_for)
+    const ir::Value* value = nullptr;
+    const ir::Node* node = nullptr;  // its producer
+  };
+  size_t arena_bytes = 0;
+  std::vector<Entry> entries;        // by step, then output index
+  std::vector<uint32_t> step_begin;  // step s's entries: [step_begin[s], step_begin[s + 1])
+};
 
 // Resolves values of enclosing graphs by name for subgraph execution.
 class Scope {
@@ -75,6 +90,16 @@ class ExecutionState {
   // execution context, instead of a block of its own (plan_memory.h). Set before the first
   // execution; the states sharing it must never run at the same time.
   void share_plan_memory(std::shared_ptr<PlanMemory> memory);
+  // Lays the outputs out by the .kiln's arena plan from the first execution on: the output a
+  // step asks for is a tensor at its planned offset in one block (the shared PlanMemory's),
+  // with no recording. The plan is checked as it goes: an output whose size differs from the
+  // plan, or whose place is still held (a view that outlives its base, a tensor someone kept),
+  // is served as before the plan (from the pool or the arena), with a debug log line naming it.
+  // `keep_bins` false: what the pool holds apart from the plan goes back to the arena at the
+  // end of each execution (a workspace arena starts each execution empty). Set before the
+  // first execution.
+  void use_arena_layout(std::shared_ptr<const ArenaLayout> layout, bool keep_bins);
+  bool has_arena_layout() const;
 
  private:
   friend class GraphExecutor;
@@ -127,6 +152,9 @@ class GraphExecutor {
   size_t num_steps() const;
   const ir::Node& step_node(size_t step) const;
   const std::string& implementation(size_t step) const;
+  // The arena plan of this executor's graph (checked by the loader against the same graph) as
+  // the steps will ask for it.
+  Expected<std::shared_ptr<const ArenaLayout>> layout_arena(const model::ArenaPlan& plan) const;
   ~GraphExecutor();
 
  private:

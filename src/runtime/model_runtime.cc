@@ -165,7 +165,32 @@ Expected<ModelSizes> model_sizes(const ir::Graph& graph) {
   return sizes;
 }
 
+bool arena_plan_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KILN_ARENA_PLAN");
+    if (!v || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) {
+      KILN_LOG(kInfo, "KILN_ARENA_PLAN=0: the arena plans of .kiln files are ignored");
+      return false;
+    }
+    KILN_LOG(kWarning, "KILN_ARENA_PLAN=%s: not 0 or 1; using the arena plans of .kiln files", v);
+    return true;
+  }();
+  return enabled;
+}
+
 Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded) {
+  if (loaded.arena_plan && loaded.bucket_kind == model::BucketKind::kNone && arena_plan_enabled()) {
+    // What an execution lays out: the plan's arena, and nothing else. Inputs view the caller's
+    // buffers; a kernel that asks for another size than planned, or a value the plan cannot
+    // hold (model_runtime.h, ExecutionState::use_arena_layout), would need more and fails with
+    // KILN_ERROR_BAD_ALLOC in a workspace of exactly this size.
+    ModelSizes sizes;
+    sizes.work_bytes = loaded.arena_plan->arena_bytes;
+    const ir::Graph& graph = *loaded.graph;
+    sizes.weight_bytes = graph.weight_bytes() - graph.cold_weight_bytes() + graph.prepacked_bytes();
+    return sizes;
+  }
   if (loaded.bucket_kind == model::BucketKind::kNone || loaded.variants.empty())
     return model_sizes(*loaded.graph);
   ModelSizes sizes;
@@ -314,6 +339,17 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
                  s.add_context("preparing the model"));
   }
   m->executor_ = std::move(executor).value();
+  if (!arena_plan_enabled()) m->loaded_.arena_plan.reset();
+  if (m->loaded_.arena_plan && m->loaded_.bucket_kind == model::BucketKind::kNone) {
+    auto layout = m->executor_->layout_arena(*m->loaded_.arena_plan);
+    if (!layout.ok()) return coded(KILN_ERROR_PARSE_MODEL, layout.status().add_context("loading the model"));
+    m->arena_layout_ = std::move(layout).value();
+    KILN_LOG(kDebug, "model '%s': executions lay out %zu activations in the .kiln's %zu-byte arena plan",
+             g.name().c_str(), m->arena_layout_->entries.size(), m->arena_layout_->arena_bytes);
+  } else {
+    KILN_LOG(kDebug, "model '%s': no arena plan in the file: each execution state plans from its first execution",
+             g.name().c_str());
+  }
   if (m->loaded_.bucket_kind != model::BucketKind::kNone) {
     CodedStatus s = m->prepare_buckets();
     if (!s.ok()) return s;
@@ -336,13 +372,18 @@ CodedStatus Model::create(model::LoadedModel loaded, Device& device,
           invalid_argument("the workspace holds %zu bytes, the model needs %zu (kilnmdlQuerySize)",
                            workspace->size, sizes->work_bytes));
     m->workspace_ = workspace;
-    arena = std::make_shared<ExecutionArena>(workspace->data, workspace->size);
+    // With an arena plan, the plan takes the workspace's first arena_bytes and the execution
+    // arena the rest (empty in a workspace of exactly kilnmdlQuerySize's size).
+    const size_t planned = m->arena_layout_ ? m->arena_layout_->arena_bytes : 0;
+    arena = std::make_shared<ExecutionArena>(static_cast<char*>(workspace->data) + planned, workspace->size - planned);
   } else {
     arena = std::make_shared<ExecutionArena>(device.memory_limit());
   }
   m->memory_limit_ = device.memory_limit();
   // The first context is made up front; more come when executions overlap.
   m->contexts_.push_back(std::make_unique<ExecutionContext>(std::move(arena)));
+  if (workspace && m->arena_layout_)
+    m->contexts_.back()->states.use_workspace(workspace->data, m->arena_layout_->arena_bytes);
   m->idle_.push_back(m->contexts_.back().get());
   *out = std::move(m);
   return {};
@@ -736,6 +777,7 @@ CodedStatus Model::run_bucketed(const ExecutionRequest& request,
 CodedStatus Model::run_with_state(ExecutionContext& ctx, const ExecutionRequest& request,
                                   std::vector<std::vector<int64_t>>* output_dims, ExecutionArena& arena) {
   ExecutionState& state = ctx.states.acquire(request.input_dims);
+  if (arena_layout_ && !state.has_arena_layout()) state.use_arena_layout(arena_layout_, !workspace_);
   const GraphExecutor& executor = *executor_;
   Status st;
   for (size_t i = 0; i < inputs_.size() && st.ok(); ++i)
@@ -768,7 +810,7 @@ CodedStatus Model::run(const ExecutionRequest& request,
     TensorAllocatorScope scope(ctx->arena);
     if (!variant_executors_.empty()) {
       result = run_bucketed(request, output_dims, arena);
-    } else if (!workspace_) {
+    } else if (!workspace_ || arena_layout_) {
       result = run_with_state(*ctx, request, output_dims, arena);
     } else {
       // A workspace starts every execution empty (ExecutionArena::begin_run), which parked

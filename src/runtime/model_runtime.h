@@ -126,18 +126,22 @@ class ExecutionArena final : public TensorAllocator {
 // ---- Workspace bound ---------------------------------------------------------------------
 
 struct ModelSizes {
-  size_t work_bytes = 0;    // activation workspace an execution needs at most
+  // Activation workspace an execution needs at most: with the .kiln's arena plan, exactly its
+  // arena (model/arena_plan.h); without, the bound below.
+  size_t work_bytes = 0;
   size_t weight_bytes = 0;  // constant data the model carries (stays in the mapped file)
 };
 // Fails (naming the value or node) when the workspace cannot be bounded: a value whose
 // dims are not fixed, a sequence, or a Loop/Scan whose trip count is known only at run
 // time.
 Expected<ModelSizes> model_sizes(const ir::Graph& graph);
-// The same for a loaded model: for one with shape buckets, the largest variant's workspace
+// The same for a loaded model: the arena of its plan when the file has one; for one with shape buckets, the largest variant's workspace
 // plus its padded input copies (an input no bucket fits runs the dynamic graph, whose
 // workspace cannot be bounded: such an execution fails with KILN_ERROR_BAD_ALLOC if it
 // does not fit), and the weight section of the file (weights are stored once).
 Expected<ModelSizes> model_sizes(const model::LoadedModel& loaded);
+// False when KILN_ARENA_PLAN=0: the arena plans of .kiln files are ignored (A/B measurements).
+bool arena_plan_enabled();
 
 // ---- Models ------------------------------------------------------------------------------
 
@@ -281,6 +285,9 @@ class Model : public std::enable_shared_from_this<Model> {
   model::LoadedModel loaded_;
   Device& device_;
   std::unique_ptr<GraphExecutor> executor_;
+  // The .kiln's arena plan as executor_'s steps ask for it (null without one): every execution
+  // state lays its outputs out by it from the first execution on.
+  std::shared_ptr<const ArenaLayout> arena_layout_;
   // Shape buckets (loaded_.bucket_kind != kNone): one executor per variant (the first is
   // executor_), the dynamic graph's, and per variant the dims of each model input (empty
   // for an input the buckets do not bind).

@@ -24,6 +24,10 @@ namespace kiln::rt {
 
 class PlanMemory {
  public:
+  PlanMemory() = default;
+  // Over memory the caller owns and keeps alive (a workspace given at load): block() hands out
+  // that memory and never more.
+  PlanMemory(void* base, size_t bytes);
   // A block of at least `bytes`: the current one when it is large enough, else a new one
   // (which becomes the current one, a new generation). Not thread-safe: one context, one
   // execution at a time.
@@ -33,10 +37,12 @@ class PlanMemory {
   uint64_t generation() const { return generation_; }
   // Takes the block starting at `base` out of service, if it is the current one.
   void retire(const void* base);
-  size_t bytes() const { return block_.storage_bytes(); }
+  size_t bytes() const { return capacity_; }
 
  private:
   Tensor block_;
+  size_t capacity_ = 0;
+  bool external_ = false;
   uint64_t generation_ = 0;
 };
 

@@ -56,8 +56,16 @@ void SignatureStates::clear() {
     e.state->clear();
   }
   entries_.clear();
-  plan_memory_ = std::make_shared<PlanMemory>();  // the old block goes with the last state's tensors
+  // The old block goes with the last state's tensors.
+  plan_memory_ = workspace_ ? std::make_shared<PlanMemory>(workspace_, workspace_bytes_) : std::make_shared<PlanMemory>();
   current_ = 0;
+}
+
+void SignatureStates::use_workspace(void* base, size_t bytes) {
+  std::lock_guard lock(mutex_);
+  workspace_ = base;
+  workspace_bytes_ = bytes;
+  plan_memory_ = std::make_shared<PlanMemory>(base, bytes);
 }
 
 SignatureStates::Stats SignatureStates::stats() const {

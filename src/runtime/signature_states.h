@@ -47,6 +47,9 @@ class SignatureStates {
   void trim();
   // Gives every state up (their blocks back to the arena).
   void clear();
+  // The states' plans lay out in [base, base + bytes) (a workspace given at load) instead of a
+  // block from the heap. Set before the first acquire().
+  void use_workspace(void* base, size_t bytes);
 
   struct Stats {
     size_t signatures = 0;          // states kept now
@@ -68,6 +71,8 @@ class SignatureStates {
   mutable std::mutex mutex_;  // guards the list against stats(); the context has one user
   std::vector<Entry> entries_;
   std::shared_ptr<PlanMemory> plan_memory_ = std::make_shared<PlanMemory>();
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
   size_t current_ = 0;  // index of the entry acquire() returned last
   uint64_t clock_ = 0;
   uint64_t recycled_by_evicted_ = 0;

@@ -351,6 +351,39 @@ class HotPathAllocationsTest : public ::testing::Test {
   }
 };
 
+// The first execution already runs on the .kiln's arena plan: every activation is a tensor in
+// the plan's block (none from the context's arena), the block is the plan's arena, and what the
+// first execution allocates is printed (the block and one tensor per planned value, the kernels'
+// first-use state, oneDNN's own).
+TEST_F(HotPathAllocationsTest, TheFirstExecutionRunsOnThePlannedArena) {
+  void* frames[4];
+  (void)backtrace(frames, 4);
+  std::string path = model_path();
+  ASSERT_FALSE(path.empty());
+  size_t work = 0, weight = 0;
+  ASSERT_EQ(kilnmdlQuerySize(path.c_str(), &work, &weight), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  uint32_t id = 0;
+  ASSERT_EQ(kilnmdlLoadFromFile(path.c_str(), &id), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  auto model = kiln::rt::ModelTable::get().find(id);
+  ASSERT_NE(model, nullptr);
+  Io io(id);
+  start_counting();
+  kilnError first = kilnmdlExecute(id, io.inputs(), io.outputs());
+  Count c = stop_counting();
+  ASSERT_EQ(first, KILN_SUCCESS) << kilnGetRecentErrMsg();
+  kiln::rt::Model::Stats stats = model->stats();
+  std::printf("%s: first kilnmdlExecute: %llu allocations, %llu inside oneDNN, %llu in the node loop outside "
+              "oneDNN; %llu outputs placed by the arena plan of %zu bytes (kilnmdlQuerySize: %zu), %llu "
+              "activation blocks from the arena\n",
+              path.c_str(), static_cast<unsigned long long>(c.total), static_cast<unsigned long long>(c.in_onednn),
+              static_cast<unsigned long long>(c.in_node_loop), static_cast<unsigned long long>(stats.planned_outputs),
+              stats.planned_bytes, work, static_cast<unsigned long long>(stats.arenas.fresh_blocks));
+  EXPECT_EQ(stats.planned_bytes, work);
+  EXPECT_GT(stats.planned_outputs, 0u);
+  if (!std::getenv("KILN_ALLOC_TEST_MODEL")) EXPECT_EQ(stats.arenas.fresh_blocks, 0u);
+  EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
+}
+
 // The graph's execution allocates nothing once the first executions have sized the execution
 // state; what remains per kilnmdlExecute is printed, split into oneDNN's (its primitive
 // execution: argument maps, memory objects) and the rest, which must be nothing per node.

@@ -1040,6 +1040,64 @@ TEST_F(ModelApiTest, WorkspaceOfIfModelsIsBoundedAndOfOthersRefused) {
             KILN_ERROR_FEATURE_UNSUPPORTED);
 }
 
+// The .kiln's arena plan is what runs: kilnmdlQuerySize's work size is the arena the compiler
+// plans for the graph (model::plan_arena, which `kiln compile --report` prints as
+// runtime_arena_bytes), a workspace of exactly that size runs the model to its ONNX test data
+// with every activation in the plan and none outside it, and one byte less is refused at load.
+TEST_F(ModelApiTest, AWorkspaceOfExactlyThePlannedArenaRunsTheModel) {
+  // With `computes` false, the model is one view of its input (Flatten, Reshape): its planned
+  // output is never asked for, the runtime views the input instead.
+  const struct {
+    const char* test;
+    bool computes;
+  } tests[] = {{"pytorch-converted/test_Conv2d", true},          {"pytorch-converted/test_BatchNorm2d_eval", true},
+               {"pytorch-converted/test_MaxPool2d", true},       {"pytorch-converted/test_Linear", true},
+               {"pytorch-operator/test_operator_flatten", false}, {"pytorch-operator/test_operator_view", false},
+               {"pytorch-operator/test_operator_chunk", true},    {"pytorch-operator/test_operator_conv", true},
+               {"node/test_softmax_example", true}};
+  for (const auto& [test, computes] : tests) {
+    SCOPED_TRACE(test);
+    const Case& c = backend_case(test);
+    auto compiled = kiln::compiler::compile_onnx_file(backend_dir() + "/" + test + "/model.onnx", {});
+    ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
+    auto planned = kiln::model::plan_arena(*compiled->graph);
+    ASSERT_TRUE(planned.ok() && planned->has_value());
+    size_t work = 0, weight = 0;
+    ASSERT_EQ(kilnmdlQuerySize(c.kiln_path.c_str(), &work, &weight), KILN_SUCCESS) << last_error();
+    EXPECT_EQ(work, (*planned)->arena_bytes);
+
+    DeviceMem workspace(work);
+    uint32_t id = 0;
+    EXPECT_EQ(kilnmdlLoadFromFileWithMem(c.kiln_path.c_str(), &id, workspace.get(), work - 1, nullptr, 0),
+              KILN_ERROR_INVALID_PARAM);
+    EXPECT_TRUE(error_mentions("kilnmdlQuerySize")) << last_error();
+    ASSERT_EQ(kilnmdlLoadFromFileWithMem(c.kiln_path.c_str(), &id, workspace.get(), work, nullptr, 0), KILN_SUCCESS)
+        << last_error();
+    for (int r = 0; r < 3; ++r) {
+      Io io(c);
+      ASSERT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_SUCCESS) << "execution " << r << ": " << last_error();
+      EXPECT_TRUE(io.outputs_match(c)) << "execution " << r;
+    }
+    auto model = kiln::rt::ModelTable::get().find(id);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->stats().planned_outputs > 0, computes);
+    EXPECT_EQ(model->stats().planned_bytes, computes ? work : 0);
+    EXPECT_EQ(model->stats().arenas.peak_in_use, 0u) << "activations outside the plan";
+    EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
+
+    // Without a workspace: the same plan, in a block of the context's own, from the first execution.
+    id = load(c.kiln_path);
+    Io io(c);
+    ASSERT_EQ(kilnmdlExecute(id, io.input, io.output), KILN_SUCCESS) << last_error();
+    EXPECT_TRUE(io.outputs_match(c));
+    model = kiln::rt::ModelTable::get().find(id);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->stats().planned_bytes, computes ? work : 0);
+    EXPECT_EQ(model->stats().planned_outputs > 0, computes);
+    EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
+  }
+}
+
 // ---- Activation arenas (below the C API) -----------------------------------------------------
 
 TEST(ExecutionArenaTest, WorkspaceArenaRefusesRatherThanOverruns) {

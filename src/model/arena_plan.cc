@@ -1,0 +1,171 @@
+// The activation arena of a static graph: lifetimes as the runtime has them, offsets by
+// assign_offsets, and the loader's check of a plan read from a file.
+#include "model/arena_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/dtype.h"
+#include "core/offset_assignment.h"
+
+namespace kiln::model {
+namespace {
+
+constexpr std::string_view kViewOps[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+
+// Bytes reserved for a value of `bytes`: whole alignment units, at least one (the runtime's
+// arenas hand a zero-byte tensor one unit too). False on overflow.
+bool reserved_bytes(size_t bytes, size_t* out) {
+  if (bytes > std::numeric_limits<size_t>::max() - kArenaPlanAlignment) return false;
+  *out = std::max<size_t>(kArenaPlanAlignment,
+                          (bytes + kArenaPlanAlignment - 1) / kArenaPlanAlignment * kArenaPlanAlignment);
+  return true;
+}
+
+// The places activations need, as the runtime uses them: values joined by a view op share one.
+struct Places {
+  std::vector<const ir::Value*> values;             // plannable values, in production order
+  std::unordered_map<const ir::Value*, int> place;  // value -> index into the vectors below
+  std::unordered_map<const ir::Value*, size_t> reserved;
+  std::vector<size_t> size;
+  std::vector<int> first, last;
+};
+
+// nullopt when the graph cannot be planned ahead; an error when a size overflows.
+Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
+  Places p;
+  const auto& nodes = graph.nodes();
+  const int end = static_cast<int>(nodes.size());
+  std::unordered_set<const ir::Value*> read;
+  for (int s = 0; s < end; ++s) {
+    const ir::Node& node = *nodes[static_cast<size_t>(s)];
+    if (!node.subgraphs().empty()) return std::optional<Places>();
+    for (const ir::Value* in : node.inputs()) {
+      auto it = in ? p.place.find(in) : p.place.end();
+      if (it == p.place.end()) continue;
+      read.insert(in);
+      p.last[static_cast<size_t>(it->second)] = std::max(p.last[static_cast<size_t>(it->second)], s);
+    }
+    for (int k = 0; k < node.num_outputs(); ++k) {
+      const ir::Value* out = node.output(k);
+      if (!out) continue;
+      const ir::TensorType& t = out->type();
+      if (!t.is_tensor() || t.dtype == DataType::kUndefined || t.dtype == DataType::kString ||
+          !t.shape.is_static())
+        return std::optional<Places>();
+      int64_t count = 1;
+      for (int64_t d : t.shape.static_dims()) {
+        if (d != 0 && count > std::numeric_limits<int64_t>::max() / d)
+          return invalid_argument("value '%s' of node %s is too large (%s)", out->name().c_str(),
+                                  node.label().c_str(), t.to_string().c_str());
+        count *= d;
+      }
+      const int bits = dtype_bits(t.dtype);
+      size_t reserved = 0;
+      if (bits <= 0 || static_cast<uint64_t>(count) > std::numeric_limits<size_t>::max() / 8 / bits ||
+          !reserved_bytes(dtype_bytes(t.dtype, count), &reserved))
+        return invalid_argument("value '%s' of node %s is too large (%s)", out->name().c_str(),
+                                node.label().c_str(), t.to_string().c_str());
+      p.values.push_back(out);
+      p.reserved[out] = reserved;
+      const ir::Value* in = k == 0 && is_view_op(node) && node.num_inputs() > 0 ? node.input(0) : nullptr;
+      auto viewed = in ? p.place.find(in) : p.place.end();
+      if (viewed != p.place.end() && p.reserved[in] == reserved) {
+        p.place[out] = viewed->second;  // lives on in the view: extended by the view's readers
+        continue;
+      }
+      p.place[out] = static_cast<int>(p.size.size());
+      p.size.push_back(reserved);
+      p.first.push_back(s);
+      p.last.push_back(s);
+    }
+  }
+  for (const ir::Value* v : p.values)
+    if (!read.count(v)) p.last[static_cast<size_t>(p.place[v])] = end;
+  for (const ir::Value* v : graph.outputs()) {
+    auto it = p.place.find(v);
+    if (it != p.place.end()) p.last[static_cast<size_t>(it->second)] = end;
+  }
+  if (p.values.empty()) return std::optional<Places>();
+  return std::optional<Places>(std::move(p));
+}
+
+}  // namespace
+
+bool is_view_op(const ir::Node& node) {
+  if (!node.domain().empty() && node.domain() != "ai.onnx") return false;
+  return std::find(std::begin(kViewOps), std::end(kViewOps), node.op_type()) != std::end(kViewOps);
+}
+
+Expected<std::optional<ArenaPlan>> plan_arena(const ir::Graph& graph) {
+  KILN_ASSIGN_OR_RETURN(std::optional<Places> places, find_places(graph));
+  if (!places) return std::optional<ArenaPlan>();
+  std::vector<size_t> offsets;
+  ArenaPlan plan;
+  plan.arena_bytes = assign_offsets(places->size, places->first, places->last, &offsets);
+  for (const ir::Value* v : places->values) {
+    const size_t k = static_cast<size_t>(places->place[v]);
+    plan.values.push_back({v, offsets[k], places->size[k]});
+  }
+  return std::optional<ArenaPlan>(std::move(plan));
+}
+
+Status check_arena_plan(const ir::Graph& graph, const ArenaPlan& plan) {
+  KILN_ASSIGN_OR_RETURN(std::optional<Places> places, find_places(graph));
+  if (!places)
+    return data_loss("graph '%s' has values without static shapes, or subgraphs: it cannot carry an arena plan",
+                     graph.name().c_str());
+  struct Item {
+    size_t offset, size;
+    int place;
+    const ir::Value* value;
+  };
+  std::vector<Item> items;
+  std::unordered_set<const ir::Value*> seen;
+  size_t total = 0;
+  for (const PlannedValue& pv : plan.values) {
+    auto it = pv.value ? places->place.find(pv.value) : places->place.end();
+    if (it == places->place.end())
+      return data_loss("planned value '%s' is not an activation of graph '%s'",
+                       pv.value ? pv.value->name().c_str() : "?", graph.name().c_str());
+    const char* name = pv.value->name().c_str();
+    if (!seen.insert(pv.value).second) return data_loss("value '%s' is planned twice", name);
+    if (pv.offset % kArenaPlanAlignment != 0 || pv.size % kArenaPlanAlignment != 0)
+      return data_loss("value '%s': offset %zu or size %zu is not a multiple of %zu", name, pv.offset, pv.size,
+                       kArenaPlanAlignment);
+    if (pv.size < places->reserved[pv.value])
+      return data_loss("value '%s' (%s) needs %zu bytes, the plan gives it %zu", name,
+                       pv.value->type().to_string().c_str(), places->reserved[pv.value], pv.size);
+    if (pv.offset > plan.arena_bytes || pv.size > plan.arena_bytes - pv.offset)
+      return data_loss("value '%s' at [%zu, +%zu) lies outside the %zu-byte arena", name, pv.offset, pv.size,
+                       plan.arena_bytes);
+    total += pv.size;  // no overflow: each is at most arena_bytes, and values are fewer than 2^32
+    items.push_back({pv.offset, pv.size, it->second, pv.value});
+  }
+  if (plan.arena_bytes > total)
+    return data_loss("the arena is %zu bytes, more than its %zu values' %zu bytes together", plan.arena_bytes,
+                     items.size(), total);
+  // Overlaps: sorted by offset, each item against those starting inside it.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.offset < b.offset; });
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& a = items[i];
+    const size_t pa = static_cast<size_t>(a.place);
+    for (size_t j = i + 1; j < items.size() && items[j].offset < a.offset + a.size; ++j) {
+      const Item& b = items[j];
+      const size_t pb = static_cast<size_t>(b.place);
+      if (a.place == b.place && a.offset == b.offset && a.size == b.size) continue;  // a view and its base
+      const int from = std::max(places->first[pa], places->first[pb]);
+      const int to = std::min(places->last[pa], places->last[pb]);
+      if (from <= to)
+        return data_loss("values '%s' and '%s' are both live at step %d and overlap in the arena ([%zu, +%zu) and "
+                         "[%zu, +%zu))",
+                         a.value->name().c_str(), b.value->name().c_str(), from, a.offset, a.size, b.offset, b.size);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace kiln::model
