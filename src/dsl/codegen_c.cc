@@ -206,6 +206,10 @@ class Emitter {
         return;
       case StmtKind::kAllocate: {
         std::string n = ident("t_", s->name);
+        if (s->local) {  // a cache's region: on the stack of the loop body (each thread its own)
+          o += pad + "alignas(64) float " + n + "[" + expr(s->a) + "];\n";
+          return;
+        }
         // Not std::vector: every element is written before it is read (lowering computes a stage
         // before its readers), and zero-filling a Softmax's [1536, 128] intermediate cost more
         // than a tenth of the kernel's time.

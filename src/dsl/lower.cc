@@ -53,7 +53,7 @@ Expr rewrite(const Expr& e, const Subst& sub, const Schedule& s) {
     if (st && st->inlined()) {
       Subst inner;
       for (size_t d = 0; d < args.size(); ++d) inner[e->tensor->axes[d]->var.get()] = args[d];
-      return rewrite(e->tensor->body, inner, s);
+      return rewrite(st->body(), inner, s);
     }
   }
   if (e->kind == ExprKind::kBinary) return make_binary(static_cast<BinOp>(e->op), args[0], args[1]);
@@ -106,8 +106,14 @@ Status check_attach(const Schedule& s, const Stage& st) {
     outer_parallel |= consumer->kind_of(l.get()) == ForKind::kParallel;
     if (l == axis) break;
   }
-  // Inside a parallel loop each thread computes its part: the loop's variable must fix a dim.
+  if (st.is_cache() && !st.relations().empty())
+    return invalid_argument("compute_at('%s', '%s', %s): a cache computed at a loop runs over its region; split "
+                            "and fuse of its loops are not supported (reorder, vectorize, unroll are)",
+                            name.c_str(), c->name.c_str(), axis->name.c_str());
+  // Inside a parallel loop each thread computes its part: the loop's variable must fix a dim
+  // (a cache's region is a local buffer of each iteration: no race).
   for (const Axis& l : leaf) {
+    if (st.is_cache()) break;
     if (consumer->kind_of(l.get()) == ForKind::kParallel) {
       bool fixes = false;
       for (const auto& [a, v] : fixed_dims(s, st, *consumer, axis)) fixes |= v.get() == l->var.get();
@@ -123,7 +129,11 @@ Status check_attach(const Schedule& s, const Stage& st) {
   for (const Stage& r : s.stages()) {
     if (r.tensor().get() == c || r.tensor() == st.tensor() || r.inlined()) continue;
     bool reads_it = false;
-    walk(rewrite(r.tensor()->body, {}, s), [&](const Expr& e) { reads_it |= e->kind == ExprKind::kLoad && e->tensor == st.tensor(); });
+    walk(rewrite(r.body(), {}, s), [&](const Expr& e) { reads_it |= e->kind == ExprKind::kLoad && e->tensor == st.tensor(); });
+    if (reads_it && st.is_cache())
+      return invalid_argument("compute_at('%s', '%s', %s): '%s' reads the cache too; a cache computed at a loop "
+                              "holds the region of it that loop's stage reads, for that stage alone",
+                              name.c_str(), c->name.c_str(), axis->name.c_str(), r.tensor()->name.c_str());
     if (reads_it && (r.inlined() || r.attach_consumer() != c || r.attach_axis() != axis))
       return invalid_argument("compute_at('%s', '%s', %s): '%s' also reads '%s' and is not computed at the "
                               "same loop", name.c_str(), c->name.c_str(), axis->name.c_str(),
@@ -139,7 +149,7 @@ Status check_attach(const Schedule& s, const Stage& st) {
 Status check_stage(const Schedule& s, const Stage& st) {
   const std::string& name = st.tensor()->name;
   if (!st.error().empty()) return invalid_argument("%s", st.error().c_str());
-  const Expr& body = st.tensor()->body;
+  const Expr& body = st.body();
   Status nested_reduce = ok_status();
   for (const Expr& a : body->args)
     walk(a, [&](const Expr& e) {
@@ -189,7 +199,7 @@ Status check_bounds(const Schedule& s, std::vector<StmtPtr>* checks) {
     for (const Axis& a : st.reduce_axes())
       ranges[a->var.get()] = {Expr(int64_t{0}), simplify(a->extent - 1)};
     Status status = ok_status();
-    walk(t->body, [&](const Expr& e) {
+    walk(st.body(), [&](const Expr& e) {
       if (e->kind != ExprKind::kLoad || !status.ok()) return;
       const TensorNode* src = e->tensor.get();
       if (e->args.size() != src->shape.size()) {
@@ -297,15 +307,15 @@ std::map<const AxisNode*, Expr> fixed_dims(const Schedule& s, const Stage& produ
       }
     });
   };
-  scan(consumer.tensor()->body, consumer_var);
+  scan(consumer.body(), consumer_var);
   for (const Stage& r : s.stages()) {
     if (r.attach_consumer() != consumer.tensor().get() || r.attach_axis() != axis || &r == &producer) continue;
     bool reads = false;  // only readers: they come after the producer, so this recursion ends
-    walk(rewrite(r.tensor()->body, {}, s), [&](const Expr& e) { reads |= e->kind == ExprKind::kLoad && e->tensor.get() == p; });
+    walk(rewrite(r.body(), {}, s), [&](const Expr& e) { reads |= e->kind == ExprKind::kLoad && e->tensor.get() == p; });
     if (!reads) continue;
     std::map<const ExprNode*, const ExprNode*> to_consumer;
     for (const auto& [a, v] : fixed_dims(s, r, consumer, axis)) to_consumer[a->var.get()] = v.get();
-    scan(r.tensor()->body, to_consumer);
+    scan(r.body(), to_consumer);
   }
   std::map<const AxisNode*, Expr> fixed;
   const auto& pleaf = producer.leaf_axes();
@@ -318,16 +328,125 @@ std::map<const AxisNode*, Expr> fixed_dims(const Schedule& s, const Stage& produ
   return fixed;
 }
 
-StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const AxisNode*, Expr>& fixed = {}) {
+// A cache stage computed at a loop: the region of it that one iteration of the loop reads.
+struct Region {
+  std::vector<Expr> lo;                // per dim: the first element (outer loop variables, dims)
+  std::vector<Expr> extent;            // per dim: how many elements (the cache's loop extents)
+  std::shared_ptr<TensorNode> buffer;  // the local buffer: the cache's name, the region's constant bound
+};
+using Regions = std::map<const TensorNode*, Region>;
+
+// Reads of region caches become reads of their local buffers, relative to the region.
+Expr relocate(const Expr& e, const Regions& regions) {
+  if (regions.empty() || e->args.empty()) return e;
+  auto n = std::make_shared<ExprNode>(*e.get());
+  for (Expr& a : n->args) a = relocate(a, regions);
+  auto it = n->kind == ExprKind::kLoad ? regions.find(n->tensor.get()) : regions.end();
+  if (it != regions.end()) {
+    n->tensor = it->second.buffer;
+    for (size_t d = 0; d < n->args.size(); ++d) n->args[d] = simplify(n->args[d] - it->second.lo[d]);
+  }
+  return Expr(n);
+}
+
+// A constant that integer `e` never exceeds (the loop variables in it being >= 0), if one is seen:
+// min(8, n - io * 8) + 2 is at most 10.
+bool upper_const(const Expr& e, int64_t* v) {
+  if (as_int(e, v)) return true;
+  if (e->kind != ExprKind::kBinary) return false;
+  int64_t a = 0, b = 0, c = 0;
+  const bool ha = upper_const(e->args[0], &a), hb = upper_const(e->args[1], &b);
+  switch (static_cast<BinOp>(e->op)) {
+    case BinOp::kMin:
+      if (!ha && !hb) return false;
+      *v = ha && hb ? std::min(a, b) : (ha ? a : b);
+      return true;
+    case BinOp::kMax: *v = std::max(a, b); return ha && hb;
+    case BinOp::kAdd: *v = a + b; return ha && hb;
+    case BinOp::kSub:
+      if (!ha || !as_int(e->args[1], &c)) return false;
+      *v = a - c;
+      return true;
+    case BinOp::kMul:
+      if (as_int(e->args[0], &c) && c >= 0 && hb) { *v = c * b; return true; }
+      if (as_int(e->args[1], &c) && c >= 0 && ha) { *v = c * a; return true; }
+      return false;
+    default: return false;
+  }
+}
+
+// The largest local buffer (elements): it lives on the stack of the loop body.
+constexpr int64_t kMaxLocalElements = int64_t{1} << 16;
+
+// The region of cache `p` that one iteration of `consumer`'s loop `p.attach_axis()` reads: bounds
+// inference over the loops inside it (`leaf`, `extents`: the consumer's loops, outermost first),
+// the consumer's body read through `sub` (its axes as loop expressions). `clamp`: the consumer has
+// guarded tails (loops that run past an extent), so the region is cut to the cache's shape.
+Expected<Region> region_of(const Schedule& s, const Stage& p, const Stage& consumer, const std::vector<Axis>& leaf,
+                           const std::map<const AxisNode*, Expr>& extents, const Subst& sub, bool clamp) {
+  const TensorNode* pt = p.tensor().get();
+  const Axis& axis = p.attach_axis();
+  const std::string where =
+      "compute_at('" + pt->name + "', '" + consumer.tensor()->name + "', " + axis->name + ")";
+  const size_t at = std::find(leaf.begin(), leaf.end(), axis) - leaf.begin();
+  if (at == leaf.size())
+    return invalid_argument("%s: %s is not a loop of '%s' where it is lowered", where.c_str(), axis->name.c_str(),
+                            consumer.tensor()->name.c_str());
+  Ranges ranges;
+  for (size_t i = at + 1; i < leaf.size(); ++i)
+    ranges[leaf[i]->var.get()] = {Expr(int64_t{0}), simplify(extents.at(leaf[i].get()) - 1)};
+  const size_t nd = pt->shape.size();
+  std::vector<Expr> lo(nd), hi(nd);
+  Status status = ok_status();
+  walk(rewrite(consumer.body(), sub, s), [&](const Expr& e) {
+    if (!status.ok() || e->kind != ExprKind::kLoad || e->tensor.get() != pt) return;
+    for (size_t d = 0; d < nd && status.ok(); ++d) {
+      Expr l, h;
+      status = bound(e->args[d], ranges, &l, &h);
+      lo[d] = lo[d].defined() ? simplify(min(lo[d], l)) : l;
+      hi[d] = hi[d].defined() ? simplify(max(hi[d], h)) : h;
+    }
+  });
+  if (!status.ok()) return invalid_argument("%s: the region read: %s", where.c_str(), status.message().c_str());
+  Region r;
+  r.buffer = std::make_shared<TensorNode>();
+  r.buffer->name = pt->name;
+  r.buffer->placeholder = false;
+  int64_t size = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    if (!lo[d].defined())
+      return invalid_argument("%s: '%s' does not read '%s'", where.c_str(), consumer.tensor()->name.c_str(), pt->name.c_str());
+    Expr ext = simplify(hi[d] - lo[d] + 1);
+    int64_t cap = 0, dim = 0;
+    if (!upper_const(ext, &cap))
+      return invalid_argument("%s: dim %zu of the region read per iteration spans %s elements, with no constant "
+                              "bound for a local buffer (split the loops inside %s by constants)", where.c_str(), d,
+                              to_string(ext).c_str(), axis->name.c_str());
+    if (as_int(pt->shape[d], &dim)) cap = std::min(cap, dim);
+    if (clamp) {  // a guarded tail runs the loops past the extent: compute no more than exists
+      lo[d] = simplify(max(lo[d], Expr(int64_t{0})));
+      ext = simplify(min(hi[d], pt->shape[d] - 1) - lo[d] + 1);
+    }
+    r.lo.push_back(lo[d]);
+    r.extent.push_back(ext);
+    r.buffer->shape.push_back(Expr(std::max<int64_t>(cap, 1)));
+    size *= std::max<int64_t>(cap, 1);
+    if (size > kMaxLocalElements)
+      return invalid_argument("%s: the region read per iteration holds up to %lld elements, more than a local "
+                              "buffer's %lld: compute it at an inner loop", where.c_str(),
+                              static_cast<long long>(size), static_cast<long long>(kMaxLocalElements));
+  }
+  return r;
+}
+
+Expected<StmtPtr> lower_stage(const Schedule& s, const Stage& st, const std::map<const AxisNode*, Expr>& fixed = {},
+                              const Region* region = nullptr) {
   const TensorNode* t = st.tensor().get();
+  // What the stage writes: its buffer, or a region of it in a local buffer.
+  const std::shared_ptr<TensorNode> out = region ? region->buffer : st.tensor();
   std::vector<Axis> leaf;
   for (const Axis& a : st.leaf_axes())
     if (!fixed.count(a.get())) leaf.push_back(a);
-  // Stages computed at one of this stage's loops, in producer-first order.
-  Attached attached;
-  for (const Stage& p : s.stages())
-    if (p.attach_consumer() == t)
-      attached[p.attach_axis().get()].push_back(lower_stage(s, p, fixed_dims(s, p, st, p.attach_axis())));
   std::map<const AxisNode*, Expr> value, extents;
   for (const auto& [a, v] : fixed) value[a] = v;
   std::map<const AxisNode*, size_t> pos;
@@ -335,6 +454,11 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const Axi
     value[leaf[i].get()] = leaf[i]->var;
     extents[leaf[i].get()] = leaf[i]->extent;
     pos[leaf[i].get()] = i;
+  }
+  std::map<const AxisNode*, Expr> root_ext;  // the data-parallel axes' extents
+  for (size_t d = 0; d < t->axes.size(); ++d) {
+    root_ext[t->axes[d].get()] = region ? region->extent[d] : t->axes[d]->extent;
+    if (region) extents[t->axes[d].get()] = region->extent[d];  // a region cache is not split
   }
   // Walk the relations backwards: each root axis gets its value in terms of the loops.
   std::vector<Expr> spatial_guards, reduce_guards;
@@ -362,25 +486,54 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const Axi
   }
   Subst sub;
   std::vector<Expr> idx;
-  for (const Axis& a : t->axes) {
-    sub[a->var.get()] = value.at(a.get());
-    idx.push_back(value.at(a.get()));
+  for (size_t d = 0; d < t->axes.size(); ++d) {
+    const Axis& a = t->axes[d];
+    sub[a->var.get()] = region ? simplify(region->lo[d] + value.at(a.get())) : value.at(a.get());
+    idx.push_back(value.at(a.get()));  // in a region: relative to its start
   }
   for (const Axis& a : st.reduce_axes()) sub[a->var.get()] = value.at(a.get());
 
+  // Stages computed at one of this stage's loops, in producer-first order; a cache among them is
+  // computed over the region read, into a local buffer allocated there.
+  Attached attached;
+  Regions regions;
+  for (const Stage& p : s.stages()) {
+    if (p.attach_consumer() != t) continue;
+    std::vector<StmtPtr>& at = attached[p.attach_axis().get()];
+    if (!p.is_cache()) {
+      KILN_ASSIGN_OR_RETURN(StmtPtr ps, lower_stage(s, p, fixed_dims(s, p, st, p.attach_axis())));
+      at.push_back(ps);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Region r, region_of(s, p, st, leaf, extents, sub,
+                                              !spatial_guards.empty() || !reduce_guards.empty()));
+    auto alloc = make(StmtKind::kAllocate);
+    alloc->name = r.buffer->name;
+    alloc->tensor = r.buffer;
+    alloc->local = true;
+    Expr size(int64_t{1});
+    for (const Expr& d : r.buffer->shape) size = size * d;
+    alloc->a = simplify(size);
+    KILN_ASSIGN_OR_RETURN(StmtPtr ps, lower_stage(s, p, {}, &r));
+    at.push_back(alloc);
+    at.push_back(ps);
+    regions[p.tensor().get()] = std::move(r);
+  }
+  auto read = [&](const Expr& e) { return relocate(rewrite(e, sub, s), regions); };
+
   auto store = [&](Expr v) {
     auto s2 = make(StmtKind::kStore);
-    s2->tensor = st.tensor();
+    s2->tensor = out;
     s2->indices = idx;
     s2->value = v;
     return s2;
   };
-  const Expr& body = t->body;
+  const Expr& body = st.body();
   if (body->kind != ExprKind::kReduce)
-    return nest(leaf, extents, st, guarded(spatial_guards, store(rewrite(body, sub, s))), nullptr, &attached);
+    return nest(leaf, extents, st, guarded(spatial_guards, store(read(body))), nullptr, &attached);
 
   ReduceOp op = static_cast<ReduceOp>(body->op);
-  Expr src = rewrite(body->args[0], sub, s);
+  Expr src = read(body->args[0]);
   auto first_reduce = std::find_if(leaf.begin(), leaf.end(), [](const Axis& a) { return a->reduce; });
   bool reduce_inner = std::all_of(first_reduce, leaf.end(), [](const Axis& a) { return a->reduce; });
   if (reduce_inner) {
@@ -417,23 +570,21 @@ StmtPtr lower_stage(const Schedule& s, const Stage& st, const std::map<const Axi
     if (fx == fixed.end()) init_axes.push_back(a);
   }
   auto init = make(StmtKind::kStore);
-  init->tensor = st.tensor();
+  init->tensor = out;
   init->indices = root_idx;
   init->value = reduce_init(op);
-  std::map<const AxisNode*, Expr> root_ext;
-  for (const Axis& a : t->axes) root_ext[a.get()] = a->extent;
   Stage plain(st.tensor());
   StmtPtr init_nest = nest(init_axes, root_ext, plain, init, nullptr);
   auto load = std::make_shared<ExprNode>();
   load->kind = ExprKind::kLoad;
-  load->tensor = st.tensor();
+  load->tensor = out;
   load->args = idx;
   std::vector<Expr> guards = spatial_guards;
   guards.insert(guards.end(), reduce_guards.begin(), reduce_guards.end());
   StmtPtr update = nest(leaf, extents, st, guarded(guards, store(combine(op, Expr(load), src))), nullptr, &attached);
   auto seq = make(StmtKind::kSeq);
   seq->body = {init_nest, update};
-  return seq;
+  return StmtPtr(seq);
 }
 
 }  // namespace
@@ -474,7 +625,7 @@ Expected<LoweredFunc> lower(const Schedule& schedule, const std::vector<Tensor>&
     };
     for (const Expr& d : st.tensor()->shape) check_vars(d, "shape");
     for (const Axis& a : st.reduce_axes()) check_vars(a->extent, "reduction extent");
-    check_vars(st.tensor()->body, nullptr);
+    check_vars(st.body(), nullptr);
     KILN_RETURN_IF_ERROR(std::move(status));
   }
 
@@ -482,6 +633,7 @@ Expected<LoweredFunc> lower(const Schedule& schedule, const std::vector<Tensor>&
   KILN_RETURN_IF_ERROR(check_bounds(schedule, &body->body));
   for (const Stage& st : schedule.stages()) {
     if (st.inlined() || in_args.count(st.tensor().get())) continue;
+    if (st.is_cache() && st.attach_consumer()) continue;  // a local buffer where it is computed
     auto alloc = make(StmtKind::kAllocate);
     alloc->name = st.tensor()->name;
     alloc->tensor = st.tensor();
@@ -490,8 +642,11 @@ Expected<LoweredFunc> lower(const Schedule& schedule, const std::vector<Tensor>&
     alloc->a = simplify(size);
     body->body.push_back(alloc);
   }
-  for (const Stage& st : schedule.stages())
-    if (!st.inlined() && !st.attach_consumer()) body->body.push_back(lower_stage(schedule, st));
+  for (const Stage& st : schedule.stages()) {
+    if (st.inlined() || st.attach_consumer()) continue;
+    KILN_ASSIGN_OR_RETURN(StmtPtr stage, lower_stage(schedule, st), "lower '%s'", name.c_str());
+    body->body.push_back(stage);
+  }
   f.body = body;
   return f;
 }

@@ -103,6 +103,8 @@ std::string to_string(const StmtPtr& s, int indent) {
       for (const StmtPtr& b : s->body) out += to_string(b, indent + 1);
       return out + pad + "}\n";
     case StmtKind::kAllocate:
+      if (s->local) return pad + "allocate local " + s->name + "[float32 * " + to_string(s->a) + "]  // [" +
+                           indices(s->tensor->shape) + "]\n";
       return pad + "allocate " + s->name + "[float32 * " + to_string(s->a) + "]\n";
     case StmtKind::kCheck:
       return pad + "assert " + to_string(s->a) + ", \"" + s->name + "\"\n";

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "dsl/printer.h"
@@ -16,10 +17,48 @@ void collect_loads(const Expr& e, const std::function<void(const ExprNode*)>& f)
   for (const Expr& a : e->args) collect_loads(a, f);
 }
 
+bool reads(const Expr& e, const TensorNode* t) {
+  bool found = false;
+  collect_loads(e, [&](const ExprNode* load) { found |= load->tensor.get() == t; });
+  return found;
+}
+
+// `e` with its variables in `vars` replaced and its reads of `from` made reads of `to`.
+Expr rebuild(const Expr& e, const std::map<const ExprNode*, Expr>& vars, const TensorNode* from,
+             const std::shared_ptr<TensorNode>& to) {
+  if (e->kind == ExprKind::kVar) {
+    auto it = vars.find(e.get());
+    return it == vars.end() ? e : it->second;
+  }
+  if (e->args.empty() && e->kind != ExprKind::kLoad) return e;
+  auto n = std::make_shared<ExprNode>(*e.get());
+  for (Expr& a : n->args) a = rebuild(a, vars, from, to);
+  if (n->kind == ExprKind::kLoad && n->tensor.get() == from) n->tensor = to;
+  return Expr(n);
+}
+
+// A cache's compute: its loops are named ax0, ax1, ... (as TVM's), apart from the i, j, ... of the
+// stage it is computed in (the generated C++ names a loop's variable after it).
+Tensor cache_tensor(const std::string& name, const std::vector<Expr>& shape,
+                    const std::function<Expr(const std::vector<Expr>&)>& fn) {
+  auto t = std::make_shared<TensorNode>();
+  t->name = name;
+  t->shape = shape;
+  t->placeholder = false;
+  std::vector<Expr> vars;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    t->axes.push_back(make_axis("ax" + std::to_string(d), shape[d], false));
+    vars.push_back(t->axes.back()->var);
+  }
+  t->body = fn(vars);
+  return Tensor(t);
+}
+
 }  // namespace
 
 Stage::Stage(std::shared_ptr<TensorNode> t) : tensor_(std::move(t)) {
   if (!tensor_) return;
+  body_ = tensor_->body;
   leaf_ = tensor_->axes;
   if (tensor_->body.defined() && tensor_->body->kind == ExprKind::kReduce) {
     reduce_axes_ = tensor_->body->axes;
@@ -173,6 +212,85 @@ Stage& Schedule::operator[](const Tensor& t) {
   return unknown_;
 }
 
+Stage* Schedule::find(const TensorNode* t) {
+  for (Stage& s : stages_)
+    if (s.tensor().get() == t) return &s;
+  return nullptr;
+}
+
+Tensor Schedule::fail(const std::string& message, const Tensor& t) {
+  if (error_.empty()) error_ = message;
+  return t;
+}
+
+std::string Schedule::unique_name(const std::string& base) const {
+  std::set<std::string> names;
+  for (const Stage& st : stages_) {
+    names.insert(st.tensor()->name);
+    collect_loads(st.body(), [&](const ExprNode* load) { names.insert(load->tensor->name); });
+  }
+  std::string name = base;
+  for (int n = 2; names.count(name); ++n) name = base + std::to_string(n);
+  return name;
+}
+
+Tensor Schedule::cache_read(const Tensor& t, const std::vector<Tensor>& readers) {
+  if (!t.node()) return fail("cache_read: a null tensor", t);
+  const std::string what = "cache_read('" + t->name + "')";
+  if (readers.empty()) return fail(what + ": no readers given (the stages to read the cache)", t);
+  bool read_here = false;
+  for (const Stage& st : stages_) read_here |= reads(st.body(), t.node().get());
+  if (!read_here) return fail(what + ": no stage of this schedule reads '" + t->name + "'", t);
+  std::vector<Stage*> rs;
+  for (const Tensor& r : readers) {
+    Stage* st = r.node() ? find(r.node().get()) : nullptr;
+    if (!st) return fail(what + ": reader '" + (r.node() ? r->name : "null") + "' is not a compute of this schedule", t);
+    if (!reads(st->body(), t.node().get()))
+      return fail(what + ": '" + r->name + "' does not read '" + t->name + "'", t);
+    rs.push_back(st);
+  }
+  Tensor cache = cache_tensor(unique_name(t->name + ".local"), t->shape, [&](const std::vector<Expr>& i) { return t(i); });
+  for (Stage* st : rs) st->body_ = rebuild(st->body(), {}, t.node().get(), cache.node());
+  // Before the first reader, so that producers still come before their consumers.
+  size_t first = stages_.size();
+  for (Stage* st : rs) first = std::min<size_t>(first, st - stages_.data());
+  Stage stage(cache.node());
+  stage.cache_ = true;
+  trace_.push_back(cache->name + " = cache_read(" + t->name + ")");
+  stages_.insert(stages_.begin() + static_cast<std::ptrdiff_t>(first), std::move(stage));
+  return cache;
+}
+
+Tensor Schedule::cache_write(const Tensor& t) {
+  if (!t.node()) return fail("cache_write: a null tensor", t);
+  const std::string what = "cache_write('" + t->name + "')";
+  if (t->placeholder)
+    return fail(what + ": a placeholder is an input; nothing in this schedule writes it (cache_read reads one)", t);
+  Stage* st = find(t.node().get());
+  if (!st) return fail(what + ": '" + t->name + "' is not a compute of this schedule", t);
+  if (!st->trace().empty() || !st->error().empty())
+    return fail(what + ": '" + t->name + "' is scheduled already (" +
+                    (st->trace().empty() ? st->error() : st->trace().front()) +
+                    "); call cache_write before other primitives on it", t);
+  // The cache computes the body over axes of its own; `t` copies it.
+  std::map<const ExprNode*, Expr> vars;
+  Tensor cache = cache_tensor(unique_name(t->name + ".local"), t->shape, [&](const std::vector<Expr>& i) {
+    for (size_t d = 0; d < i.size(); ++d) vars[t->axes[d]->var.get()] = i[d];
+    return rebuild(st->body(), vars, nullptr, nullptr);
+  });
+  std::vector<Expr> idx;
+  for (const Axis& a : t->axes) idx.push_back(a->var);
+  const size_t at = static_cast<size_t>(st - stages_.data());
+  st->body_ = cache(idx);
+  st->reduce_axes_.clear();
+  st->leaf_ = t->axes;
+  trace_.push_back(cache->name + " = cache_write(" + t->name + ")");
+  Stage stage(cache.node());
+  stage.cache_ = true;
+  stages_.insert(stages_.begin() + static_cast<std::ptrdiff_t>(at), std::move(stage));
+  return cache;
+}
+
 bool Schedule::is_output(const TensorNode* t) const {
   for (const Tensor& o : outputs_)
     if (o.node().get() == t) return true;
@@ -181,6 +299,7 @@ bool Schedule::is_output(const TensorNode* t) const {
 
 std::string Schedule::trace() const {
   std::string s;
+  for (const std::string& line : trace_) s += line + "\n";
   for (const Stage& st : stages_)
     for (const std::string& line : st.trace()) s += line + "\n";
   return s;

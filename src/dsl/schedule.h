@@ -1,5 +1,5 @@
 // Schedules: how each compute is looped (split, reorder, fuse, vectorize, unroll, parallel,
-// compute_inline, compute_at). Primitives record what they did (the trace) and keep the first error,
+// compute_inline, compute_at, cache_read, cache_write). Primitives record what they did (the trace) and keep the first error,
 // which lowering reports; so schedule code reads as a chain of calls, as in TVM.
 #pragma once
 
@@ -60,6 +60,12 @@ class Stage {
   const Axis& attach_axis() const { return attach_axis_; }
 
   const std::shared_ptr<TensorNode>& tensor() const { return tensor_; }
+  // What this stage computes per element: the tensor's body, with the reads that cache_read
+  // redirected to a cache (and, after cache_write, a copy of the cache).
+  const Expr& body() const { return body_; }
+  // A stage made by cache_read / cache_write: computed at a loop (compute_at), it is computed
+  // over the region of it that loop's stage reads, into a local buffer of that region's size.
+  bool is_cache() const { return cache_; }
   const std::vector<Relation>& relations() const { return relations_; }
   ForKind kind_of(const AxisNode* a) const;
   bool inlined() const { return inlined_; }
@@ -67,11 +73,14 @@ class Stage {
   const std::vector<std::string>& trace() const { return trace_; }
 
  private:
+  friend class Schedule;
   bool check_leaf(const Axis& a, const char* primitive);
   void fail(const std::string& message);
   void annotate(const Axis& a, ForKind k, const char* primitive);
 
   std::shared_ptr<TensorNode> tensor_;
+  Expr body_;
+  bool cache_ = false;
   std::vector<Axis> reduce_axes_;
   std::vector<Axis> leaf_;
   std::vector<Relation> relations_;
@@ -91,16 +100,33 @@ class Schedule {
   explicit Schedule(std::vector<Tensor> outputs);
   Stage& operator[](const Tensor& t);
   const std::vector<Tensor>& outputs() const { return outputs_; }
+  // TVM's cache_read: a new stage `T.local` (a copy of `t`, a placeholder or a compute) that the
+  // stages of `readers` read instead of `t`. Computed at a loop of its one reader (compute_at), it
+  // holds only the region that loop's iteration reads (bounds inference), in a local buffer;
+  // else a whole copy. Errors (reported by lower): no readers, a reader that is not a compute of
+  // this schedule or does not read `t`, `t` not read in this schedule.
+  Tensor cache_read(const Tensor& t, const std::vector<Tensor>& readers);
+  // TVM's cache_write: a new stage `T.local` computes what `t` did (its reduction, say), and `t`
+  // becomes a copy of it, so that `T.local` computed at a loop of `t` accumulates a tile in a local
+  // buffer written back once. Errors: a placeholder (nothing computes it), a tensor this schedule
+  // does not compute, a stage already scheduled (call cache_write first).
+  Tensor cache_write(const Tensor& t);
+  // cache_read and cache_write insert a stage: Stage references taken before them are invalid.
   std::vector<Stage>& stages() { return stages_; }
   const std::vector<Stage>& stages() const { return stages_; }
   bool is_output(const TensorNode* t) const;
+  Stage* find(const TensorNode* t);
   // The primitives applied, one line each, for the printed IR and the cache key.
   std::string trace() const;
   // Set when operator[] was given a tensor this schedule does not compute.
   const std::string& error() const { return error_; }
 
  private:
+  Tensor fail(const std::string& message, const Tensor& t);
+  std::string unique_name(const std::string& base) const;
+
   std::string error_;
+  std::vector<std::string> trace_;  // cache_read / cache_write
   std::vector<Tensor> outputs_;
   std::vector<Stage> stages_;
   Stage unknown_;  // returned for a tensor not in the schedule; it keeps an error

@@ -18,7 +18,8 @@ enum class StmtKind {
   kLetFloat,  // float name = value (a reduction accumulator)
   kAssign,    // name = value
   kIf,        // if (cond) body[0]
-  kAllocate,  // float name[extent] for a tensor computed into a temporary buffer
+  kAllocate,  // float name[extent] for a tensor computed into a temporary buffer (local: in the
+              // enclosing loop's body, of a constant size: a cache stage's region)
   kCheck,     // run-time check: if (!cond) the kernel returns an error naming `message`
 };
 
@@ -39,6 +40,7 @@ struct Stmt {
   std::string accumulator;   // kFor with reduce_loop: the accumulator it updates, if any
   int64_t reduce_lanes = 0;  // kFor with an accumulator: > 1 accumulates in that many partials
   int64_t simd_width = 0;    // kFor vectorized: > 0 the vector length in elements (simdlen), else the target's widest
+  bool local = false;        // kAllocate: a local buffer (tensor->shape: its constant dims)
   std::vector<StmtPtr> body;
 };
 

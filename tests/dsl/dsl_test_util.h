@@ -6,7 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "dsl/tensor.h"
+
 namespace kiln::dsl::testing {
+
+// C[i, j] = sum_k A[i, k] * B[k, j] over n symbolic rows, 19 columns and 24 terms.
+struct MatmulDef {
+  Expr n = var("n");
+  Tensor a = placeholder("A", {n, Expr(24)});
+  Tensor b = placeholder("B", {Expr(24), Expr(19)});
+  Axis k = reduce_axis(Expr(24), "k");
+  Tensor c = compute("C", {n, Expr(19)}, [&](const std::vector<Expr>& i) {
+    return sum(a(i[0], k->var) * b(k->var, i[1]), {k});
+  });
+};
 
 // Points KILN_DSL_CACHE_DIR at a fresh folder once per process, so no test relies on a
 // warm cache (or fills the user's); the folder is removed when the process exits.

@@ -13,15 +13,8 @@ namespace {
 
 using testing::pattern;
 
-// C[i, j] = sum_k A[i, k] * B[k, j] + 1, a small matmul with a reduction to schedule.
-struct Matmul {
-  Expr n = var("n");
-  Tensor a = placeholder("A", {n, Expr(24)});
-  Tensor b = placeholder("B", {Expr(24), Expr(19)});
-  Axis k = reduce_axis(Expr(24), "k");
-  Tensor c = compute("C", {n, Expr(19)}, [&](const std::vector<Expr>& i) {
-    return sum(a(i[0], k->var) * b(k->var, i[1]), {k});
-  });
+// D = C + 1, C a small matmul with a reduction to schedule.
+struct Matmul : testing::MatmulDef {
   Tensor d = compute("D", {n, Expr(19)}, [&](const std::vector<Expr>& i) { return c(i[0], i[1]) + Expr(1.0); });
 };
 
