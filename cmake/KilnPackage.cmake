@@ -6,18 +6,17 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # libkiln.so.0 -> libkiln.so.0.1.0: the C API layer (src/capi) and what it exposes. The capi
-# sources are compiled into the library itself, not linked as the kiln_capi archive: that
-# archive depends on kiln_runtime, which is linked whole here (so the op and kernel archives,
-# through kiln_runtime's kiln_ops and kiln_kernels, are whole and their registries complete),
-# and CMake refuses the same archive whole and plain. For the same reason the LLM engine's
-# sources are compiled in rather than the kiln_llm archive linked. Single-operator mode brings
-# the compiler into libkiln.so, since an op is compiled on its first call. The fast kernels
-# make libkiln.so depend on the system's libdnnl.so.2 (oneDNN, libdnnl-dev at build time,
-# scripts/install-deps.sh). kiln.map exports the kiln* C functions only.
-file(GLOB kiln_capi_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/capi/*.cc)
-file(GLOB kiln_llm_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/llm/*.cc)
-add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/capi/kiln_c_abi.c ${kiln_capi_srcs}
-            ${kiln_llm_srcs})
+# and LLM objects go into the library itself, not the kiln_capi and kiln_llm archives: those
+# depend on kiln_runtime, which is linked whole here (so the op and kernel archives, through
+# kiln_runtime's kiln_ops and kiln_kernels, are whole and their registries complete), and
+# CMake refuses the same archive whole and plain. They are the archives' own object files
+# (the tree is position-independent), so each source is compiled once for both. Single-
+# operator mode brings the compiler into libkiln.so, since an op is compiled on its first
+# call. The fast kernels make libkiln.so depend on the system's libdnnl.so.2 (oneDNN,
+# libdnnl-dev at build time, scripts/install-deps.sh). kiln.map exports the kiln* C
+# functions only.
+add_library(kiln_shared SHARED ${PROJECT_SOURCE_DIR}/src/capi/kiln_c_abi.c
+            $<TARGET_OBJECTS:kiln_capi> $<TARGET_OBJECTS:kiln_llm>)
 add_library(kiln::kiln ALIAS kiln_shared)
 target_link_libraries(kiln_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_runtime>")
 # The communication library, whole like the runtime (it names no link dependency on
