@@ -38,7 +38,8 @@ struct KvPools {
 };
 
 // q and out are [rows][heads][head_dim] floats. Rows no sequence names are left untouched.
-// Parallel over (token, head) pairs with parallel_for. `pools.dtype` must be kFloat32 or
+// Parallel with parallel_for over query tokens (and ranges of KV heads when there are fewer
+// tokens than twice the threads). `pools.dtype` must be kFloat32 or
 // kBFloat16 (KvCache::create checks it).
 void paged_attention(const AttentionShape& shape, const float* q, const KvPools& pools,
                      const std::vector<AttentionSequence>& sequences, float* out);

@@ -12,7 +12,8 @@
                             order, queries, and the output NumPy computes from contiguous K/V;
                             and the same pool rounded to bfloat16 by NumPy (k_bf16.npy, v_bf16.npy:
                             the bits) with the output NumPy computes from those values
-                            (expected_bf16.npy).
+                            (expected_bf16.npy); attention_wide/ the same at wider sizes
+                            (head_dim 64, 32-token blocks, 8 query heads on 2 KV heads).
 """
 import json
 import os
@@ -43,16 +44,18 @@ def bf16_values(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def attention_case(out):
+def attention_case(out, heads=4, kv_heads=2, hd=40, bs=4, blocks=24, shapes=((17, 1), (0, 9), (6, 5), (0, 1)),
+                   seed=7):
+    """hd 40 (the default): a SIMD tail on every width, and 4-token blocks: the kernel's plain
+    loops. attention_wide/: head_dim 64 and 32-token blocks, whole vectors and chunks of a
+    vector's width of keys (and the partial chunks at block and sequence ends): its vector loops."""
     os.makedirs(out, exist_ok=True)
-    rng = np.random.RandomState(7)
-    heads, kv_heads, hd, bs, blocks = 4, 2, 40, 4, 24  # hd 40: a SIMD tail on every width
+    rng = np.random.RandomState(seed)
     k_pool = rng.randn(blocks, bs, kv_heads, hd).astype(np.float32)
     v_pool = rng.randn(blocks, bs, kv_heads, hd).astype(np.float32)
     order = rng.permutation(blocks).astype(np.int32)
-    # (start, count): a decode token deep in its sequence, a whole prompt, a chunk after a
-    # cached prefix, and a sequence of one token.
-    shapes = [(17, 1), (0, 9), (6, 5), (0, 1)]
+    # shapes, (start, count): a decode token deep in its sequence, a whole prompt, a chunk after
+    # a cached prefix, and a sequence of one token.
     tables, seqs, rows, used = [], [], 0, 0
     for start, count in shapes:
         n_blocks = (start + count + bs - 1) // bs
@@ -105,6 +108,8 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     attention_case(os.path.join(out, "attention"))
+    attention_case(os.path.join(out, "attention_wide"), heads=8, kv_heads=2, hd=64, bs=32, blocks=12,
+                   shapes=((70, 1), (0, 40), (33, 20), (0, 1)), seed=11)
     for name in ("gpt2-tiny", "llama-tiny"):
         subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name), "--no-past-kv",
                         "--reference", str(PROMPTS), "--steps", str(STEPS),
