@@ -2,7 +2,7 @@
 
 What is computed (placeholders, compute, reduce_axis with sum/max/min) is written apart from
 how (a schedule: split, tile, reorder, fuse, vectorize, unroll, parallel, compute_at,
-compute_inline); lower() gives the loop IR, build() a kernel that runs on NumPy arrays in
+compute_inline, and s.cache_read / s.cache_write into local buffers); lower() gives the loop IR, build() a kernel that runs on NumPy arrays in
 place::
 
     from kiln import dsl as te

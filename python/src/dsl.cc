@@ -279,6 +279,38 @@ StageRef schedule_item(const std::shared_ptr<dsl::Schedule>& sched, const Tensor
   return ref;
 }
 
+// te's cache_read(tensor, scope, readers) / cache_write(tensor, scope): scope "local" only.
+void check_scope(const char* primitive, const std::string& scope) {
+  if (scope != "local")
+    invalid(std::string(primitive) + ": scope '" + scope + "': Kiln's caches are 'local' (a buffer where the cache is computed)");
+}
+
+Tensor cache_read(const std::shared_ptr<dsl::Schedule>& sched, const Tensor& t, const std::string& scope,
+                  py::handle readers) {
+  check_scope("cache_read", scope);
+  std::vector<Tensor> rs;
+  if (py::isinstance<Tensor>(readers)) {
+    rs.push_back(py::cast<Tensor>(readers));
+  } else {
+    if (!py::isinstance<py::sequence>(readers) || py::isinstance<py::str>(readers))
+      invalid("cache_read: readers must be a Tensor or a list of them, got a " + type_name(readers));
+    for (py::handle r : readers) {
+      if (!py::isinstance<Tensor>(r)) invalid("cache_read: readers must be Tensors, got a " + type_name(r));
+      rs.push_back(py::cast<Tensor>(r));
+    }
+  }
+  Tensor cache = sched->cache_read(t, rs);
+  if (!sched->error().empty()) invalid(sched->error());
+  return cache;
+}
+
+Tensor cache_write(const std::shared_ptr<dsl::Schedule>& sched, const Tensor& t, const std::string& scope) {
+  check_scope("cache_write", scope);
+  Tensor cache = sched->cache_write(t);
+  if (!sched->error().empty()) invalid(sched->error());
+  return cache;
+}
+
 std::shared_ptr<dsl::Schedule> create_schedule(py::handle outputs) {
   std::vector<Tensor> outs;
   if (py::isinstance<Tensor>(outputs)) {
@@ -628,6 +660,8 @@ void bind_dsl(py::module_& parent) {
 
   py::class_<dsl::Schedule, std::shared_ptr<dsl::Schedule>>(m, "Schedule", "How each compute is looped; s[t] is t's Stage.")
       .def("__getitem__", schedule_item)
+      .def("cache_read", cache_read, py::arg("tensor"), py::arg("scope"), py::arg("readers"))
+      .def("cache_write", cache_write, py::arg("tensor"), py::arg("scope"))
       .def_property_readonly("outputs", &dsl::Schedule::outputs)
       .def("__str__", &dsl::Schedule::trace);
   m.def("create_schedule", create_schedule, py::arg("outputs"));

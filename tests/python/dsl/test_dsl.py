@@ -139,6 +139,79 @@ def test_matmul_with_tile_reorder_unroll_and_fuse_matches_numpy():
     np.testing.assert_allclose(ca, aa.astype(np.float64) @ ba.astype(np.float64), rtol=1e-5, atol=1e-5)
 
 
+def test_matmul_tile_accumulated_with_cache_write_matches_numpy():
+    n = te.var("n")
+    a = te.placeholder((n, 64), name="A")
+    b = te.placeholder((64, 48), name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((n, 48), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    s = te.create_schedule(c)
+    cl = s.cache_write(c, "local")
+    io, jo, ii, ji = s[c].tile(c.op.axis[0], c.op.axis[1], 4, 16)
+    s[c].parallel(io)
+    s[c].vectorize(ji)
+    s[cl].compute_at(s[c], jo)
+    x, y = cl.op.axis
+    s[cl].reorder(cl.op.reduce_axis[0], x, y)  # k outermost: the 4 x 16 tile updated in place
+    s[cl].vectorize(y)
+    text = str(te.lower(s, [a, b, c], name="matmul_tile"))
+    assert "allocate local C.local[float32 * 64]  // [4, 16]" in text, text
+    assert "= C.local[i.inner, j.inner]" in text, text
+    kernel = te.build(s, [a, b, c], name="matmul_tile")
+    for rows in (1, 4, 10):  # 10: a tail of 2 rows
+        aa, ba = rand(rows, 64), rand(64, 48)
+        ca = np.full((rows, 48), np.nan, np.float32)
+        kernel(aa, ba, ca)
+        np.testing.assert_allclose(ca, aa.astype(np.float64) @ ba.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_stencil_with_cache_read_of_its_input_tile_matches_numpy():
+    n, m = te.var("n"), te.var("m")
+    x = te.placeholder((n + 2, m + 2), name="X")
+    w = te.placeholder((3, 3), name="W")
+    di, dj = te.reduce_axis(3, name="di"), te.reduce_axis(3, name="dj")
+    y = te.compute((n, m), lambda i, j: te.sum(x[i + di, j + dj] * w[di, dj], axis=[di, dj]), name="Y")
+    s = te.create_schedule(y)
+    xl = s.cache_read(x, "local", [y])
+    io, jo, ii, ji = s[y].tile(y.op.axis[0], y.op.axis[1], 8, 8)
+    s[y].parallel(io)
+    s[xl].compute_at(s[y], jo)
+    text = str(te.lower(s, [x, w, y], name="stencil"))
+    assert "allocate local X.local[float32 * 100]  // [10, 10]" in text, text  # 8 x 8 outputs + the halo
+    kernel = te.build(s, [x, w, y], name="stencil")
+    for rows, cols in ((1, 1), (8, 8), (13, 21)):
+        xa, wa = rand(rows + 2, cols + 2), rand(3, 3)
+        ya = np.full((rows, cols), np.nan, np.float32)
+        kernel(xa, wa, ya)
+        xd, wd = xa.astype(np.float64), wa.astype(np.float64)
+        want = sum(xd[a:a + rows, b:b + cols] * wd[a, b] for a in range(3) for b in range(3))
+        np.testing.assert_allclose(ya, want, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_misuse_raises_where_it_is_written():
+    x, y = simple()
+    s = te.create_schedule(y)
+    with pytest.raises(kiln.Error, match="cache_write\\('X'\\): a placeholder is an input"):
+        s.cache_write(x, "local")
+    _, other = simple()
+    s = te.create_schedule(y)
+    with pytest.raises(kiln.Error, match="reader 'Y' is not a compute of this schedule"):
+        s.cache_read(x, "local", [other])
+    s = te.create_schedule(y)
+    with pytest.raises(kiln.Error, match="scope 'shared'"):
+        s.cache_read(x, "shared", [y])
+    with pytest.raises(kiln.Error, match="readers must be a Tensor or a list"):
+        s.cache_read(x, "local", 3)
+    s = te.create_schedule(y)
+    s[y].parallel(y.op.axis[0])
+    with pytest.raises(kiln.Error, match="'Y' is scheduled already"):
+        s.cache_write(y, "local")
+    s = te.create_schedule(y)
+    xl = s.cache_read(x, "local", y)
+    s[xl].compute_at(s[y], y.op.axis[0])  # one row of X per row of Y
+    assert "allocate local X.local[float32 * 8]  // [1, 8]" in str(te.lower(s, [x, y]))
+
+
 def test_split_by_nparts_and_python_custom_op_kernel():
     @te.custom_op("py.ops", "PSwishLocal", attrs={"beta": 1.0})
     def pswish(x, beta):
