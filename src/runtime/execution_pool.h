@@ -97,6 +97,14 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
 
   bool reuse_view(const Tensor& base, const std::vector<int64_t>& dims, Tensor* out) override {
     if (shells_.empty()) return false;
+    // The last shell with room for the dims (so that become_view_of allocates nothing), else the last.
+    size_t k = shells_.size() - 1;
+    for (size_t i = shells_.size(); i-- > 0;)
+      if (shells_[i].dims().capacity() >= dims.size()) {
+        k = i;
+        break;
+      }
+    std::swap(shells_[k], shells_.back());
     *out = std::move(shells_.back());
     shells_.pop_back();
     out->become_view_of(base, dims);
@@ -333,12 +341,26 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
     if (layout_held_[e] == Held::kFreed) {
       layout_block_->set_next(layout_block_->base() + l.entries[e].offset);
       TensorAllocatorScope scope(layout_block_);
-      Expected<Tensor> t =
-          Tensor::allocate(DataType::kUInt8, {static_cast<int64_t>(l.entries[e].size)}, TensorInit::kUninitialized);
+      // Made with room for seven dims: the tensor objects of the plan pass on to views (as
+      // shells) and come back from them, and reuse_storage / become_view_of allocate nothing
+      // for a dims vector that has the room.
+      const int64_t bytes = static_cast<int64_t>(l.entries[e].size);
+      Expected<Tensor> t = Tensor::allocate(DataType::kUInt8, {1, 1, 1, 1, 1, 1, bytes}, TensorInit::kUninitialized);
       if (!t.ok()) return false;
       layout_tensors_[e] = std::move(t).value();
     }
     *out = std::move(layout_tensors_[e]);
+    if (out->dims().capacity() < dims.size()) {
+      // The tensor object came back from a view of fewer dims: its storage moves into a shell
+      // with room for these dims, and the small object becomes the shell.
+      for (Tensor& shell : shells_)
+        if (shell.dims().capacity() >= dims.size()) {
+          shell.become_view_of(*out, out->dims());
+          out->release_storage();
+          std::swap(shell, *out);
+          break;
+        }
+    }
     layout_held_[e] = Held::kOut;
     live_.push_back(static_cast<uint32_t>(e));
     out->reuse_storage(dtype, dims, init);
