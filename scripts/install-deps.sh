@@ -22,6 +22,9 @@ packages=(
   libcpp-httplib-dev
   # the collectives' authenticated handshakes (HMAC-SHA256): OpenSSL's libcrypto
   libssl-dev
+  # kiln llm-generate's tokenizer (SentencePiece, loaded by src/plugins/sentencepiece); its
+  # tests' reference tokenizer, and the King James Bible bench/llm/train_kjv.py trains on
+  libsentencepiece-dev python3-sentencepiece bible-kjv
   # multi-process launch (mpirun) and the OpenMPI peer of kiln comm-bench; network
   # namespaces for the two-host communication tests, nftables for their lossy and cut links
   openmpi-bin libopenmpi-dev iproute2 nftables

@@ -207,10 +207,14 @@ def onnx_export(module, args, path, inputs, outputs, dynamic):
                       dynamic_axes=dynamic, opset_version=14, do_constant_folding=True)
 
 
-def export(name, out_dir, seed, past_kv=True):
+def export(name, out_dir, seed, past_kv=True, model=None):
+    """Exports CONFIGS[name] with seeded random weights, or `model` (a Decoder, e.g. trained)."""
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning)  # dynamic-axes notes for dropped inputs
-    model, c = build(name, seed)
+    if model is None:
+        model, c = build(name, seed)
+    else:
+        model, c = model.eval(), dict(model.c)
     os.makedirs(out_dir, exist_ok=True)
     d, h, kvh = c["d_model"], c["heads"], c["kv_heads"]
     hd = d // h

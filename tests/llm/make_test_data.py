@@ -13,7 +13,11 @@
                             and the same pool rounded to bfloat16 by NumPy (k_bf16.npy, v_bf16.npy:
                             the bits) with the output NumPy computes from those values
                             (expected_bf16.npy); attention_wide/ the same at wider sizes
-                            (head_dim 64, 32-token blocks, 8 query heads on 2 KV heads).
+                            (head_dim 64, 32-token blocks, 8 query heads on 2 KV heads);
+  tokenizer/                a SentencePiece BPE model trained by python3-sentencepiece on the
+                            text below (tokenizer.model), and that library's own encoding and
+                            decoding of test strings (reference.json): Kiln's tokenizer must
+                            give the same ids and text.
 """
 import json
 import os
@@ -104,8 +108,46 @@ def attention_case(out, heads=4, kv_heads=2, hd=40, bs=4, blocks=24, shapes=((17
         json.dump({"heads": heads, "kv_heads": kv_heads, "head_dim": hd, "block_size": bs}, f)
 
 
+TOKENIZER_TEXT = """In the beginning God created the heaven and the earth.
+And the earth was without form, and void; and darkness was upon the face of the deep.
+And God said, Let there be light: and there was light.
+And God saw the light, that it was good: and God divided the light from the darkness.
+And God called the light Day, and the darkness he called Night.
+The tokenizer also sees numbers like 1234 and 56.78, punctuation (!?;:), and accents: café, naïve, Zürich.
+"""
+
+TOKENIZER_STRINGS = [
+    "And God said, Let there be light.",
+    "  leading and trailing spaces  ",
+    "Words the model never saw: xylophone quartz jukebox.",
+    "café naïve Zürich — 東京 ✓",
+    "",
+    "1234 + 56.78 = 1290.78",
+]
+
+
+def tokenizer_case(out):
+    import sentencepiece as spm
+    os.makedirs(out, exist_ok=True)
+    text = os.path.join(out, "text.txt")
+    with open(text, "w") as f:
+        f.write(TOKENIZER_TEXT * 3)
+    spm.SentencePieceTrainer.train(input=text, model_prefix=os.path.join(out, "tokenizer"), vocab_size=120,
+                                   model_type="bpe", character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
+                                   pad_id=-1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
+    cases = []
+    for s in TOKENIZER_STRINGS:
+        ids = sp.encode(s)
+        cases.append({"text": s, "ids": ids, "decoded": sp.decode(ids)})
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump({"vocab_size": sp.get_piece_size(), "bos_id": sp.bos_id(), "eos_id": sp.eos_id(),
+                   "cases": cases}, f, ensure_ascii=False, indent=1)
+
+
 def main():
     out = sys.argv[1]
+    tokenizer_case(os.path.join(out, "tokenizer"))
     os.makedirs(out, exist_ok=True)
     attention_case(os.path.join(out, "attention"))
     attention_case(os.path.join(out, "attention_wide"), heads=8, kv_heads=2, hd=64, bs=32, blocks=12,

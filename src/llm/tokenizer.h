@@ -1,0 +1,42 @@
+// Text to token ids and back for the LLM engine, with a SentencePiece model (the `.model`
+// file spm_train writes, as Llama's and T5's tokenizers are). SentencePiece itself lives in
+// libkiln_sentencepiece.so, loaded on first use (src/plugins/sentencepiece/CMakeLists.txt
+// says why), so a program that never tokenizes never loads it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kiln::llm {
+
+class Tokenizer {
+ public:
+  // Errors: Kiln built without SentencePiece, the shim library not found, a file that is not
+  // a SentencePiece model (each naming the path).
+  static Expected<std::unique_ptr<Tokenizer>> load(const std::string& model_path);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  Expected<std::vector<int64_t>> encode(const std::string& text) const;
+  // Ids outside the vocabulary are an error.
+  Expected<std::string> decode(const std::vector<int64_t>& ids) const;
+  int64_t vocab_size() const { return vocab_size_; }
+  // -1 when the model has none.
+  int64_t bos_id() const { return bos_id_; }
+  int64_t eos_id() const { return eos_id_; }
+
+  struct Api;  // the shim's functions, found once per process (tokenizer.cc)
+
+ private:
+  Tokenizer(const Api* api, void* model);
+  const Api* api_;
+  void* model_;
+  int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
+};
+
+}  // namespace kiln::llm
