@@ -38,8 +38,8 @@ declare -A focus=(
   [kiln_init_config]="src/runtime/device.cc"
   [onnx_import]="src/frontend/onnx/onnx_importer.cc src/frontend/onnx/tensor_proto.cc
                  src/frontend/onnx/value_proto.cc src/frontend/onnx/function_inliner.cc"
-  [kiln_load]="src/model/model_reader.cc"
-  [kiln_load_checksum]="src/model/model_reader.cc"
+  [kiln_load]="src/model/model_reader.cc src/model/arena_plan.cc"
+  [kiln_load_checksum]="src/model/model_reader.cc src/model/arena_plan.cc"
   [comm_wire]="src/comm/bootstrap.cc src/comm/tcp_transport.cc src/comm/tcp_status_channel.cc"
 )
 sanitize=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
