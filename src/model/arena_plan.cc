@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -40,15 +41,26 @@ Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
   const auto& nodes = graph.nodes();
   const int end = static_cast<int>(nodes.size());
   std::unordered_set<const ir::Value*> read;
+  std::unordered_map<std::string, const ir::Value*> by_name;  // planned values, for subgraph reads
+  auto reads = [&](const ir::Value* in, int s) {
+    auto it = in ? p.place.find(in) : p.place.end();
+    if (it == p.place.end()) return;
+    read.insert(in);
+    p.last[static_cast<size_t>(it->second)] = std::max(p.last[static_cast<size_t>(it->second)], s);
+  };
   for (int s = 0; s < end; ++s) {
     const ir::Node& node = *nodes[static_cast<size_t>(s)];
-    if (!node.subgraphs().empty()) return std::optional<Places>();
-    for (const ir::Value* in : node.inputs()) {
-      auto it = in ? p.place.find(in) : p.place.end();
-      if (it == p.place.end()) continue;
-      read.insert(in);
-      p.last[static_cast<size_t>(it->second)] = std::max(p.last[static_cast<size_t>(it->second)], s);
-    }
+    // Control flow runs its bodies on executors of their own, whose values the plan cannot hold;
+    // Kiln's own nodes with a body (a fused element-wise expression) compute it in their kernel.
+    const bool kiln_node = node.domain() == "kiln";
+    if (!node.subgraphs().empty() && !kiln_node) return std::optional<Places>();
+    for (const ir::Value* in : node.inputs()) reads(in, s);
+    for (const ir::Graph* sub : node.subgraphs())
+      for (const auto& v : sub->values())
+        if (v->is_outer_scope()) {
+          auto named = by_name.find(v->name());
+          if (named != by_name.end()) reads(named->second, s);
+        }
     for (int k = 0; k < node.num_outputs(); ++k) {
       const ir::Value* out = node.output(k);
       if (!out) continue;
@@ -71,6 +83,7 @@ Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
                                 node.label().c_str(), t.to_string().c_str());
       p.values.push_back(out);
       p.reserved[out] = reserved;
+      by_name[out->name()] = out;
       const ir::Value* in = k == 0 && is_view_op(node) && node.num_inputs() > 0 ? node.input(0) : nullptr;
       auto viewed = in ? p.place.find(in) : p.place.end();
       if (viewed != p.place.end() && p.reserved[in] == reserved) {

@@ -39,8 +39,10 @@ struct ArenaPlan {
 bool is_view_op(const ir::Node& node);
 
 // Plans the arena of `graph`, or nullopt when the graph cannot be planned ahead (a value whose
-// shape or type is not static, a string or sequence value, a node with subgraphs, a graph with
-// no activation). Fails only on a size that overflows or a graph not in execution order.
+// shape or type is not static, a string or sequence value, an If/Loop/Scan or other ONNX node
+// with a body, a graph with no activation). Kiln's own nodes with a body (kiln.FusedElementwise)
+// are planned: their kernel computes the body, and the values it reads from the graph live
+// until then. Fails only on a size that overflows or a graph not in execution order.
 Expected<std::optional<ArenaPlan>> plan_arena(const ir::Graph& graph);
 
 // Checks a plan read from a file against its graph: every value once, produced by a node of the
