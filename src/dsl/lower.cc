@@ -130,9 +130,11 @@ Status check_attach(const Schedule& s, const Stage& st) {
     if (r.tensor().get() == c || r.tensor() == st.tensor() || r.inlined()) continue;
     bool reads_it = false;
     walk(rewrite(r.body(), {}, s), [&](const Expr& e) { reads_it |= e->kind == ExprKind::kLoad && e->tensor == st.tensor(); });
-    if (reads_it && st.is_cache())
+    const bool cache_at_same_loop = r.is_cache() && r.attach_consumer() == c && r.attach_axis() == axis;
+    if (reads_it && st.is_cache() && !cache_at_same_loop)
       return invalid_argument("compute_at('%s', '%s', %s): '%s' reads the cache too; a cache computed at a loop "
-                              "holds the region of it that loop's stage reads, for that stage alone",
+                              "holds the region of it that loop's stage and the caches computed at the same "
+                              "loop read, for them alone",
                               name.c_str(), c->name.c_str(), axis->name.c_str(), r.tensor()->name.c_str());
     if (reads_it && (r.inlined() || r.attach_consumer() != c || r.attach_axis() != axis))
       return invalid_argument("compute_at('%s', '%s', %s): '%s' also reads '%s' and is not computed at the "
@@ -382,8 +384,16 @@ constexpr int64_t kMaxLocalElements = int64_t{1} << 16;
 // inference over the loops inside it (`leaf`, `extents`: the consumer's loops, outermost first),
 // the consumer's body read through `sub` (its axes as loop expressions). `clamp`: the consumer has
 // guarded tails (loops that run past an extent), so the region is cut to the cache's shape.
+// The reads of a cache by a cache computed at the same loop, over that cache's region.
+struct CacheReader {
+  const Stage* stage;
+  Subst sub;      // its axes as its region's start + its loop variables
+  Ranges ranges;  // its loops
+};
+
 Expected<Region> region_of(const Schedule& s, const Stage& p, const Stage& consumer, const std::vector<Axis>& leaf,
-                           const std::map<const AxisNode*, Expr>& extents, const Subst& sub, bool clamp) {
+                           const std::map<const AxisNode*, Expr>& extents, const Subst& sub, bool clamp,
+                           const std::vector<CacheReader>& cache_readers) {
   const TensorNode* pt = p.tensor().get();
   const Axis& axis = p.attach_axis();
   const std::string where =
@@ -398,15 +408,19 @@ Expected<Region> region_of(const Schedule& s, const Stage& p, const Stage& consu
   const size_t nd = pt->shape.size();
   std::vector<Expr> lo(nd), hi(nd);
   Status status = ok_status();
-  walk(rewrite(consumer.body(), sub, s), [&](const Expr& e) {
-    if (!status.ok() || e->kind != ExprKind::kLoad || e->tensor.get() != pt) return;
-    for (size_t d = 0; d < nd && status.ok(); ++d) {
-      Expr l, h;
-      status = bound(e->args[d], ranges, &l, &h);
-      lo[d] = lo[d].defined() ? simplify(min(lo[d], l)) : l;
-      hi[d] = hi[d].defined() ? simplify(max(hi[d], h)) : h;
-    }
-  });
+  auto reads = [&](const Expr& body, const Ranges& rs) {
+    walk(body, [&](const Expr& e) {
+      if (!status.ok() || e->kind != ExprKind::kLoad || e->tensor.get() != pt) return;
+      for (size_t d = 0; d < nd && status.ok(); ++d) {
+        Expr l, h;
+        status = bound(e->args[d], rs, &l, &h);
+        lo[d] = lo[d].defined() ? simplify(min(lo[d], l)) : l;
+        hi[d] = hi[d].defined() ? simplify(max(hi[d], h)) : h;
+      }
+    });
+  };
+  reads(rewrite(consumer.body(), sub, s), ranges);
+  for (const CacheReader& r : cache_readers) reads(rewrite(r.stage->body(), r.sub, s), r.ranges);
   if (!status.ok()) return invalid_argument("%s: the region read: %s", where.c_str(), status.message().c_str());
   Region r;
   r.buffer = std::make_shared<TensorNode>();
@@ -440,7 +454,7 @@ Expected<Region> region_of(const Schedule& s, const Stage& p, const Stage& consu
 }
 
 Expected<StmtPtr> lower_stage(const Schedule& s, const Stage& st, const std::map<const AxisNode*, Expr>& fixed = {},
-                              const Region* region = nullptr) {
+                              const Region* region = nullptr, const Regions* outer_regions = nullptr) {
   const TensorNode* t = st.tensor().get();
   // What the stage writes: its buffer, or a region of it in a local buffer.
   const std::shared_ptr<TensorNode> out = region ? region->buffer : st.tensor();
@@ -494,9 +508,32 @@ Expected<StmtPtr> lower_stage(const Schedule& s, const Stage& st, const std::map
   for (const Axis& a : st.reduce_axes()) sub[a->var.get()] = value.at(a.get());
 
   // Stages computed at one of this stage's loops, in producer-first order; a cache among them is
-  // computed over the region read, into a local buffer allocated there.
-  Attached attached;
+  // computed over the region read (by this stage and by the caches computed at the same loop,
+  // so consumers first), into a local buffer allocated there.
   Regions regions;
+  if (outer_regions) regions = *outer_regions;
+  std::vector<const Stage*> caches;
+  for (const Stage& p : s.stages())
+    if (p.attach_consumer() == t && p.is_cache()) caches.push_back(&p);
+  std::map<const Stage*, CacheReader> readers;
+  for (size_t c = caches.size(); c-- > 0;) {
+    const Stage& p = *caches[c];
+    std::vector<CacheReader> cache_readers;
+    for (size_t q = c + 1; q < caches.size(); ++q)
+      if (caches[q]->attach_axis() == p.attach_axis()) cache_readers.push_back(readers.at(caches[q]));
+    KILN_ASSIGN_OR_RETURN(Region r, region_of(s, p, st, leaf, extents, sub,
+                                              !spatial_guards.empty() || !reduce_guards.empty(), cache_readers));
+    CacheReader& self = readers[&p];
+    self.stage = &p;
+    const TensorNode* pt = p.tensor().get();
+    for (size_t d = 0; d < pt->axes.size(); ++d) {
+      self.sub[pt->axes[d]->var.get()] = simplify(r.lo[d] + pt->axes[d]->var);
+      self.ranges[pt->axes[d]->var.get()] = {Expr(int64_t{0}), simplify(r.extent[d] - 1)};
+    }
+    for (const Axis& a : p.reduce_axes()) self.ranges[a->var.get()] = {Expr(int64_t{0}), simplify(a->extent - 1)};
+    regions[pt] = std::move(r);
+  }
+  Attached attached;
   for (const Stage& p : s.stages()) {
     if (p.attach_consumer() != t) continue;
     std::vector<StmtPtr>& at = attached[p.attach_axis().get()];
@@ -505,8 +542,7 @@ Expected<StmtPtr> lower_stage(const Schedule& s, const Stage& st, const std::map
       at.push_back(ps);
       continue;
     }
-    KILN_ASSIGN_OR_RETURN(Region r, region_of(s, p, st, leaf, extents, sub,
-                                              !spatial_guards.empty() || !reduce_guards.empty()));
+    const Region& r = regions.at(p.tensor().get());
     auto alloc = make(StmtKind::kAllocate);
     alloc->name = r.buffer->name;
     alloc->tensor = r.buffer;
@@ -514,10 +550,9 @@ Expected<StmtPtr> lower_stage(const Schedule& s, const Stage& st, const std::map
     Expr size(int64_t{1});
     for (const Expr& d : r.buffer->shape) size = size * d;
     alloc->a = simplify(size);
-    KILN_ASSIGN_OR_RETURN(StmtPtr ps, lower_stage(s, p, {}, &r));
+    KILN_ASSIGN_OR_RETURN(StmtPtr ps, lower_stage(s, p, {}, &r, &regions));
     at.push_back(alloc);
     at.push_back(ps);
-    regions[p.tensor().get()] = std::move(r);
   }
   auto read = [&](const Expr& e) { return relocate(rewrite(e, sub, s), regions); };
 

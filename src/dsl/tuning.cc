@@ -17,6 +17,7 @@ std::string knobs_text(const ScheduleKnobs& k) {
   std::snprintf(buf, sizeof buf, "fuse_rows=%d keep=%d row_split=%lld col_split=%lld lanes=%lld vec=%lld",
                 k.fuse_rows ? 1 : 0, k.keep ? 1 : 0, static_cast<long long>(k.row_split),
                 static_cast<long long>(k.col_split), static_cast<long long>(k.lanes), static_cast<long long>(k.vec));
+  if (k.row_tile > 0) return buf + std::string(" row_tile=") + std::to_string(k.row_tile);
   return buf;
 }
 
@@ -41,6 +42,27 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k) {
       vectorize(st, c);
     }
   };
+  if (k.fuse_rows && k.row_tile > 1) {
+    // Row tiles: the reductions' caches computed at the tile loop, everything else inlined.
+    std::vector<Tensor> reductions;
+    for (const Stage& st : s.stages())
+      if (!st.reduce_axes().empty() && st.tensor() != e.output.node()) reductions.push_back(Tensor(st.tensor()));
+    for (const Tensor& t : reductions) s.cache_write(t);  // before any other primitive; adds stages
+    Stage& out = s[e.output];
+    auto [tile, in_tile] = out.split(out.axes()[0], k.row_tile);
+    out.parallel(tile);
+    schedule_cols(out, col);
+    for (Stage& st : s.stages()) {
+      if (&st == &out) continue;
+      if (!st.is_cache()) {
+        st.compute_inline();
+        continue;
+      }
+      if (k.lanes > 1) st.reduce_lanes(k.lanes);
+      st.compute_at(out, tile);
+    }
+    return;
+  }
   // fuse_rows: one parallel region, each row's reductions and intermediates inside the output's
   // row loop; else a parallel region per stage, rows across threads.
   for (Stage& st : s.stages()) {
@@ -76,7 +98,7 @@ namespace {
 
 // The values of each knob (the space is their product, less row_split with fuse_rows).
 const std::vector<int64_t> kRowSplits = {0, 2, 4, 8}, kColSplits = {0, 16, 32, 64, 128}, kLanes = {0, 32, 64, 128},
-                           kVecs = {0, 8};
+                           kVecs = {0, 8}, kRowTiles = {0, 2, 4};
 
 }  // namespace
 
@@ -88,10 +110,12 @@ std::vector<ScheduleKnobs> knob_space(bool stages) {
         if (fuse && rs != 0) continue;
         for (int64_t cs : kColSplits)
           for (int64_t lanes : kLanes)
-            for (int64_t vec : kVecs) {
-              if (!stages && (fuse || !keep || lanes != 0)) continue;  // no other stage: no effect
-              out.push_back(ScheduleKnobs{fuse, keep, rs, cs, lanes, vec});
-            }
+            for (int64_t vec : kVecs)
+              for (int64_t tile : kRowTiles) {
+                if (!stages && (fuse || !keep || lanes != 0 || tile != 0)) continue;  // no other stage: no effect
+                if (tile != 0 && (!fuse || keep)) continue;
+                out.push_back(ScheduleKnobs{fuse, keep, rs, cs, lanes, vec, tile});
+              }
       }
   return out;
 }
@@ -100,7 +124,8 @@ std::vector<ScheduleKnobs> knob_neighbours(const ScheduleKnobs& k, const std::ve
   std::vector<ScheduleKnobs> out;
   for (const ScheduleKnobs& p : space) {
     const int differ = (p.fuse_rows != k.fuse_rows) + (p.keep != k.keep) + (p.row_split != k.row_split) +
-                       (p.col_split != k.col_split) + (p.lanes != k.lanes) + (p.vec != k.vec);
+                       (p.col_split != k.col_split) + (p.lanes != k.lanes) + (p.vec != k.vec) +
+                       (p.row_tile != k.row_tile);
     if (differ == 1) out.push_back(p);
   }
   return out;
@@ -131,6 +156,7 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     e.knobs.col_split = k.at("col_split").get<int64_t>();
     e.knobs.lanes = k.value("lanes", int64_t{0});  // absent in databases before the knob
     e.knobs.vec = k.value("vec", int64_t{0});      // likewise
+    e.knobs.row_tile = k.value("row_tile", int64_t{0});  // likewise
     e.us = j.value("us", 0.0);
     e.default_us = j.value("default_us", 0.0);
     e.trials = j.value("trials", 0);
@@ -139,7 +165,8 @@ Expected<TuningEntry> entry_from_json(const json& j, size_t index) {
     return invalid_argument("tuning database entry %zu: %s", index, ex.what());
   }
   if (e.rows < 1 || e.cols < 1 || e.knobs.row_split < 0 || e.knobs.col_split < 0 || e.knobs.row_split > 1 << 20 ||
-      e.knobs.col_split > 1 << 20 || e.knobs.lanes < 0 || e.knobs.lanes > 1024 || e.knobs.vec < 0 || e.knobs.vec > 64)
+      e.knobs.col_split > 1 << 20 || e.knobs.lanes < 0 || e.knobs.lanes > 1024 || e.knobs.vec < 0 || e.knobs.vec > 64 ||
+      e.knobs.row_tile < 0 || e.knobs.row_tile > 1024)
     return invalid_argument("tuning database entry %zu (%s): a shape or split out of range", index, e.op.c_str());
   return e;
 }
@@ -175,7 +202,8 @@ Status write_tuning_db(const std::string& path, const std::vector<TuningEntry>& 
                       {"row_split", e.knobs.row_split},
                       {"col_split", e.knobs.col_split},
                       {"lanes", e.knobs.lanes},
-                      {"vec", e.knobs.vec}}},
+                      {"vec", e.knobs.vec},
+                      {"row_tile", e.knobs.row_tile}}},
                     {"us", e.us},
                     {"default_us", e.default_us},
                     {"trials", e.trials},

@@ -22,13 +22,17 @@ struct ScheduleKnobs {
   int64_t col_split = 0;       // > 1: the output's column loop split by this, the inner loop vectorized
   int64_t lanes = 0;           // > 1: every reduction accumulates in this many partials (Stage::reduce_lanes)
   int64_t vec = 0;             // > 0: vector loops use vectors of this many elements (Stage::vectorize's width)
+  // > 1 (with fuse_rows, without keep): a tile of this many rows per iteration of the output's
+  // parallel loop; each reduction accumulates the tile's rows in a local buffer (cache_write,
+  // computed at that loop), so the rows' reductions run back to back and their latency chains overlap.
+  int64_t row_tile = 0;
   bool operator==(const ScheduleKnobs& o) const {
     return fuse_rows == o.fuse_rows && keep == o.keep && row_split == o.row_split && col_split == o.col_split &&
-           lanes == o.lanes && vec == o.vec;
+           lanes == o.lanes && vec == o.vec && row_tile == o.row_tile;
   }
 };
 
-// "fuse_rows=1 keep=1 row_split=0 col_split=64 lanes=64 vec=0".
+// "fuse_rows=1 keep=1 row_split=0 col_split=64 lanes=64 vec=0" (and " row_tile=N" when N > 0).
 std::string knobs_text(const ScheduleKnobs& k);
 
 // Applies `k` to a fresh schedule of `e` (auto_schedule fills in nothing: every stage is set).
@@ -38,8 +42,8 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k);
 ScheduleKnobs hand_knobs(const std::string& op);
 
 // Every point of the space, in a fixed order (fuse_rows x keep x row_split {0,2,4,8} x
-// col_split {0,16,32,64,128} x lanes {0,32,64,128} x vec {0,8}; row_split only without
-// fuse_rows): 400 points. `stages` false (an operator with one compute, e.g. an element-wise
+// col_split {0,16,32,64,128} x lanes {0,32,64,128} x vec {0,8} x row_tile {0,2,4}; row_split
+// only without fuse_rows, row_tile only with fuse_rows and without keep): 480 points. `stages` false (an operator with one compute, e.g. an element-wise
 // chain): only row_split, col_split and vec, the knobs that change its loops (40 points).
 std::vector<ScheduleKnobs> knob_space(bool stages = true);
 

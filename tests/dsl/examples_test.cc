@@ -117,12 +117,13 @@ TEST_P(ExamplesTest, GeluBiasAddMatchesReferenceAtAStaticShape) {
 // Points of the tuning space (dsl/tuning.h) that use reduction lanes (with tails: 33 and 1000
 // columns against 32 to 128 lanes; partials combined by the halving tree, or, for 48 lanes, a
 // loop), rows fused into one loop (its loads of per-row values hoisted out of the vector loops),
-// split loops and 8-element vectors, against the same references.
+// split loops and 8-element vectors, row tiles (the reductions' caches at the tile loop, with
+// tails: 5 and 3 rows against tiles of 2 and 4), against the same references.
 TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
   testing::use_temp_cache();
   // Four points (each a compiler run per operator): every knob value class at least once.
   const ScheduleKnobs points[] = {{true, true, 0, 0, 64, 0}, {true, false, 0, 16, 32, 8}, {false, true, 4, 64, 128, 0},
-                                  {false, false, 2, 0, 48, 8}};
+                                  {false, false, 2, 0, 48, 8}, {true, false, 0, 0, 64, 0, 4}, {true, false, 0, 32, 0, 0, 2}};
   for (const ScheduleKnobs& k : points) {
     SCOPED_TRACE(knobs_text(k));
     for (const char* op : {"layernorm", "softmax"}) {
@@ -135,6 +136,10 @@ TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
       ASSERT_TRUE(f.ok()) << f.status().to_string();
       if (k.lanes > 1) EXPECT_NE(to_string(*f).find(std::to_string(k.lanes) + " lanes"), std::string::npos);
       if (k.vec > 0) EXPECT_NE(to_string(*f).find(std::to_string(k.vec) + "-element vectors"), std::string::npos);
+      if (k.row_tile > 1)
+        EXPECT_NE(to_string(*f).find("allocate local " + std::string(op == std::string("layernorm") ? "sqdev" : "total") +
+                                     ".local[float32 * " + std::to_string(k.row_tile) + "]"),
+                  std::string::npos) << to_string(*f);
       auto kernel = build(*f);
       ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
       for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {3, 1000}, {4, 768}}) {
