@@ -109,14 +109,15 @@ struct RunResult {
   std::vector<std::string> notes;
   int threads = 0;
   // Activation blocks the execution arena took from the heap (ExecutionArena::Stats), in the
-  // first execution, in all later ones, and after the second: the first records the sizes the
-  // memory plan is made of and gives its blocks back to the system when it ends, so the second
-  // may take a few for kernels' own allocations; a model with fixed shapes takes none after.
+  // first execution, in all later ones, and after the second. A static model's .kiln carries
+  // its memory plan, used from the first execution on (none taken); without one, the first
+  // execution records the sizes the plan is made of and gives its blocks back to the system
+  // when it ends, so the second may take a few for kernels' own allocations.
   uint64_t fresh_blocks_first = 0, fresh_blocks_later = 0, fresh_blocks_after_second = 0;
   uint64_t reused_blocks = 0, recycled_outputs = 0;
   size_t arena_peak_bytes = 0;
-  // The execution state's memory plan (made from the first execution): its block's bytes and
-  // the outputs placed in it.
+  // The execution state's memory plan (the .kiln's, or made from the first execution): its
+  // block's bytes and the outputs placed in it.
   size_t planned_bytes = 0;
   uint64_t planned_outputs = 0;
 };
@@ -276,7 +277,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--seed", args->seed, "Seed for random inputs (default 0)");
   app.add_flag("--json", args->json,
                "Print the result as one JSON object (with arena {fresh_blocks_first_run, fresh_blocks_later_runs, fresh_blocks_after_second_run, "
-               "reused_blocks, recycled_outputs, peak_bytes, planned_bytes, planned_outputs}: activation blocks taken from the heap, reused from the arena, or reused with their tensors from the execution state, and the memory plan made from the first execution)");
+               "reused_blocks, recycled_outputs, peak_bytes, planned_bytes, planned_outputs}: activation blocks taken from the heap, reused from the arena, or reused with their tensors from the execution state, and the memory plan: the .kiln's arena plan, or one made from the first execution)");
   app.add_flag("--reference-kernels", args->reference_kernels,
                "Run every node on its reference kernel, no fast kernels (as KILN_KERNELS=reference)");
   return [args] { return run_model(*args); };
