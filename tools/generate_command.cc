@@ -1,8 +1,10 @@
-// `kiln generate MODEL_DIR --prompt-ids 1,2,3 ...`: text generation with the LLM engine
-// (src/llm): every prompt is a request, batched continuously over the paged KV cache; prints
-// each request's tokens and the throughput (docs/llm.md).
+// `kiln generate MODEL_DIR --prompt TEXT | --prompt-ids 1,2,3 ...`: text generation with the
+// LLM engine (src/llm): every prompt is a request, batched continuously over the paged KV
+// cache; prints each request's text (through a SentencePiece tokenizer) or tokens, and the
+// throughput (docs/llm.md).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "core/status.h"
 #include "llm/engine.h"
+#include "llm/tokenizer.h"
 #include "tools/api_session.h"
 #include "tools/cli_options.h"
 #include "tools/subcommand.h"
@@ -19,7 +22,10 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
+  std::vector<std::string> prompts;  // text, through the tokenizer
   std::vector<std::string> prompt_ids;
+  std::string tokenizer;
+  bool no_bos = false, print_ids = false;
   std::string stop_ids;
   int64_t max_new_tokens = 32;
   int64_t batch = 16;
@@ -59,9 +65,33 @@ Expected<std::vector<int64_t>> parse_ids(const std::string& text, const char* op
   return ids;
 }
 
+// The tokenizer: --tokenizer, else MODEL_DIR/tokenizer.model when there is one; null when
+// neither (ids in and out).
+Expected<std::unique_ptr<llm::Tokenizer>> load_tokenizer(const GenerateArgs& args) {
+  std::string path = args.tokenizer;
+  if (path.empty() && std::filesystem::is_regular_file(args.model + "/tokenizer.model"))
+    path = args.model + "/tokenizer.model";
+  if (path.empty()) return std::unique_ptr<llm::Tokenizer>();
+  return llm::Tokenizer::load(path);
+}
+
+// Prints what `tokens` decode to beyond the `printed` bytes already out. SentencePiece
+// decodes a piece differently at the start of a text (no leading space), so the whole
+// generated text is decoded each time and only its new end is printed.
+Status print_new_text(const llm::Tokenizer& tok, const std::vector<int64_t>& tokens, size_t* printed) {
+  KILN_ASSIGN_OR_RETURN(std::string text, tok.decode(tokens));
+  if (text.size() > *printed) {
+    std::fwrite(text.data() + *printed, 1, text.size() - *printed, stdout);
+    std::fflush(stdout);
+    *printed = text.size();
+  }
+  return ok_status();
+}
+
 int run_generate(const GenerateArgs& args) {
   const char* cmd = "generate";
-  if (args.prompt_ids.empty()) return usage_error(cmd, "no prompt: give --prompt-ids (once per request)");
+  if (args.prompts.empty() && args.prompt_ids.empty())
+    return usage_error(cmd, "no prompt: give --prompt TEXT or --prompt-ids IDS (once per request)");
   if (args.max_new_tokens < 1) return usage_error(cmd, "--max-new-tokens must be at least 1");
   if (args.batch < 1) return usage_error(cmd, "--batch must be at least 1");
   if (args.requests < 0) return usage_error(cmd, "--requests must not be negative");
@@ -73,7 +103,21 @@ int run_generate(const GenerateArgs& args) {
   if (!kv_dtype) return usage_error(cmd, "--kv-dtype '" + args.kv_dtype + "': expected fp32 or bf16");
   llm::SamplingOptions sampling{args.temperature, args.top_k, args.top_p, args.seed};
   if (Status st = llm::validate_sampling(sampling); !st.ok()) return usage_error(cmd, st.message());
+  auto tokenizer = load_tokenizer(args);
+  if (!tokenizer.ok()) return report_error(cmd, tokenizer.status().to_string());
+  const llm::Tokenizer* tok = tokenizer->get();
+  if (!args.prompts.empty() && tok == nullptr)
+    return usage_error(cmd, "--prompt needs a tokenizer: --tokenizer FILE, or tokenizer.model in the model "
+                            "directory (or give --prompt-ids)");
   std::vector<std::vector<int64_t>> prompts;
+  for (const std::string& text : args.prompts) {
+    auto ids = tok->encode(text);
+    if (!ids.ok()) return report_error(cmd, ids.status().to_string());
+    std::vector<int64_t> p;
+    if (!args.no_bos && tok->bos_id() >= 0) p.push_back(tok->bos_id());
+    p.insert(p.end(), ids->begin(), ids->end());
+    prompts.push_back(std::move(p));
+  }
   for (const std::string& p : args.prompt_ids) {
     auto ids = parse_ids(p, "--prompt-ids");
     if (!ids.ok()) return usage_error(cmd, ids.status().message());
@@ -85,6 +129,8 @@ int run_generate(const GenerateArgs& args) {
     if (!ids.ok()) return usage_error(cmd, ids.status().message());
     stops = *ids;
   }
+  if (tok != nullptr && tok->eos_id() >= 0) stops.push_back(tok->eos_id());
+  const bool text_out = tok != nullptr && !args.print_ids;
   std::string error;
   const int threads = checked_threads(cmd, args.threads_opt, args.threads, 1, &error);
   if (!error.empty()) return usage_error(cmd, error);
@@ -92,6 +138,10 @@ int run_generate(const GenerateArgs& args) {
 
   auto model = llm::DecoderModel::load(args.model);
   if (!model.ok()) return report_error(cmd, model.status().to_string());
+  if (tok != nullptr && tok->vocab_size() > (*model)->config().vocab)
+    return report_error(cmd, str_format("the tokenizer's vocabulary (%lld) is larger than the model's (%lld): not "
+                                        "this model's tokenizer",
+                                        (long long)tok->vocab_size(), (long long)(*model)->config().vocab));
   const double compile_ms = (*model)->compile_ms();
   llm::EngineOptions options;
   options.block_size = args.block_size;
@@ -122,18 +172,37 @@ int run_generate(const GenerateArgs& args) {
   }
   const auto start = std::chrono::steady_clock::now();
   double first_token_ms = -1;
-  e.on_token = [&](int64_t, int64_t) {
+  // One request with text out: its text streams as the tokens come.
+  const bool stream = text_out && !args.quiet && count == 1 && ids[0] >= 0;
+  std::vector<int64_t> streamed;
+  size_t printed = 0;
+  Status stream_status = ok_status();
+  if (stream) std::printf("request 0: ");
+  e.on_token = [&](int64_t, int64_t token) {
     if (first_token_ms < 0)
       first_token_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!stream || !stream_status.ok() || token == tok->eos_id()) return;
+    streamed.push_back(token);
+    stream_status = print_new_text(*tok, streamed, &printed);
   };
   if (Status st = e.run_to_completion(); !st.ok()) return report_error(cmd, st.to_string());
+  if (stream) std::printf("\n");
+  if (!stream_status.ok()) return report_error(cmd, stream_status.to_string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int64_t generated = 0;
   for (int64_t i = 0; i < count; ++i) {
     if (ids[i] < 0) continue;
     const auto& tokens = e.request(ids[i]).tokens;
     generated += static_cast<int64_t>(tokens.size());
-    if (args.quiet) continue;
+    if (args.quiet || stream) continue;
+    if (text_out) {
+      std::vector<int64_t> body(tokens.begin(), tokens.end());
+      if (!body.empty() && body.back() == tok->eos_id()) body.pop_back();
+      auto text = tok->decode(body);
+      if (!text.ok()) return report_error(cmd, text.status().to_string());
+      std::printf("request %lld: %s\n", (long long)i, text->c_str());
+      continue;
+    }
     std::printf("request %lld:", (long long)i);
     for (int64_t t : tokens) std::printf(" %lld", (long long)t);
     std::printf("\n");
@@ -156,7 +225,14 @@ std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   app.add_option("model", args->model, "Decoder directory (bench/llm/export_decoder.py's config.json and segments)")
       ->required();
+  app.add_option("--prompt", args->prompts,
+                 "A prompt as text, encoded by the tokenizer with its <s> in front; repeat for more requests");
   app.add_option("--prompt-ids", args->prompt_ids, "A prompt as comma-separated token ids; repeat for more requests");
+  app.add_option("--tokenizer", args->tokenizer,
+                 "SentencePiece model (default: tokenizer.model in the model directory, if there): --prompt text "
+                 "in, text out, </s> ends a request");
+  app.add_flag("--no-bos", args->no_bos, "Do not put the tokenizer's <s> before a --prompt");
+  app.add_flag("--print-ids", args->print_ids, "With a tokenizer, print the generated ids rather than the text");
   app.add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate per request (default 32)");
   app.add_option("--batch", args->batch, "Most sequences decoding together (default 16)");
   app.add_option("--requests", args->requests, "Requests to run, cycling through the prompts (default: one per prompt)");
@@ -178,7 +254,7 @@ std::function<int()> setup(CLI::App& app) {
   return [args] { return run_generate(*args); };
 }
 
-KILN_REGISTER_SUBCOMMAND("generate", "Generate tokens with a decoder-only LLM: paged KV cache, continuous batching",
+KILN_REGISTER_SUBCOMMAND("generate", "Generate text or tokens with a decoder-only LLM: paged KV cache, continuous batching",
                          setup);
 
 }  // namespace

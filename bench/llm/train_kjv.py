@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A small GPT-2-style decoder trained for a few minutes on the King James Bible, so that
-`kiln llm-generate` prints readable text (docs/llm.md "Text in, text out").
+`kiln generate --prompt` prints readable text (docs/llm.md "Text in, text out").
 
 The text comes from Debian's bible-kjv (the `bible` command prints it; the King James
 Version is in the public domain). The script
@@ -11,10 +11,10 @@ Version is in the public domain). The script
      verses for --minutes, printing the training and held-out loss,
   4. exports it with export_decoder.export (the segments Kiln runs and decoder.onnx) and puts
      the tokenizer beside it as tokenizer.model, with PyTorch's own greedy continuation of
-     --prompt in reference.json to compare `kiln llm-generate` with.
+     --prompt in reference.json to compare `kiln generate` with.
 
   bench/llm/train_kjv.py OUT_DIR [--minutes 15] [--threads 2]
-  kiln llm-generate OUT_DIR --prompt "And God said" --max-tokens 40
+  kiln generate OUT_DIR --prompt "And God said" --max-new-tokens 40
 """
 import argparse
 import json
