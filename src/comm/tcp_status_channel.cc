@@ -193,10 +193,11 @@ void TcpStatusChannel::serve() {
       Pending& c = pending[i];
       const short ev = r > 0 ? fds[i + 2].revents : 0;
       if (ev != 0 && !serve_one(c)) continue;
-      if (ev == 0 && now >= c.deadline) {
-        // A stranger holding the port, or an asker that died: not worth a warning each.
-        KILN_LOG(kDebug, "comm: rank %d's status channel closed a connection that did not ask",
-                 rank_);
+      if (now >= c.deadline) {
+        // A stranger holding the port (silent, or sending a byte at a time), or an asker that
+        // died: not worth a warning each.
+        KILN_LOG(kDebug, "comm: rank %d's status channel closed a connection that did not ask "
+                 "in time", rank_);
         ::close(c.fd);
         continue;
       }

@@ -431,6 +431,28 @@ TEST(HostilePeers, StatusChannelAnswersOnlyRanksOfItsWorld) {
   // serves at once): they cost it a slot each, and must not keep a rank's query unheard.
   std::vector<int> silent;
   for (int i = 0; i < 40; ++i) silent.push_back(connect_to(addr0));
+  // A stranger sending a well-formed start of a query, then a byte every 50 ms: closed at the
+  // channel's budget (500 ms), not kept while the bytes trickle in.
+  {
+    const auto start = Clock::now();
+    int fd = connect_to(addr0);
+    ASSERT_GE(fd, 0);
+    const std::string q = encode_status_query(w.table.key, w.table.nonce, challenged(fd), stranger_query);
+    send_raw(fd, q.substr(0, 8));
+    bool closed = false;
+    for (size_t i = 8; i + 1 < q.size() && !closed; ++i) {
+      std::this_thread::sleep_for(milliseconds(50));
+      closed = ::send(fd, &q[i], 1, MSG_NOSIGNAL) < 0;
+      char b;
+      ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+      closed = closed || n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+    const auto took = Clock::now() - start;
+    EXPECT_TRUE(closed) << "a query trickling in byte by byte was kept open";
+    EXPECT_LT(took, milliseconds(1500));
+    ::close(fd);
+    report("status: a query trickling in byte by byte: closed", start);
+  }
   // Rank 1 asks while they are connected: answered at once.
   auto start = Clock::now();
   EXPECT_EQ(ask_rank0(*w.channels[1]), 7);
