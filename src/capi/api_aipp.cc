@@ -114,7 +114,7 @@ std::optional<size_t> model_input_of(const Model& m, const ir::Value* v) {
 Expected<std::vector<AippInput>> aipp_inputs(const Model& m) {
   std::vector<AippInput> out;
   for (const std::unique_ptr<ir::Node>& n : m.graph().nodes()) {
-    if (n->op_type() != ops::kAippOp || n->domain() != ops::kKilnDomain) continue;
+    if (!ops::is_aipp_node(*n)) continue;  // an AippConv carries the Aipp node's attributes
     std::optional<size_t> image = model_input_of(m, n->input(0));
     if (!image) continue;
     KILN_ASSIGN_OR_RETURN(ops::AippNodeInfo info, ops::aipp_node_info(*n));

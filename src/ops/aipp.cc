@@ -80,7 +80,7 @@ Status check_aipp_image(const ir::Node& node, const AippNodeInfo& info, const Ai
 
 const ir::Node* aipp_node_for_input(const ir::Graph& graph, const ir::Value* input) {
   for (const auto& n : graph.nodes())
-    if (n->domain() == kKilnDomain && n->op_type() == kAippOp && n->input(0) == input) return n.get();
+    if (is_aipp_node(*n) && n->input(0) == input) return n.get();
   return nullptr;
 }
 

@@ -32,7 +32,14 @@ Status check_aipp_image(const ir::Node& node, const AippNodeInfo& info, const Ai
 // ch[0..2] the colour channels (Y,U,V or R,G,B; ch[0] alone for a grey image), ch[3] alpha.
 void aipp_fetch_pixel(const AippParams& p, const uint8_t* image, int64_t x, int64_t y, float ch[4]);
 
-// The Aipp node reading graph input `input` (its raw image), or null.
+// kiln AippConv (ops/aipp_conv.cc): a static Aipp and the convolution reading its image, folded
+// into one node by compiler/passes/aipp_conv_fusion.cc. It carries the Aipp node's attributes,
+// so aipp_node_info and aipp_description read it as they read an Aipp node.
+inline constexpr const char* kAippConvOp = "AippConv";
+// An Aipp or AippConv node: the node that reads a model input's raw image.
+bool is_aipp_node(const ir::Node& node);
+
+// The Aipp (or AippConv) node reading graph input `input` (its raw image), or null.
 const ir::Node* aipp_node_for_input(const ir::Graph& graph, const ir::Value* input);
 // One line for `kiln inspect`: "static AIPP: input_format: YUV420SP_U8 ... -> NCHW [1,3,224,224]".
 std::string aipp_description(const ir::Node& node);

@@ -27,8 +27,10 @@ PassInfo cse_pass();                    // common-subexpression elimination (-O1
 PassInfo dead_node_removal_pass();      // nodes reaching no output (-O0, optional)
 PassInfo channel_padding_pass();        // zero channels up to whole NC1HWC0 blocks (-O3)
 PassInfo int8_layout_pass();         // channels-last int8 values between int8 ops (-O3)
+PassInfo qlinear_residual_fusion_pass();  // int8 residual Add into the conv epilogue (-O3)
 PassInfo layout_assignment_pass();      // blocked NC1HWC0 activations between convs (-O3)
 PassInfo precision_assignment_pass();    // bf16 convs / products (--precision; required)
+PassInfo aipp_conv_fusion_pass();      // static Aipp + the conv reading its image -> kiln AippConv (-O2)
 PassInfo memory_scheduling_pass();      // execution order lowering the arena (-O3)
 
 void register_builtin_passes(PassRegistry& registry);

@@ -13,8 +13,9 @@ void register_builtin_passes(PassRegistry& registry) {
                      batchnorm_folding_pass(), layernorm_fusion_pass(), gelu_fusion_pass(),
                      hardswish_fusion_pass(), attention_fusion_pass(), conv_fusion_pass(),
                      matmul_fusion_pass(), elementwise_fusion_pass(), cse_pass(),
-                     dead_node_removal_pass(), channel_padding_pass(), int8_layout_pass(), layout_assignment_pass(),
-                     precision_assignment_pass(), memory_scheduling_pass()}) {
+                     dead_node_removal_pass(), channel_padding_pass(), int8_layout_pass(),
+                     qlinear_residual_fusion_pass(), layout_assignment_pass(),
+                     precision_assignment_pass(), aipp_conv_fusion_pass(), memory_scheduling_pass()}) {
     Status s = registry.add(std::move(p));
     if (!s.ok()) KILN_LOG(kError, "registering built-in passes: %s", s.to_string().c_str());
   }

@@ -30,9 +30,6 @@
 // Highway, AVX-512 / AVX2 / baseline picked at prepare (simd_dispatch.h). The arithmetic is
 // float32 (the reference computes in double): tests/preprocess/aipp_test.py allows 1e-5
 // relative.
-#ifndef KILN_KERNELS_CPU_AIPP_SHARED_
-#define KILN_KERNELS_CPU_AIPP_SHARED_
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,59 +41,7 @@
 #include "core/parallel.h"
 #include "kernels/kernel_registry.h"
 #include "ops/aipp.h"
-
-namespace kiln::kernels::aipp_simd {
-
-// AVX-512 VBMI replacement of a 32-bit gather for one vector of 16 lanes: bytes picked from
-// one or two 128-byte windows of a row with vpermt2b (byte 4i + k of the result is row byte
-// win + idx[4i + k]; masked-off bytes are zero). Column taps are the same for every row, so
-// the index vectors are made once per plan (make_byte_windows).
-struct ByteWindows {
-  int32_t win[2] = {0, 0};
-  uint64_t mask[2] = {0, 0};
-  uint8_t idx[2][64] = {};
-};
-
-// One image's parameters, decoded into what the row loop reads.
-struct ImagePlan {
-  ops::AippFormat format = ops::AippFormat::kUndefined;
-  bool rbuv_swap = false, ax_swap = false, csc = false;
-  int32_t src_w = 0, src_h = 0;
-  int32_t rw = 0, rh = 0;        // the resized (or cropped) region
-  int32_t left = 0, top = 0;     // where it sits in the output
-  float padding_value = 0;
-  float m[9] = {}, ib[3] = {}, ob[3] = {};  // CSC: matrix / 256, input and output biases
-  float scale[4] = {1, 1, 1, 1}, bias[4] = {};  // DTC as v * scale + bias
-  std::vector<int32_t> x0;  // per column of the region: absolute source column of the left tap
-  std::vector<float> wx;    // weight of the right tap
-  std::vector<int32_t> y0;
-  std::vector<float> wy;
-  // The crop is at least 2 wide (high): x0 + 1 (y0 + 1) is inside it. A crop 1 wide has
-  // one column: x0 with weight 0 on a second tap that is x0 itself.
-  bool taps2_x = true, taps2_y = true;
-  ops::AippParams fetch_view;  // what ops::aipp_fetch_pixel reads (the scalar path)
-  // Semi-planar YUV on AVX-512 VBMI: per vector of 16 region columns, the Y bytes (x0, x0+1)
-  // and the chroma bytes (the pair of x0 and the next) without gathers.
-  bool byte_windows = false;
-  std::vector<ByteWindows> y_windows, uv_windows;
-};
-
-// What one run computes: all images, output rows in parallel.
-struct Job {
-  const uint8_t* images = nullptr;
-  int64_t image_stride = 0;   // bytes from one image to the next
-  const uint8_t* buffer_end = nullptr;
-  const ImagePlan* plans = nullptr;  // one per image, or one for all
-  bool one_plan = true;
-  int64_t batch = 1, channels = 3, height = 0, width = 0;
-  bool nhwc = false;
-  bool stream = false;  // non-temporal stores of the output (NCHW rows)
-  float* dst = nullptr;
-};
-
-}  // namespace kiln::kernels::aipp_simd
-
-#endif  // KILN_KERNELS_CPU_AIPP_SHARED_
+#include "kernels/cpu/aipp_rows.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/aipp.cc"
@@ -505,7 +450,8 @@ void aipp_rows(const Job& job, int64_t begin, int64_t end) {
     if (job.nhwc && nhwc_rows.size() < need) nhwc_rows.resize(need);
     float* out[4];
     for (int c = 0; c < C; ++c)
-      out[c] = job.nhwc ? nhwc_rows.data() + c * (W + lanes) : job.dst + ((n * C + c) * H + y) * W;
+      out[c] = job.nhwc ? nhwc_rows.data() + c * (W + lanes)
+                       : job.dst + n * job.image_floats + c * job.plane_floats + (y - job.row0) * W;
     // 2. padding, and the region row: the vertical half of step 4, step 5.
     const int64_t ry = y - p.top;
     const bool in_region = ry >= 0 && ry < p.rh;
@@ -656,7 +602,9 @@ void make_byte_windows(ImagePlan& plan) {
   plan.byte_windows = true;
 }
 
-std::vector<ImagePlan> make_plans(const ops::AippParams& p) {
+}  // namespace
+
+std::vector<ImagePlan> aipp_simd::make_plans(const ops::AippParams& p) {
   std::vector<ImagePlan> plans;
   for (const ops::AippBatchParams& b : p.batch) {
     plans.push_back(make_plan(p, b));
@@ -665,7 +613,30 @@ std::vector<ImagePlan> make_plans(const ops::AippParams& p) {
   return plans;
 }
 
-using RowsFn = void (*)(const aipp_simd::Job&, int64_t, int64_t);
+aipp_simd::Job aipp_simd::make_job(const ops::AippOutputDesc& out, const Tensor& image,
+                                   const std::vector<ImagePlan>& plans) {
+  Job job;
+  job.images = image.data<uint8_t>();
+  job.image_stride = image.num_elements() / out.batch;
+  job.buffer_end = job.images + image.num_elements();
+  job.plans = plans.data();
+  job.one_plan = plans.size() == 1;
+  job.batch = out.batch;
+  job.channels = out.channels;
+  job.height = out.height;
+  job.width = out.width;
+  job.nhwc = out.nhwc;
+  job.plane_floats = job.height * job.width;
+  job.image_floats = job.channels * job.plane_floats;
+  return job;
+}
+
+aipp_simd::RowsFn aipp_simd::select_rows() { return KILN_SIMD_SELECT(kiln::kernels::aipp_simd, aipp_rows); }
+const char* aipp_simd::rows_target_name() { return KILN_SIMD_TARGET_NAME(); }
+
+namespace {
+
+using aipp_simd::RowsFn;
 
 // Outputs larger than this are written with non-temporal stores: they do not stay in the
 // cores' L2 (1 MiB each on Zen 5) anyway, and ordinary stores read every line from memory
@@ -676,9 +647,9 @@ constexpr int64_t kStreamBytes = int64_t{2} << 20;
 class AippKernel final : public Kernel {
  public:
   explicit AippKernel(ops::AippNodeInfo info) : info_(std::move(info)) {
-    rows_ = KILN_SIMD_SELECT(kiln::kernels::aipp_simd, aipp_rows);
-    implementation_ = std::string("simd:") + KILN_SIMD_TARGET_NAME();
-    if (!info_.dynamic) static_plans_ = make_plans(info_.params);
+    rows_ = aipp_simd::select_rows();
+    implementation_ = std::string("simd:") + aipp_simd::rows_target_name();
+    if (!info_.dynamic) static_plans_ = aipp_simd::make_plans(info_.params);
   }
 
   Status run(ops::KernelContext& ctx) const override {
@@ -689,7 +660,7 @@ class AippKernel final : public Kernel {
     ops::AippParams dynamic_params;
     if (info_.dynamic) {
       KILN_ASSIGN_OR_RETURN(dynamic_params, ops::aipp_run_params(node, info_, ctx.input(1)));
-      dynamic_plans = make_plans(dynamic_params);
+      dynamic_plans = aipp_simd::make_plans(dynamic_params);
       plans = &dynamic_plans;
       params = &dynamic_params;
     }
@@ -697,17 +668,7 @@ class AippKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(ops::check_aipp_image(node, info_, *params, image));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, info_.output_dims,
                                                           TensorInit::kUninitialized));
-    aipp_simd::Job job;
-    job.images = image->data<uint8_t>();
-    job.image_stride = image->num_elements() / info_.out.batch;
-    job.buffer_end = job.images + image->num_elements();
-    job.plans = plans->data();
-    job.one_plan = plans->size() == 1;
-    job.batch = info_.out.batch;
-    job.channels = info_.out.channels;
-    job.height = info_.out.height;
-    job.width = info_.out.width;
-    job.nhwc = info_.out.nhwc;
+    aipp_simd::Job job = aipp_simd::make_job(info_.out, *image, *plans);
     job.dst = y->data<float>();
     job.stream = static_cast<int64_t>(sizeof(float)) * y->num_elements() > kStreamBytes;
     const RowsFn rows = rows_;
