@@ -237,6 +237,65 @@ typedef struct {
  * that size and no further. */
 KILN_API kilnError kilnllmGetStats(const kilnllmEngine* engine, kilnllmStats* stats);
 
+/* ---- Tokenizer: text in, text out ------------------------------------------------------- */
+
+/* A SentencePiece model (the `.model` file spm_train writes, as Llama's and T5's tokenizers
+ * are), the one `kiln generate --tokenizer` takes. SentencePiece is loaded on first use from
+ * libkiln_sentencepiece.so beside libkiln.so (docs/llm.md); a Kiln built without it answers
+ * KILN_ERROR_FEATURE_UNSUPPORTED.
+ *
+ * A tokenizer is a host object: its functions work with or without kilnInit. It is immutable
+ * once created, so any number of threads may tokenize and detokenize with it at once; it must
+ * not be destroyed while one does. Token ids are 0..vocabSize-1; the buffers a call fills are
+ * the caller's, and a short one is KILN_ERROR_STORAGE_OVER_LIMIT with the size it needs in the
+ * count and nothing written to it. A NULL, destroyed or foreign tokenizer is
+ * KILN_ERROR_INVALID_RESOURCE_HANDLE. */
+typedef struct kilnllmTokenizer kilnllmTokenizer;
+
+/* Loads the SentencePiece model at `modelPath` and sets `*tokenizer` (only on success).
+ * Errors: KILN_ERROR_INVALID_PARAM for NULL arguments; KILN_ERROR_INVALID_FILE for a missing
+ * file or one that is not a SentencePiece model (the message names the path);
+ * KILN_ERROR_FEATURE_UNSUPPORTED when Kiln was built without SentencePiece or the shim library
+ * is not found. */
+KILN_API kilnError kilnllmCreateTokenizer(const char* modelPath, kilnllmTokenizer** tokenizer);
+/* Frees the tokenizer. Not while another thread uses it. */
+KILN_API kilnError kilnllmDestroyTokenizer(kilnllmTokenizer* tokenizer);
+
+/* Encodes the NUL-terminated UTF-8 `text` into token ids, with the tokenizer's <s> in front when
+ * `addBos` is nonzero and the model has one (as SentencePiece's encode, then bos_id prepended).
+ * `*count` is set to the number of ids the text has; they are written to `ids` when `capacity`
+ * holds them all, else the call is KILN_ERROR_STORAGE_OVER_LIMIT and nothing is written (call
+ * again with `*count` ids; `ids` may be NULL with capacity 0 to ask). Errors besides:
+ * KILN_ERROR_INVALID_PARAM for NULL `text` or `count`, and for text that is not valid UTF-8
+ * (the message names the first bad byte and its offset). */
+KILN_API kilnError kilnllmTokenize(const kilnllmTokenizer* tokenizer, const char* text, int32_t addBos,
+                                   int64_t* ids, size_t capacity, size_t* count);
+
+/* Decodes `numIds` token ids into UTF-8 text, written NUL-terminated to `text`. `*length` is set
+ * to the text's length in bytes without the NUL; `capacity` must hold it and the NUL, else the
+ * call is KILN_ERROR_STORAGE_OVER_LIMIT and nothing is written (`text` may be NULL with capacity
+ * 0 to ask). SentencePiece drops the space in front of the first piece and writes control ids
+ * (<s>, </s>) as nothing. Errors besides: KILN_ERROR_INVALID_PARAM for NULL `ids` (with numIds
+ * > 0) or `length`, and for an id outside 0..vocabSize-1 (the message names it). */
+KILN_API kilnError kilnllmDetokenize(const kilnllmTokenizer* tokenizer, const int64_t* ids, size_t numIds,
+                                     char* text, size_t capacity, size_t* length);
+
+/* The ids of <s> and </s>, -1 when the model has none, and the number of ids. */
+KILN_API kilnError kilnllmTokenizerBosId(const kilnllmTokenizer* tokenizer, int64_t* id);
+KILN_API kilnError kilnllmTokenizerEosId(const kilnllmTokenizer* tokenizer, int64_t* id);
+KILN_API kilnError kilnllmTokenizerVocabSize(const kilnllmTokenizer* tokenizer, int64_t* vocabSize);
+
+/* kilnllmAddRequest with a text prompt, as `kiln generate --prompt` runs one: `text` encoded by
+ * `tokenizer` with its <s> in front, and its </s> added to the request's stop tokens (params'
+ * stop tokens stay), so the request ends at </s> (delivered as its last token, as every stop
+ * token) or at maxNewTokens. The generated ids are read as for any request and decoded with
+ * kilnllmDetokenize. Errors: those of kilnllmTokenize for the text (NULL, not UTF-8) and of
+ * kilnllmAddRequest (a NULL, foreign or destroyed engine or tokenizer is
+ * KILN_ERROR_INVALID_RESOURCE_HANDLE; an id beyond the model's vocabulary, when the tokenizer's is
+ * larger, KILN_ERROR_INVALID_PARAM naming it). Not from inside the token callback. */
+KILN_API kilnError kilnllmAddTextRequest(kilnllmEngine* engine, const kilnllmTokenizer* tokenizer, const char* text,
+                                         const kilnllmRequestParams* params, int64_t* requestId);
+
 #ifdef __cplusplus
 }
 #endif

@@ -84,6 +84,40 @@ Expected<const Tokenizer::Api*> shim_api() {
   return &api;
 }
 
+// The offset of the first byte of `s` that does not belong to a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF), or npos.
+size_t invalid_utf8_at(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 // Takes a shim-allocated error string: its text, freed.
 std::string take_error(const Tokenizer::Api* api, char* error) {
   std::string s = error != nullptr ? error : "unknown error";
@@ -116,6 +150,10 @@ Tokenizer::Tokenizer(const Api* api, void* model) : api_(api), model_(model) {
 Tokenizer::~Tokenizer() { api_->unload(model_); }
 
 Expected<std::vector<int64_t>> Tokenizer::encode(const std::string& text) const {
+  if (const size_t bad = invalid_utf8_at(text); bad != std::string::npos) {
+    return invalid_argument("the text is not valid UTF-8: byte 0x%02x at offset %zu",
+                            static_cast<unsigned>(static_cast<unsigned char>(text[bad])), bad);
+  }
   int32_t* ids = nullptr;
   size_t count = 0;
   char* error = nullptr;

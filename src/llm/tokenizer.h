@@ -22,6 +22,8 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
+  // Text that is not valid UTF-8 is an error naming the first bad byte's offset (SentencePiece
+  // itself would silently encode such bytes as unknown pieces).
   Expected<std::vector<int64_t>> encode(const std::string& text) const;
   // Ids outside the vocabulary are an error.
   Expected<std::string> decode(const std::vector<int64_t>& ids) const;

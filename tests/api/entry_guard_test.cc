@@ -446,6 +446,45 @@ std::vector<Probe> probes() {
       {"kilnllmStep", [](bool) { return err(kilnllmStep(foreign<kilnllmEngine>(), nullptr)); }},
       {"kilnllmRunToCompletion", [](bool) { return err(kilnllmRunToCompletion(nullptr)); }},
       {"kilnllmGetStats", [](bool) { return err(kilnllmGetStats(foreign<kilnllmEngine>(), nullptr)); }},
+      // ---- LLM tokenizer (a host object: the same answers before and after kilnInit) ----
+      {"kilnllmCreateTokenizer",
+       [](bool) {
+         kilnllmTokenizer* tok = nullptr;
+         return err(kilnllmCreateTokenizer(nullptr, &tok)) && err(kilnllmCreateTokenizer("x.model", nullptr)) &&
+                err(kilnllmCreateTokenizer("/nonexistent/tokenizer.model", &tok)) && tok == nullptr;
+       }},
+      {"kilnllmDestroyTokenizer",
+       [](bool) {
+         return err(kilnllmDestroyTokenizer(nullptr)) && err(kilnllmDestroyTokenizer(foreign<kilnllmTokenizer>()));
+       }},
+      {"kilnllmTokenize",
+       [](bool) {
+         int64_t ids[4];
+         size_t n = 0;
+         return err(kilnllmTokenize(nullptr, "x", 1, ids, 4, &n)) &&
+                err(kilnllmTokenize(foreign<kilnllmTokenizer>(), nullptr, 1, nullptr, 4, nullptr));
+       }},
+      {"kilnllmDetokenize",
+       [](bool) {
+         const int64_t ids[] = {1, 2};
+         char text[8];
+         size_t n = 0;
+         return err(kilnllmDetokenize(nullptr, ids, 2, text, 8, &n)) &&
+                err(kilnllmDetokenize(foreign<kilnllmTokenizer>(), nullptr, 2, nullptr, 8, nullptr));
+       }},
+      {"kilnllmTokenizerBosId", [](bool) { return err(kilnllmTokenizerBosId(foreign<kilnllmTokenizer>(), nullptr)); }},
+      {"kilnllmTokenizerEosId", [](bool) { return err(kilnllmTokenizerEosId(nullptr, nullptr)); }},
+      {"kilnllmTokenizerVocabSize",
+       [](bool) {
+         int64_t v = 0;
+         return err(kilnllmTokenizerVocabSize(foreign<kilnllmTokenizer>(), &v));
+       }},
+      {"kilnllmAddTextRequest",
+       [](bool) {
+         int64_t id = -1;
+         return err(kilnllmAddTextRequest(foreign<kilnllmEngine>(), foreign<kilnllmTokenizer>(), "x", nullptr, &id)) &&
+                err(kilnllmAddTextRequest(nullptr, nullptr, nullptr, nullptr, nullptr));
+       }},
   };
 }
 

@@ -17,7 +17,10 @@
   tokenizer/                a SentencePiece BPE model trained by python3-sentencepiece on the
                             text below (tokenizer.model), and that library's own encoding and
                             decoding of test strings (reference.json): Kiln's tokenizer must
-                            give the same ids and text.
+                            give the same ids and text; tokenizer_bytes/ the same with byte
+                            fallback and a character coverage that leaves accents and CJK out of
+                            the vocabulary, so such characters come as several byte tokens (the
+                            streaming decoder must not split them), with every prefix's decode.
 """
 import json
 import os
@@ -126,20 +129,24 @@ TOKENIZER_STRINGS = [
 ]
 
 
-def tokenizer_case(out):
+def tokenizer_case(out, byte_fallback=False):
     import sentencepiece as spm
     os.makedirs(out, exist_ok=True)
     text = os.path.join(out, "text.txt")
     with open(text, "w") as f:
         f.write(TOKENIZER_TEXT * 3)
-    spm.SentencePieceTrainer.train(input=text, model_prefix=os.path.join(out, "tokenizer"), vocab_size=120,
-                                   model_type="bpe", character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
-                                   pad_id=-1, minloglevel=2)
+    # Byte fallback needs the 256 byte pieces in the vocabulary; coverage 0.98 leaves the rare
+    # characters (accents) to them.
+    spm.SentencePieceTrainer.train(input=text, model_prefix=os.path.join(out, "tokenizer"),
+                                   vocab_size=360 if byte_fallback else 120, model_type="bpe",
+                                   character_coverage=0.98 if byte_fallback else 1.0, byte_fallback=byte_fallback,
+                                   unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
     cases = []
     for s in TOKENIZER_STRINGS:
         ids = sp.encode(s)
-        cases.append({"text": s, "ids": ids, "decoded": sp.decode(ids)})
+        cases.append({"text": s, "ids": ids, "decoded": sp.decode(ids),
+                      "prefixes": [sp.decode(ids[:k]) for k in range(1, len(ids) + 1)]})
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump({"vocab_size": sp.get_piece_size(), "bos_id": sp.bos_id(), "eos_id": sp.eos_id(),
                    "cases": cases}, f, ensure_ascii=False, indent=1)
@@ -148,6 +155,7 @@ def tokenizer_case(out):
 def main():
     out = sys.argv[1]
     tokenizer_case(os.path.join(out, "tokenizer"))
+    tokenizer_case(os.path.join(out, "tokenizer_bytes"), byte_fallback=True)
     os.makedirs(out, exist_ok=True)
     attention_case(os.path.join(out, "attention"))
     attention_case(os.path.join(out, "attention_wide"), heads=8, kv_heads=2, hd=64, bs=32, blocks=12,
