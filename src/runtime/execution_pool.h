@@ -96,6 +96,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   }
 
   bool reuse_view(const Tensor& base, const std::vector<int64_t>& dims, Tensor* out) override {
+    ++shell_demand_;
     if (shells_.empty()) return false;
     // The last shell with room for the dims (so that become_view_of allocates nothing), else the last.
     size_t k = shells_.size() - 1;
@@ -162,12 +163,18 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
       }
       b.demand = 0;
     }
+    // Shells too: as many as this execution asked for. Kept all (up to kMaxShells), the shells
+    // of tensors no view reuses (the bound inputs, views of a model without view ops) pile up,
+    // one more per execution, and shells_ grows (allocates) every few executions.
+    while (shells_.size() > shell_demand_) shells_.pop_back();
+    shell_demand_ = 0;
     next_event_ = 0;
     diverged_ = false;
   }
   void clear() {
     bins_.clear();
     shells_.clear();
+    shell_demand_ = 0;
     drop_layout_block();
     drop_plan();
     trace_ = Trace();
@@ -573,6 +580,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   static constexpr size_t kMaxShells = 256;
   std::vector<Bin> bins_;
   std::vector<Tensor> shells_;
+  size_t shell_demand_ = 0;  // reuse_view calls of the current execution
   Trace trace_;
   int recordings_ = 0;
   std::unique_ptr<Plan> plan_;

@@ -7,7 +7,7 @@
 # Usage: run_e2e.sh KILN_BINARY WORK_DIR MODEL [ALLOCATION_TEST]
 #   MODEL: resnet50 | mobilenet_v2 | bert | ocr_det | ocr_rec | ocr_cls
 #   ALLOCATION_TEST: tests/api/hot_path_allocations_test's binary, run last on the compiled
-#   model (steady-state executions must allocate nothing outside oneDNN)
+#   model (steady-state executions must allocate nothing outside oneDNN's primitive executions)
 #
 # WORK_DIR/models/MODEL holds the model, inputs and references; they are cached (keyed by a
 # hash of the generating scripts and inputs) and shared between runs. WORK_DIR/out/MODEL holds
@@ -206,7 +206,7 @@ fi
 if [[ -n $allocation_test ]]; then
   echo "[e2e $model] KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln $allocation_test"
   KILN_ALLOC_TEST_MODEL=$out_dir/model.kiln "$allocation_test" ||
-    die "$model: steady-state executions allocate outside oneDNN (see above)"
+    die "$model: steady-state executions allocate outside oneDNN's primitive executions (see above)"
   step "allocation count"
 fi
 worst() { sed -n 's/^worst relative diff[^:]*: \([^ ]*\).*/\1/p' "$1"; }
