@@ -19,6 +19,18 @@
 // (measured on an int8 ResNet-50 at one thread: 7.5 ms of reorders against 11.9 ms of
 // convolutions when every tensor was plain).
 //
+// A FusedQLinearConv with a residual R (ops/fused_qlinear.cc: inputs 9..13) adds it in the
+// same epilogue, as oneDNN's sum post-op: R is copied into Y (nothing to copy when Y was
+// planned over R's bytes; reordered into the workspace's destination when Y is plain and the
+// primitive writes NHWC), and the primitive computes, in units of y_scale,
+//
+//   y = saturate(round(act(clip(acc', C_lo, C_hi) + R_scale / y_scale * (R - R_zero_point))) + y_zero_point)
+//
+// with acc' = (acc + B) * x_scale * w_scale[c] / y_scale (the output scales) and [C_lo, C_hi]
+// the range of the convolution's own quantisation C in units of y_scale (an eltwise clip
+// before the sum): C's saturation is kept, its rounding is not (at most one step from the QDQ
+// graph, docs/quantization.md). R has Y's dtype, shape and layout.
+//
 // Inputs other than the prepared ones (a shape, or a constant a caller replaced by feeding
 // it) run the reference kernel.
 #include <cmath>
@@ -43,8 +55,19 @@ using dnnl::memory;
 
 memory::data_type dnnl_x8(DataType t) { return t == DataType::kUInt8 ? memory::data_type::u8 : memory::data_type::s8; }
 
-// Inputs 1..8 that must be constants: scales, zero points, W and B.
-constexpr int kConstantInputs[] = {1, 2, 3, 4, 5, 6, 7, 8};
+// Inputs that must be constants: scales, zero points, W and B; with a residual (input 9)
+// its scale and zero point and those of the convolution's own output (10..13).
+constexpr int kConstantInputs[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13};
+constexpr int kResidual = 9, kResidualScale = 10, kResidualZeroPoint = 11, kConvScale = 12, kConvZeroPoint = 13;
+
+// The residual of a FusedQLinearConv, as its epilogue takes it.
+struct QConvResidual {
+  bool on = false;
+  DataType dtype = DataType::kUInt8;
+  float scale = 1;  // R_scale / y_scale: the sum post-op's scale
+  int32_t zero_point = 0;
+  float conv_lo = 0, conv_hi = 0;  // the range of C, in units of y_scale
+};
 
 struct QConvPlan {
   std::vector<int64_t> x_dims, w_dims, y_dims;  // logical N C D...
@@ -57,8 +80,9 @@ struct QConvPlan {
   int32_t x_zero_point = 0, y_zero_point = 0;
   std::vector<float> bias;  // B as float32, empty when absent
   ops::FusedActivation act;
+  QConvResidual residual;
   const Tensor* weights = nullptr;
-  std::vector<const Tensor*> constants;  // inputs 1..8 (null where absent)
+  std::vector<const Tensor*> constants;  // kConstantInputs (null where absent)
 };
 
 double scalar(const Tensor& t) { return lowp_to_double(t.dtype(), t.raw_data(), 0); }
@@ -66,6 +90,40 @@ double scalar(const Tensor& t) { return lowp_to_double(t.dtype(), t.raw_data(), 
 const Tensor* constant_input(const ir::Node& node, int i) {
   const ir::Value* v = node.input(i);
   return v && v->has_initializer() ? v->initializer() : nullptr;
+}
+
+bool x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
+
+// Inputs 9..13 of a FusedQLinearConv with a residual: R like Y (its tensor shape, channels-last
+// with Y), scalars for the rest.
+Expected<QConvResidual> plan_residual(const ir::Node& node, const QConvPlan& p, double y_scale) {
+  const std::string label = node.label();
+  const ir::Value* r = node.input(kResidual);
+  KILN_RETURN_IF_ERROR(require_static_tensor("R", r, {DataType::kInt8, DataType::kUInt8}));
+  if (r->shape().static_dims() != p.y_tensor_dims || r->dtype() != p.y_dtype)
+    return unsupported("node %s: R must have Y's shape and dtype", label.c_str());
+  for (int i = kResidualScale; i <= kConvZeroPoint; ++i)
+    if (!constant_input(node, i) || constant_input(node, i)->num_elements() != 1)
+      return unsupported("node %s: input %d must be a constant scalar", label.c_str(), i);
+  const Tensor& r_scale = *constant_input(node, kResidualScale);
+  const Tensor& r_zp = *constant_input(node, kResidualZeroPoint);
+  const Tensor& c_scale = *constant_input(node, kConvScale);
+  const Tensor& c_zp = *constant_input(node, kConvZeroPoint);
+  if (r_scale.dtype() != DataType::kFloat32 || c_scale.dtype() != DataType::kFloat32 || r_zp.dtype() != r->dtype() ||
+      !x8(c_zp.dtype()))
+    return unsupported("node %s: residual scales must be float32, zero points int8 / uint8", label.c_str());
+  QConvResidual res;
+  res.on = true;
+  res.dtype = r->dtype();
+  res.scale = static_cast<float>(scalar(r_scale) / y_scale);
+  res.zero_point = static_cast<int32_t>(scalar(r_zp));
+  const double sc = scalar(c_scale), zc = scalar(c_zp);
+  const bool u8 = c_zp.dtype() == DataType::kUInt8;
+  res.conv_lo = static_cast<float>(((u8 ? 0.0 : -128.0) - zc) * sc / y_scale);
+  res.conv_hi = static_cast<float>(((u8 ? 255.0 : 127.0) - zc) * sc / y_scale);
+  if (!(std::isfinite(res.scale) && res.scale > 0 && std::isfinite(res.conv_lo) && std::isfinite(res.conv_hi)))
+    return unsupported("node %s: residual scales must be finite and positive", label.c_str());
+  return res;
 }
 
 Expected<QConvPlan> plan_qconv(const ir::Node& node) {
@@ -80,7 +138,7 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
   KILN_RETURN_IF_ERROR(require_static_tensor("Y", y, {DataType::kInt8, DataType::kUInt8}));
   QConvPlan p;
   for (int i : kConstantInputs) {
-    const ir::Value* v = node.input(i);
+    const ir::Value* v = i < static_cast<int>(node.num_inputs()) ? node.input(i) : nullptr;
     if (v && !v->has_initializer())
       return unsupported("node %s: input %d must be a constant (initializer)", label.c_str(), i);
     p.constants.push_back(constant_input(node, i));
@@ -153,6 +211,9 @@ Expected<QConvPlan> plan_qconv(const ir::Node& node) {
   if (fused) {
     KILN_ASSIGN_OR_RETURN(p.act, int8::epilogue_activation(node, sy));
   }
+  if (fused && static_cast<int>(node.num_inputs()) > kResidual && node.input(kResidual)) {
+    KILN_ASSIGN_OR_RETURN(p.residual, plan_residual(node, p, sy));
+  }
   return p;
 }
 
@@ -171,13 +232,18 @@ class OnednnQConvKernel final : public Kernel {
   std::shared_ptr<void> weights_buffer;
   memory bias;
   memory x_zero_point, y_zero_point;  // s32 scalars, runtime zero points
+  onednn::RunMemories residual_memories;  // R in Y's layout, when it is reordered in
 
   bool inputs_as_prepared(const ops::KernelContext& ctx) const {
     const Tensor* x = ctx.input(0);
     if (!x || x->dtype() != plan.x_dtype || x->dims() != plan.x_tensor_dims) return false;
     for (size_t i = 0; i < constants.size(); ++i) {
-      const Tensor* t = ctx.input(static_cast<int>(i) + 1);
+      const Tensor* t = ctx.input(kConstantInputs[i]);
       if (!constants[i].defined() ? t != nullptr : (!t || t->raw_data() != constants[i].raw_data())) return false;
+    }
+    if (plan.residual.on) {
+      const Tensor* r = ctx.input(kResidual);
+      if (!r || r->dtype() != plan.residual.dtype || r->dims() != plan.y_tensor_dims) return false;
     }
     return true;
   }
@@ -193,7 +259,23 @@ Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
   if (!ws && lb.workspace_bytes > 0)
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
                               lb.workspace_bytes);
+  const void* r = plan.residual.on ? ctx.input(kResidual)->raw_data() : nullptr;
+  if (r && !lb.reorder_dst && r != y->raw_data()) {
+    // The sum post-op adds to the destination's bytes: R first (Y's layout and dtype).
+    const char* rp = static_cast<const char*>(r);
+    char* yp = static_cast<char*>(y->raw_data());
+    parallel_for(0, y->num_elements(), int64_t{1} << 16, [&](int64_t b, int64_t e) {
+      std::memcpy(yp + b, rp + b, static_cast<size_t>(e - b));
+    });
+  }
   try {
+    if (r && lb.reorder_dst) {
+      // Y plain, the primitive's destination NHWC in the workspace: R reordered into it.
+      const onednn::LayoutBridge::Bound m = lb.bind(ws, x->raw_data(), y->raw_data());
+      const memory& r_user = residual_memories.get(0, lb.user_dst, r);
+      onednn::Args{{DNNL_ARG_FROM, &r_user}, {DNNL_ARG_TO, &m.dst}, {DNNL_ARG_SCRATCHPAD, &m.scratch}}.execute(
+          lb.dst_in_reorder, onednn::thread_stream());
+    }
     onednn::Args args{{DNNL_ARG_WEIGHTS, &weights}};
     if (plan.x_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, x_zero_point);
     if (plan.y_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zero_point);
@@ -232,6 +314,10 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
         p.bias.empty() ? memory::desc() : memory::desc({p.w_dims[0]}, memory::data_type::f32, memory::format_tag::a);
     const onednn::ConvWindow cw = onednn::conv_window(p.geo);
     dnnl::post_ops po;
+    if (p.residual.on) {
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, p.residual.conv_lo, p.residual.conv_hi);
+      po.append_sum(p.residual.scale, p.residual.zero_point, dnnl_x8(p.residual.dtype));
+    }
     KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, po));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
@@ -253,7 +339,7 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     if (k->impl_.rfind("onednn:ref", 0) == 0)
       return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl_.c_str());
     k->conv = dnnl::convolution_forward(pd);
-    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size());
+    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.residual.on);
     k->weights_buffer = onednn::pack_shared(user_w, p.weights->raw_data(), pd.weights_desc());
     k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
     if (!p.bias.empty()) k->bias = int8::float_memory(bias_md, p.bias);
