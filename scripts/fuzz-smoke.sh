@@ -17,6 +17,7 @@
 # have run. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/fuzz-common.sh
 
 seconds=${1:-10}
 shift || true
@@ -113,15 +114,8 @@ run_target() {
   local t=$1 dir=$out/$1
   rm -rf "$dir/artifacts"
   mkdir -p "$dir/corpus" "$dir/artifacts"
-  local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
-              -artifact_prefix="$dir/artifacts/")
-  [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="fuzz/dict/$t.dict")
-  if [ -f "fuzz/$t.options" ]; then  # OSS-Fuzz's format, as scripts/fuzz.sh reads it
-    while IFS= read -r opt; do args+=("$opt"); done < <(awk '
-      /^[[:space:]]*(#|$)/ { next }
-      /^\[/ { section = $0; next }
-      section == "[libfuzzer]" { gsub(/[[:space:]]/, ""); split($0, kv, "="); print "-" kv[1] "=" kv[2] }' "fuzz/$t.options")
-  fi
+  fuzz_args "$t" "$seconds" "$dir/artifacts"
+  local args=("${fuzz_args[@]}")
   local dirs=("$dir/corpus" "fuzz/corpus/$t")
   [ -d "fuzz/regressions/$t" ] && dirs+=("fuzz/regressions/$t")
   local rc=0

@@ -14,6 +14,7 @@
 # fuzz/<target>.options, when there is one, gives the target's own libFuzzer options.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/fuzz-common.sh
 
 targets() { ls fuzz/*.cc | sed 's|fuzz/||; s|\.cc$||' | grep -v '^replay_main$'; }
 
@@ -41,16 +42,8 @@ fi
 
 work=build/fuzz/corpus/$target artifacts=build/fuzz/artifacts/$target
 mkdir -p "$work" "$artifacts"
-args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
-      -artifact_prefix="$artifacts/")
-[ -f "fuzz/dict/$target.dict" ] && args+=(-dict="fuzz/dict/$target.dict")
-# fuzz/<target>.options (OSS-Fuzz's format): the [libfuzzer] section's "name = value" lines.
-if [ -f "fuzz/$target.options" ]; then
-  while IFS= read -r opt; do args+=("$opt"); done < <(awk '
-    /^[[:space:]]*(#|$)/ { next }
-    /^\[/ { section = $0; next }
-    section == "[libfuzzer]" { gsub(/[[:space:]]/, ""); split($0, kv, "="); print "-" kv[1] "=" kv[2] }' "fuzz/$target.options")
-fi
+fuzz_args "$target" "$seconds" "$artifacts"
+args=("${fuzz_args[@]}")
 log=build/fuzz/$target.log
 set +e
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
