@@ -17,15 +17,15 @@ import threading as _threading
 import types as _types
 
 from . import _kiln
-from ._kiln import Error, NodeArg, OcrPipeline, compile, inspect  # noqa: A004 (compile: kiln compile's name)
+from ._kiln import Error, NodeArg, OcrPipeline, Tokenizer, compile, inspect  # noqa: A004 (compile: kiln compile's name)
 from ._kiln import (ERROR_FAILURE, ERROR_FEATURE_UNSUPPORTED, ERROR_INVALID_FILE, ERROR_INVALID_PARAM,
                     ERROR_INVALID_RESOURCE_HANDLE, ERROR_MODEL_INPUT_NOT_MATCH, ERROR_MODEL_OUTPUT_NOT_MATCH,
                     ERROR_UNINITIALIZE)
 
 __version__: str = _kiln.__version__
 
-__all__ = ["Error", "InferenceSession", "LlmEngine", "NodeArg", "OcrPipeline", "compile", "inspect", "ocr",
-           "__version__"]
+__all__ = ["Error", "InferenceSession", "LlmEngine", "NodeArg", "OcrPipeline", "Tokenizer", "compile", "inspect",
+           "ocr", "__version__"]
 
 
 def ocr(image, model_dir, **options):
@@ -87,22 +87,35 @@ class LlmEngine(_kiln.LlmEngine):
 
     step_tokens > 0 (at least max_batch) bounds the rows of every step: chunked prefill beside
     the decode rows. Requests: add_request(ids, max_new_tokens=16, temperature=0.0, top_k=0,
-    top_p=1.0, seed=0, stop_tokens=()) -> id; cancel, release. Running: step() (True when
-    idle), run(), a callback through on_token(fn), poll(id), or the stream() iterator.
+    top_p=1.0, seed=0, stop_tokens=()) -> id; add_text_request(text, tokenizer, ...) -> id;
+    cancel, release. Running: step() (True when idle), run(), a callback through on_token(fn),
+    poll(id), or the stream() iterator. Text in, text out: stream() and generate() with a str
+    prompt and tokenizer=kiln.Tokenizer(path).
     """
 
-    def stream(self, prompt_ids, **params):
+    def stream(self, prompt, tokenizer=None, **params):
         """Adds a request and yields its tokens as the engine steps (other requests step along).
 
-        Closing the iterator early (break) cancels the request."""
-        request = self.add_request(prompt_ids, **params)
+        A text prompt (str or bytes) needs `tokenizer` (a kiln.Tokenizer): it is queued by
+        add_text_request (<s> in front, stops at </s>) and the text is yielded instead, piece by
+        piece, each piece final (a character whose bytes come as several tokens is yielded whole,
+        once they have all come). Closing the iterator early (break) cancels the request."""
+        text = _is_text(prompt)
+        request = self._add(prompt, tokenizer, params)
+        pieces = _TextPieces(tokenizer) if text else None
         done = False
         try:
             while True:
                 tokens, status = self.poll(request)
-                yield from tokens
+                if text:
+                    yield from filter(None, map(pieces.push, tokens))
+                else:
+                    yield from tokens
                 if status in ("finished", "cancelled") and not tokens:
                     done = True
+                    rest = pieces.rest() if text else ""
+                    if rest:
+                        yield rest
                     return
                 if status not in ("finished", "cancelled"):
                     self.step()
@@ -110,11 +123,24 @@ class LlmEngine(_kiln.LlmEngine):
             if not done:
                 self.cancel(request)
 
-    def generate(self, prompts, **params):
-        """Runs every prompt (a list of token-id lists) batched together to the end; their tokens."""
-        requests = [self.add_request(p, **params) for p in prompts]
+    def generate(self, prompts, tokenizer=None, **params):
+        """Runs every prompt batched together to the end. `prompts`: a list of token-id lists
+        (their generated ids come back), or with `tokenizer` (a kiln.Tokenizer) text: one str
+        (its generated text comes back), or a list of str (their texts); a request given as text
+        ends at </s>, which its text leaves out."""
+        single = _is_text(prompts)
+        items = [prompts] if single else list(prompts)
+        requests = [self._add(p, tokenizer, params) for p in items]
         self.run()
-        return [self.tokens(r) for r in requests]
+        out = [tokenizer.decode(self.tokens(r)) if _is_text(p) else self.tokens(r) for p, r in zip(items, requests)]
+        return out[0] if single else out
+
+    def _add(self, prompt, tokenizer, params):
+        if not _is_text(prompt):
+            return self.add_request(prompt, **params)
+        if tokenizer is None:
+            raise ValueError("a text prompt needs tokenizer=kiln.Tokenizer(path) (or give token ids)")
+        return self.add_text_request(prompt, tokenizer, **params)
 
     def __enter__(self):
         return self
@@ -122,6 +148,32 @@ class LlmEngine(_kiln.LlmEngine):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _is_text(prompt):
+    return isinstance(prompt, (str, bytes))
+
+
+class _TextPieces:
+    """A request's text piece by piece, as llm::StreamingDecoder does it for `kiln serve`: the
+    whole token list decoded again at every token (SentencePiece decodes a piece differently
+    at the start of a text), and only what follows the text already out is returned, a trailing
+    U+FFFD (a character whose bytes have not all come) held back until later tokens complete it."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer, self._ids, self._out = tokenizer, [], ""
+
+    def push(self, token):
+        self._ids.append(token)
+        return self._take(self._tokenizer.decode(self._ids).rstrip("\ufffd"))
+
+    def rest(self):
+        return self._take(self._tokenizer.decode(self._ids))
+
+    def _take(self, text):
+        piece = text[len(self._out):]
+        self._out += piece
+        return piece
 
 
 # The low-level modules (kiln.rt, kiln.mdl, ...) live in the native module; make

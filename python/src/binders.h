@@ -18,6 +18,7 @@ void bind_mdl(py::module_& m);      // kiln.mdl (mdl.cc)
 void bind_prof(py::module_& m);     // kiln.prof (prof.cc)
 void bind_comm(py::module_& m);     // kiln.comm (comm.cc)
 void bind_ocr(py::module_& m);      // kiln.OcrPipeline (ocr.cc)
+void bind_llm_tokenizer(py::module_& m);  // kiln.Tokenizer (llm_tokenizer.cc); before LlmEngine, which takes one
 void bind_llm(py::module_& m);      // kiln.LlmEngine (llm.cc)
 void bind_dsl(py::module_& m);      // kiln._dsl, the native half of kiln.dsl (dsl.cc)
 

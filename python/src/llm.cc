@@ -14,6 +14,7 @@
 #include "kiln/llm.h"
 #include "python/src/binders.h"
 #include "python/src/errors.h"
+#include "python/src/llm_tokenizer.h"
 #include "python/src/runtime_init.h"
 
 namespace kiln::python {
@@ -87,17 +88,22 @@ class LlmEngine {
 
   int64_t add_request(const std::vector<int64_t>& prompt, int64_t max_new_tokens, float temperature, int64_t top_k,
                       float top_p, uint64_t seed, const std::vector<int64_t>& stop_tokens) {
-    kilnllmRequestParams p;
-    kilnllmRequestParamsInit(&p);
-    p.maxNewTokens = max_new_tokens;
-    p.temperature = temperature;
-    p.topK = top_k;
-    p.topP = top_p;
-    p.seed = seed;
-    p.stopTokens = stop_tokens.empty() ? nullptr : stop_tokens.data();
-    p.numStopTokens = stop_tokens.size();
+    const kilnllmRequestParams p = params_of(max_new_tokens, temperature, top_k, top_p, seed, stop_tokens);
     int64_t id = -1;
     check(kilnllmAddRequest(live(), prompt.data(), prompt.size(), &p, &id), "kilnllmAddRequest");
+    return id;
+  }
+
+  // A text prompt through the tokenizer: <s> in front, </s> among the stop tokens.
+  int64_t add_text_request(const py::object& text, const LlmTokenizer& tokenizer, int64_t max_new_tokens,
+                           float temperature, int64_t top_k, float top_p, uint64_t seed,
+                           const std::vector<int64_t>& stop_tokens) {
+    const std::string utf8 = LlmTokenizer::utf8_of(text);
+    if (utf8.find('\0') != std::string::npos)
+      throw_error(KILN_ERROR_INVALID_PARAM, "LlmEngine.add_text_request: the text holds a NUL character");
+    const kilnllmRequestParams p = params_of(max_new_tokens, temperature, top_k, top_p, seed, stop_tokens);
+    int64_t id = -1;
+    check(kilnllmAddTextRequest(live(), tokenizer.handle(), utf8.c_str(), &p, &id), "kilnllmAddTextRequest");
     return id;
   }
 
@@ -204,6 +210,20 @@ class LlmEngine {
     if (!engine_) throw_error(KILN_ERROR_INVALID_RESOURCE_HANDLE, "the LLM engine is closed");
     return engine_;
   }
+  // `stop_tokens` must outlive the returned struct (it points into it).
+  static kilnllmRequestParams params_of(int64_t max_new_tokens, float temperature, int64_t top_k, float top_p,
+                                        uint64_t seed, const std::vector<int64_t>& stop_tokens) {
+    kilnllmRequestParams p;
+    kilnllmRequestParamsInit(&p);
+    p.maxNewTokens = max_new_tokens;
+    p.temperature = temperature;
+    p.topK = top_k;
+    p.topP = top_p;
+    p.seed = seed;
+    p.stopTokens = stop_tokens.empty() ? nullptr : stop_tokens.data();
+    p.numStopTokens = stop_tokens.size();
+    return p;
+  }
   kilnllmModelInfo info_of() const {
     kilnllmModelInfo info;
     info.size = sizeof(info);
@@ -255,6 +275,12 @@ void bind_llm(py::module_& m) {
            "Queues a prompt (token ids); returns the request id. kiln.Error for this request alone: an id "
            "outside the vocabulary, an empty prompt, a prompt plus max_new_tokens beyond the context, bad "
            "sampling.")
+      .def("add_text_request", &LlmEngine::add_text_request, py::arg("text"), py::arg("tokenizer"), py::kw_only(),
+           py::arg("max_new_tokens") = 16, py::arg("temperature") = 0.0f, py::arg("top_k") = 0,
+           py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop_tokens") = std::vector<int64_t>{},
+           "Queues a text prompt (str or UTF-8 bytes) encoded by `tokenizer` (a kiln.Tokenizer) with its <s> in "
+           "front; the request also stops at the tokenizer's </s>. Returns the request id. kiln.Error as "
+           "add_request, and for text that is not UTF-8.")
       .def("cancel", &LlmEngine::cancel, py::arg("request_id"), "Stops a waiting or running request.")
       .def("release", &LlmEngine::release, py::arg("request_id"), "Forgets a finished or cancelled request.")
       .def("on_token", &LlmEngine::set_callback, py::arg("callback"),

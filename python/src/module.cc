@@ -16,6 +16,7 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::bind_prof(m);
   kiln::python::bind_comm(m);
   kiln::python::bind_ocr(m);
+  kiln::python::bind_llm_tokenizer(m);
   kiln::python::bind_llm(m);
   kiln::python::bind_dsl(m);
 }

@@ -20,7 +20,9 @@
                             give the same ids and text; tokenizer_bytes/ the same with byte
                             fallback and a character coverage that leaves accents and CJK out of
                             the vocabulary, so such characters come as several byte tokens (the
-                            streaming decoder must not split them), with every prefix's decode.
+                            streaming decoder must not split them), with every prefix's decode;
+                            its 512 pieces are the tiny decoders' vocabulary, so every id they
+                            generate decodes (text in, text out through the engine).
 """
 import json
 import os
@@ -129,16 +131,26 @@ TOKENIZER_STRINGS = [
 ]
 
 
+def syllable_text(lines=600, seed=29):
+    """Seeded made-up words: enough text for the 250 merges of a 512-piece byte-fallback model."""
+    import random
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ya", "ze", "an", "el", "is", "or", "un", "ch",
+                 "th", "st", "pr", "gl"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+    return "".join(" ".join(rng.choice(words) for _ in range(12)) + rng.choice(".,!?") + "\n" for _ in range(lines))
+
+
 def tokenizer_case(out, byte_fallback=False):
     import sentencepiece as spm
     os.makedirs(out, exist_ok=True)
     text = os.path.join(out, "text.txt")
     with open(text, "w") as f:
-        f.write(TOKENIZER_TEXT * 3)
+        f.write(TOKENIZER_TEXT * 3 + (syllable_text() if byte_fallback else ""))
     # Byte fallback needs the 256 byte pieces in the vocabulary; coverage 0.98 leaves the rare
     # characters (accents) to them.
     spm.SentencePieceTrainer.train(input=text, model_prefix=os.path.join(out, "tokenizer"),
-                                   vocab_size=360 if byte_fallback else 120, model_type="bpe",
+                                   vocab_size=512 if byte_fallback else 120, model_type="bpe",
                                    character_coverage=0.98 if byte_fallback else 1.0, byte_fallback=byte_fallback,
                                    unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))

@@ -154,3 +154,109 @@ def test_bad_input_is_a_kiln_error_and_the_engine_runs_on(decoder):
         kiln.LlmEngine(path, max_batch=8, step_tokens=4)
     with pytest.raises(kiln.Error, match="not a Kiln decoder directory"):
         kiln.LlmEngine(str(REPO / "no-such-decoder"))
+
+
+# ---- Text in, text out: kiln.Tokenizer and LlmEngine's text prompts ----------------------------
+
+TEXTS = ["And God said, Let there be light.", "café naïve Zürich — 東京 ✓", "  spaces around  ", "1234 + 56.78"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_model(tmp_path_factory):
+    """A 512-piece byte-fallback SentencePiece model trained by the SentencePiece library itself
+    (tests/llm/make_test_data.py's tokenizer_bytes): gpt2-tiny's vocabulary, so every id it
+    generates decodes; accents and CJK come as byte tokens."""
+    sys.path.insert(0, str(REPO / "tests" / "llm"))
+    import make_test_data
+    out = tmp_path_factory.mktemp("tokenizer")
+    make_test_data.tokenizer_case(str(out), byte_fallback=True)
+    return str(out / "tokenizer.model")
+
+
+def test_tokenizer_encodes_and_decodes_as_sentencepiece(tokenizer_model):
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
+    with kiln.Tokenizer(tokenizer_model) as tok:
+        assert (tok.vocab_size, tok.bos_id, tok.eos_id) == (sp.get_piece_size(), sp.bos_id(), sp.eos_id()) == (512, 1, 2)
+        for text in TEXTS + ["", "Words never seen: xylophone"]:
+            ids = sp.encode(text)
+            assert tok.encode(text, add_bos=False) == ids, text
+            assert tok.encode(text) == [sp.bos_id()] + ids, text
+            assert tok.encode(text.encode()) == [sp.bos_id()] + ids, text  # UTF-8 bytes too
+            assert tok.decode(ids) == sp.decode(ids), text
+            assert tok.decode([sp.bos_id()] + ids + [sp.eos_id()]) == sp.decode(ids), text
+        assert tok.decode([]) == ""
+
+
+def test_tokenizer_bad_input_is_an_error(tokenizer_model, tmp_path):
+    with pytest.raises(kiln.Error, match="no-such.model: no such file") as e:
+        kiln.Tokenizer(str(tmp_path / "no-such.model"))
+    assert e.value.code == kiln.ERROR_INVALID_FILE
+    cut = tmp_path / "cut.model"
+    cut.write_bytes(pathlib.Path(tokenizer_model).read_bytes()[:300])
+    with pytest.raises(kiln.Error, match="cut.model is not a SentencePiece model"):
+        kiln.Tokenizer(str(cut))
+    tok = kiln.Tokenizer(tokenizer_model)
+    with pytest.raises(kiln.Error, match="not valid UTF-8: byte 0xff at offset 2") as e:
+        tok.encode(b"ab\xffc")
+    assert e.value.code == kiln.ERROR_INVALID_PARAM
+    with pytest.raises(kiln.Error, match="not valid UTF-8: byte 0xed at offset 1"):
+        tok.encode("x\udc80")  # a lone surrogate: no UTF-8 for it
+    with pytest.raises(kiln.Error, match="NUL"):
+        tok.encode("a\0b")
+    with pytest.raises(kiln.Error, match="token id 512 is outside the tokenizer's vocabulary of 512"):
+        tok.decode([5, 512])
+    with pytest.raises(kiln.Error, match="token id -1 is outside"):
+        tok.decode([-1])
+    with pytest.raises(TypeError):
+        tok.encode(5)
+    with pytest.raises(TypeError):
+        tok.decode(["a"])
+    tok.close()
+    with pytest.raises(kiln.Error, match="closed"):
+        tok.encode("x")
+
+
+def test_text_generation_equals_pytorch_on_the_tokenizers_ids(decoder, tokenizer_model):
+    """A text prompt is <s> + SentencePiece's ids; the engine continues them as PyTorch's greedy
+    decode does until </s> or the budget; the text is the binding's decode of those ids, streamed
+    in whole characters, and the token-id path gives the same ids."""
+    import sentencepiece as spm
+    import torch
+    sys.path.insert(0, str(REPO / "bench" / "llm"))
+    import export_decoder as ed
+    sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
+    torch.set_num_threads(1)
+    model, c = ed.build("gpt2-tiny", 1234)  # the fixture exports gpt2-tiny with seed 1234
+    steps = 12
+    want = []
+    for text in TEXTS:
+        ids, _ = ed.greedy_reference(model, c, [sp.bos_id()] + sp.encode(text), steps)
+        want.append(ids[:ids.index(sp.eos_id()) + 1] if sp.eos_id() in ids else ids)
+    path = decoder[0]
+    tok = kiln.Tokenizer(tokenizer_model)
+    with kiln.LlmEngine(path, max_batch=4, threads=1) as engine:
+        assert engine.generate(TEXTS[0], tokenizer=tok, max_new_tokens=steps) == sp.decode(want[0])
+        texts = engine.generate(TEXTS, tokenizer=tok, max_new_tokens=steps)
+        assert texts == [sp.decode(w) for w in want]
+        ids = [engine.add_text_request(t, tok, max_new_tokens=steps) for t in TEXTS]
+        engine.run()
+        assert [engine.tokens(i) for i in ids] == want
+        # The token-id path, with </s> as a stop token, generates the same ids.
+        prompts = [[sp.bos_id()] + sp.encode(t) for t in TEXTS]
+        assert engine.generate(prompts, max_new_tokens=steps, stop_tokens=[sp.eos_id()]) == want
+        # Text and ids mixed: each comes back as it went in.
+        assert engine.generate([TEXTS[1], prompts[1]], tokenizer=tok, max_new_tokens=steps) == [
+            sp.decode(want[1]), want[1]]
+        for text, w in zip(TEXTS, want):
+            pieces = list(engine.stream(text, tokenizer=tok, max_new_tokens=steps))
+            assert "".join(pieces) == sp.decode(w)
+            # Only the end may hold U+FFFD at its end: bytes no later token completed (a random
+            # model's byte tokens need not form UTF-8).
+            assert all(p and not p.endswith("\ufffd") for p in pieces[:-1]), pieces
+        with pytest.raises(ValueError, match="needs tokenizer"):
+            engine.generate("no tokenizer")
+        with pytest.raises(kiln.Error, match="not valid UTF-8"):
+            engine.add_text_request(b"\xc3(", tok)
+        # The engine still runs the next text request exactly.
+        assert engine.generate(TEXTS[2], tokenizer=tok, max_new_tokens=steps) == sp.decode(want[2])
