@@ -439,8 +439,10 @@ void aipp_rows(const Job& job, int64_t begin, int64_t end) {
   // 4:2:0 keeps its luma rows in `cache` and its chroma rows in `chroma` (Part).
   thread_local RowCache cache, chroma;
   thread_local Prefetched prefetched;
-  cache.plan = chroma.plan = nullptr;  // a new run: the image data may have changed
-  prefetched = Prefetched{};
+  if (!job.continues) {
+    cache.plan = chroma.plan = nullptr;  // a new run: the image data may have changed
+    prefetched = Prefetched{};
+  }
   for (int64_t row = begin; row < end; ++row) {
     const int64_t n = row / H, y = row % H;
     const ImagePlan& p = job.plans[job.one_plan ? 0 : n];

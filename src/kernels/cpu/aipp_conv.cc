@@ -129,7 +129,8 @@ class AippConvKernel final : public Kernel {
   Status make_strip(int64_t out_rows, StripConv* s) const;
   bool inputs_as_prepared(const ops::KernelContext& ctx) const;
   // Strip `k` of image n: its image rows, then its convolution. Throws dnnl::error.
-  void run_strip(const aipp_simd::Job& base, int64_t n, int64_t k, float* y) const;
+  // `continues`: the thread ran the previous strip of this run (the Aipp rows' caches stay).
+  void run_strip(const aipp_simd::Job& base, int64_t n, int64_t k, bool continues, float* y) const;
 
   AippConvPlan plan_;
   const ops::KernelFn* reference_;
@@ -228,7 +229,7 @@ bool AippConvKernel::inputs_as_prepared(const ops::KernelContext& ctx) const {
   return b && b->raw_data() == b_initializer_.raw_data() && b->dims() == b_initializer_.dims();
 }
 
-void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k, float* y) const {
+void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k, bool continues, float* y) const {
   const AippConvPlan& p = plan_;
   const int64_t oh = p.y_dims[2], ow = p.y_dims[3], h = p.aipp.out.height, w = p.aipp.out.width;
   const int64_t oy0 = k * strip_rows_;
@@ -250,6 +251,7 @@ void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k,
     job.image_floats = 0;  // one image per call
     job.plane_floats = plane;
     job.row0 = r0;
+    job.continues = continues;
     rows_(job, n * h + ya, n * h + yb);
   }
   // 2. The strip's convolution, into Y's rows [oy0, oy0 + out_rows) of image n: in place, or
@@ -290,7 +292,7 @@ Status AippConvKernel::run(ops::KernelContext& ctx) const {
   std::string error;
   parallel_for(0, info.out.batch * strips_, 1, [&](int64_t b, int64_t e) {
     try {
-      for (int64_t i = b; i < e && !failed.load(std::memory_order_relaxed); ++i) run_strip(job, i / strips_, i % strips_, dst);
+      for (int64_t i = b; i < e && !failed.load(std::memory_order_relaxed); ++i) run_strip(job, i / strips_, i % strips_, i > b, dst);
     } catch (const dnnl::error& err) {
       std::lock_guard<std::mutex> lock(mu);
       if (!failed.exchange(true)) error = err.what();

@@ -61,6 +61,9 @@ struct Job {
   // C*H*W, H*W and 0; kiln AippConv (aipp_conv.cc) points them at a strip of rows.
   float* dst = nullptr;
   int64_t image_floats = 0, plane_floats = 0, row0 = 0;
+  // The thread's previous call was on this run's rows (AippConv's next strip): its cached
+  // resampled source rows and prefetches stay valid (the first call of a run resets them).
+  bool continues = false;
 };
 
 using RowsFn = void (*)(const Job&, int64_t, int64_t);
