@@ -49,6 +49,7 @@ bool valid_chunk_bytes(const char* v) { return is_integer_in(v, 64, 1LL << 40); 
 bool valid_shm_buffer(const char* v) { return is_integer_in(v, 1, 1LL << 40); }
 bool valid_rank(const char* v) { return is_integer_in(v, 0, 1 << 24); }
 bool valid_world_size(const char* v) { return is_integer_in(v, 1, 1 << 24); }
+bool valid_mmap_threshold(const char* v) { return is_integer_in(v, 0, 32LL << 20); }
 
 // Levenshtein distance, for "did you mean".
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -102,6 +103,11 @@ const std::vector<EnvKnob>& env_knobs() {
        "0 ignores the arena plan a .kiln carries: executions plan from their first one, as before plans "
        "(for A/B measurements).",
        valid_switch},
+      // runtime/malloc_policy.cc
+      {"KILN_MALLOC_MMAP_THRESHOLD", "bytes, an integer 0..33554432", "131072",
+       "glibc's mmap threshold, fixed at kilnInit so that large freed blocks go back to the system; 0 leaves "
+       "glibc's dynamic one (as does setting MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES).",
+       valid_mmap_threshold},
       // compiler/pass_manager.cc
       {"KILN_VERIFY_PASSES", "0, 1", "1 in debug builds, 0 in release builds",
        "Runs the IR verifier after every compiler pass.", valid_switch},

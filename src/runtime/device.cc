@@ -17,6 +17,7 @@
 
 #include "core/json_brief.h"
 #include "core/parallel.h"
+#include "runtime/malloc_policy.h"
 #include "runtime/memory.h"
 #include "runtime/stream.h"
 
@@ -348,6 +349,8 @@ Expected<std::unique_ptr<DeviceManager>> DeviceManager::create(const DeviceConfi
   if (config.count < 1 || config.count > kMaxDevices) {
     return invalid_argument("device count %d is not in 1..%d", config.count, kMaxDevices);
   }
+  // Before any model loads: the allocator's policy holds for the load's temporaries too.
+  apply_malloc_policy();
   std::vector<int> cores = allowed_cores();
   int n = config.count;
   int c = static_cast<int>(cores.size());
