@@ -10,6 +10,10 @@ see the same machine noise, at each thread count:
   ort fp32     onnxruntime-node on the float model
   ort qdq      onnxruntime-node on the QDQ model (its own int8 kernels)
 
+and with --exact-residual a fifth, "kiln exact": the QDQ model compiled with `--disable-pass
+qlinear_residual_fusion` (residual additions as their own pass, bit-exact with the QDQ graph;
+docs/quantization.md), so the fused epilogue's gain is measured in the same rounds.
+
 QDQ.onnx may also be a dynamically quantised model (DynamicQuantizeLinear + MatMulInteger, as
 ONNX Runtime's quantize_dynamic and bench/quant/quantize_dynamic.py write it).
 
@@ -48,8 +52,8 @@ from driver import BenchError, Session  # noqa: E402
 ENGINES = ("kiln int8", "kiln fp32", "ort fp32", "ort qdq")
 
 
-def compile_kiln(kiln, onnx_path, out, shapes):
-    cmd = [kiln, "compile", onnx_path, "-o", out, "-q", "--report", out + ".report.json"]
+def compile_kiln(kiln, onnx_path, out, shapes, extra=()):
+    cmd = [kiln, "compile", onnx_path, "-o", out, "-q", "--report", out + ".report.json"] + list(extra)
     if shapes:
         cmd += ["--input-shape", shapes]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -69,6 +73,8 @@ def open_sessions(args, kiln_models, threads):
     try:
         kiln = {"kiln int8": Session([exe, kiln_models["int8"], str(threads)] + inputs, "Kiln int8"),
                 "kiln fp32": Session([exe, kiln_models["fp32"], str(threads)] + inputs, "Kiln fp32")}
+        if "exact" in kiln_models:
+            kiln["kiln exact"] = Session([exe, kiln_models["exact"], str(threads)] + inputs, "Kiln int8 exact")
     finally:
         if saved is None:
             os.environ.pop("OMP_WAIT_POLICY", None)
@@ -134,6 +140,8 @@ def main(argv):
     p.add_argument("--work-dir", default="")
     p.add_argument("--node", default="node")
     p.add_argument("--no-build", action="store_true", help="time the binaries as they are (built beforehand)")
+    p.add_argument("--exact-residual", action="store_true",
+                   help="also time the QDQ model compiled with --disable-pass qlinear_residual_fusion")
     p.add_argument("--kiln-omp-wait-policy", choices=("default", "passive", "active"), default="default",
                    help="OMP_WAIT_POLICY of the Kiln processes (default: as the environment has it)")
     args = p.parse_args(argv)
@@ -148,6 +156,11 @@ def main(argv):
     models = {"int8": os.path.join(work, "int8.kiln"), "fp32": os.path.join(work, "fp32.kiln")}
     report = compile_kiln(kiln, args.qdq, models["int8"], args.input_shape)
     compile_kiln(kiln, args.fp32, models["fp32"], args.input_shape)
+    engines = ENGINES
+    if args.exact_residual:
+        models["exact"] = os.path.join(work, "int8_exact.kiln")
+        compile_kiln(kiln, args.qdq, models["exact"], args.input_shape, ["--disable-pass", "qlinear_residual_fusion"])
+        engines = ENGINES + ("kiln exact",)
     int8_kernels = {k: v for k, v in report.get("kernels", {}).items()
                     if any(t in k for t in ("QLinear", "Integer", "DynamicQuant"))}
     print(f"kiln int8 model: fusions {report.get('fusions', {})}")
@@ -162,21 +175,24 @@ def main(argv):
     finally:
         for sess in sessions.values():
             sess.__exit__(None, None, None)
-    rows = [(t, {e: med[(e, t)] for e in ENGINES}) for t in thread_counts]
+    rows = [(t, {e: med[(e, t)] for e in engines}) for t in thread_counts]
     print(f"\nmedians of {args.runs} runs (ms), all thread counts alternated; {os.path.basename(args.qdq)}; "
           f"Kiln's OMP_WAIT_POLICY: {args.kiln_omp_wait_policy}")
     print(f"load average (1 min) over the rounds: {load[0]:.2f} - {load[1]:.2f} on {os.cpu_count()} cpus")
-    print(f"{'threads':>7} " + " ".join(f"{e:>10}" for e in ENGINES) + "  int8/ort-fp32  int8/ort-qdq  int8/kiln-fp32")
+    exact = "kiln exact" in engines
+    print(f"{'threads':>7} " + " ".join(f"{e:>10}" for e in engines) + "  int8/ort-fp32  int8/ort-qdq  int8/kiln-fp32" +
+          ("  exact/ort-qdq  int8/exact" if exact else ""))
     for threads, m in rows:
-        print(f"{threads:>7} " + " ".join(f"{m[e]:>10.3f}" for e in ENGINES) +
+        print(f"{threads:>7} " + " ".join(f"{m[e]:>10.3f}" for e in engines) +
               f"  {m['kiln int8'] / m['ort fp32']:>13.3f}  {m['kiln int8'] / m['ort qdq']:>12.3f}"
-              f"  {m['kiln int8'] / m['kiln fp32']:>14.3f}")
+              f"  {m['kiln int8'] / m['kiln fp32']:>14.3f}" +
+              (f"  {m['kiln exact'] / m['ort qdq']:>13.3f}  {m['kiln int8'] / m['kiln exact']:>10.3f}" if exact else ""))
     print("context switches per run (voluntary/involuntary, all threads of the process):")
     for threads in thread_counts:
-        print(f"{threads:>7} " + " ".join(f"{'%d/%d' % tuple(ctx[(e, threads)]):>10}" for e in ENGINES))
+        print(f"{threads:>7} " + " ".join(f"{'%d/%d' % tuple(ctx[(e, threads)]):>10}" for e in engines))
     print(json.dumps({"model": args.qdq, "kiln_omp_wait_policy": args.kiln_omp_wait_policy,
                       "load_avg_1min": list(load),
-                      "rows": [{"threads": t, **m, "context_switches": {e: ctx[(e, t)] for e in ENGINES}}
+                      "rows": [{"threads": t, **m, "context_switches": {e: ctx[(e, t)] for e in engines}}
                                for t, m in rows]}))
     return 0
 

@@ -24,7 +24,6 @@ Usage: int8_pooling_test.py KILN WORKDIR
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import unittest
@@ -34,20 +33,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qdq_testing import ONNX_TYPE, REPO, ORT_SCRIPT, dequantize, ort_available
+
 KILN = None
 WORK = None
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-ORT_SCRIPT = os.path.join(REPO, "tests", "e2e", "ort_reference.js")
-
-ONNX_TYPE = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
-
-
-def ort_available():
-    if not shutil.which("node"):
-        return False
-    probe = subprocess.run(["node", "-e", "require('onnxruntime-node')"], cwd=REPO, capture_output=True)
-    return probe.returncode == 0
 
 
 def run(args, env=None):
@@ -58,10 +47,6 @@ def quantize(v, scale, zp, dtype):
     info = np.iinfo(dtype)
     q = np.round(v.astype(np.float64) / np.float64(np.float32(scale))) + zp  # np.round: half to even
     return np.clip(q, info.min, info.max).astype(dtype)
-
-
-def dequantize(q, scale, zp):
-    return ((q.astype(np.int32) - zp).astype(np.float32) * np.float32(scale)).astype(np.float32)
 
 
 def numpy_qdq_gap(xq, x_scale, x_zp, y_scale, y_zp, y_dtype):

@@ -25,7 +25,6 @@ Usage: residual_epilogue_test.py KILN WORKDIR
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import unittest
@@ -35,20 +34,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qdq_testing import ONNX_TYPE, dequantize, ort_available, run_ort
+
 KILN = None
 WORK = None
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-ORT_SCRIPT = os.path.join(REPO, "tests", "e2e", "ort_reference.js")
-ONNX_TYPE = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
 PASS = "qlinear_residual_fusion"
-
-
-def ort_available():
-    if not shutil.which("node"):
-        return False
-    probe = subprocess.run(["node", "-e", "require('onnxruntime-node')"], cwd=REPO, capture_output=True)
-    return probe.returncode == 0
 
 
 def run(args, env=None):
@@ -60,10 +50,6 @@ def quantize(v, scale, zp, dtype):
     info = np.iinfo(dtype)
     q = np.round((v.astype(np.float32) / np.float32(scale)).astype(np.float64)) + zp
     return np.clip(q, info.min, info.max).astype(dtype)
-
-
-def dequantize(q, scale, zp):
-    return ((q.astype(np.int32) - zp).astype(np.float32) * np.float32(scale)).astype(np.float32)
 
 
 def conv_int64(xq, x_zp, wq, pad):
@@ -211,15 +197,6 @@ class ResidualEpilogueTest(unittest.TestCase):
             listing = json.load(f)
         return rep, {k: np.load(os.path.join(out, v["file"])) for k, v in listing.items()}
 
-    def run_ort(self, d, model_path, feeds):
-        out = os.path.join(d, "ort_out")
-        r = subprocess.run(["node", ORT_SCRIPT, model_path, out] + [f"{k}={v}" for k, v in feeds.items()], cwd=REPO,
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(os.path.join(out, "outputs.json")) as f:
-            listing = json.load(f)
-        return {k: np.load(os.path.join(out, v["file"])) for k, v in listing.items()}
-
     def check_block(self, block, fused=True):
         d = os.path.join(WORK, block.tag)
         os.makedirs(d, exist_ok=True)
@@ -258,7 +235,7 @@ class ResidualEpilogueTest(unittest.TestCase):
             s = steps(exact["y"], qdq, y_scale)
             self.assertLessEqual(int((s > 0).sum()), max(2, s.size // 1000), f"{block.tag}: exact path")
         if ort_available():
-            ort = self.run_ort(d, model_path, feeds)["y"]
+            ort = run_ort(model_path, os.path.join(d, "ort_out"), feeds)["y"]
             s = steps(got, ort, y_scale)
             print(f"{block.tag}: {int((s > 0).sum())} of {s.size} elements one step from ONNX Runtime",
                   file=sys.stderr)
@@ -348,7 +325,7 @@ class QuantizedResNetLikeTest(unittest.TestCase):
             self.skipTest("onnxruntime-node is not installed")
         _, exact = ResidualEpilogueTest.compile_and_run(self, d, qdq_path, {"x": x_path}, extra=["--disable-pass", PASS],
                                                         tag="exact")
-        ort = ResidualEpilogueTest.run_ort(self, d, qdq_path, {"x": x_path})
+        ort = run_ort(qdq_path, os.path.join(d, "ort_out"), {"x": x_path})
         qdq = onnx.load(qdq_path)
         inits = {i.name: numpy_helper.to_array(i) for i in qdq.graph.initializer}
         producer = {o: n for n in qdq.graph.node for o in n.output}
