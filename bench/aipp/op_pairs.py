@@ -4,7 +4,8 @@ of preprocess_bench (KILN_PROFILE=DIR preprocess_bench AIPP_ONLY.kiln PLAIN.kiln
 
 The plain and the fused network run back to back in each round (preprocess_bench), so the
 k-th execution of each belongs to round k. Per round this prints, against the plain network:
-  - the fused network's Aipp node,
+  - the fused network's Aipp node (or its AippConv, the Aipp node and the first convolution
+    folded: compiler/passes/aipp_conv_fusion.cc),
   - the Aipp node's reader (the first convolution) in both networks: the same operator, but
     in the fused network it reads what the Aipp node just wrote, in the plain one the ready
     tensor the bench copied in,
@@ -39,16 +40,23 @@ def main():
     if len(networks) != 1:
         raise SystemExit(f"expected one network model name in the profile, found {sorted(networks)}")
     # The fused network's executions start with its Aipp node; its reader is the next op, and
-    # the plain network's executions start with that op (not after an Aipp).
-    reader = next((rows[i + 1]["op name"] for i, r in enumerate(rows[:-1]) if r["op type"] == "Aipp"), None)
+    # the plain network's executions start with that op (not after an Aipp). A folded network
+    # (kiln AippConv "aipp_x+<conv>") holds the reader in its first node: its reader time is 0.
+    folded = any(r["op type"] == "AippConv" for r in rows)
+    aipp_ops = {"Aipp", "AippConv"}
+    if folded:
+        reader = next(r["op name"].split("+", 1)[1] for r in rows if r["op type"] == "AippConv")
+    else:
+        reader = next((rows[i + 1]["op name"] for i, r in enumerate(rows[:-1]) if r["op type"] == "Aipp"), None)
     if reader is None:
         raise SystemExit("no Aipp node in the network's profile")
     execs = []
     for i, r in enumerate(rows):
         name, us = r["op name"], float(r["duration us"])
-        if r["op type"] == "Aipp":
-            execs.append({"fused": True, "aipp": us, "reader": None, "sum": 0.0, "aipp_name": name})
-        elif name == reader and (i == 0 or rows[i - 1]["op type"] != "Aipp"):
+        if r["op type"] in aipp_ops:
+            execs.append({"fused": True, "aipp": us, "reader": 0.0 if folded else None, "sum": 0.0,
+                          "aipp_name": name})
+        elif name == reader and (i == 0 or rows[i - 1]["op type"] not in aipp_ops):
             execs.append({"fused": False, "reader": None, "sum": 0.0})
         if not execs:
             continue
@@ -69,9 +77,11 @@ def main():
         print(f"  {label:<44} {m:9.0f} [{q1:.0f}, {q3:.0f}]")
 
     line(f"fused: {fused[0]['aipp_name']}", [e["aipp"] for e in fused])
-    line(f"fused: {reader}", [e["reader"] for e in fused])
+    if not folded:
+        line(f"fused: {reader}", [e["reader"] for e in fused])
     line(f"plain: {reader}", [e["reader"] for e in plain])
-    line(f"{reader}: fused - plain", [f["reader"] - p["reader"] for f, p in zip(fused, plain)])
+    if not folded:
+        line(f"{reader}: fused - plain", [f["reader"] - p["reader"] for f, p in zip(fused, plain)])
     line("Aipp + its reader (fused) - reader (plain)",
          [f["aipp"] + f["reader"] - p["reader"] for f, p in zip(fused, plain)])
     line("all ops: fused - plain", [f["sum"] - p["sum"] for f, p in zip(fused, plain)])
