@@ -31,8 +31,6 @@ Expected<double> number_field(const json& j, const char* name, double lo, double
 
 // A list of token ids; `what` names it in errors.
 Expected<std::vector<int64_t>> token_ids(const json& j, const std::string& what) {
-  if (j.is_string() || (j.is_array() && !j.empty() && j[0].is_string()))
-    return invalid_argument("%s is text, but this server has no tokenizer: give token ids (integers)", what.c_str());
   if (!j.is_array() || j.empty()) return invalid_argument("%s must be a non-empty array of token ids", what.c_str());
   std::vector<int64_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
@@ -47,9 +45,10 @@ json envelope(const CompletionHeader& h) {
   return {{"id", h.id}, {"object", "text_completion"}, {"created", h.created}, {"model", h.model}};
 }
 
-json choice_json(size_t index, const std::vector<int64_t>& tokens, const std::string& finish_reason) {
+json choice_json(size_t index, const std::vector<int64_t>& tokens, const std::string& text,
+                 const std::string& finish_reason) {
   return {{"index", index},
-          {"text", ""},
+          {"text", text},
           {"token_ids", tokens},
           {"logprobs", nullptr},
           {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
@@ -70,7 +69,18 @@ Expected<CompletionRequest> parse_completion_request(const std::string& body) {
       r.model = v.get<std::string>();
     } else if (key == "prompt") {
       has_prompt = true;
-      if (v.is_array() && !v.empty() && v[0].is_array()) {
+      // OpenAI's four forms: text, a list of texts, token ids, a list of token-id lists (the
+      // model's tokenizer encodes the texts: LlmModel::prepare).
+      if (v.is_string()) {
+        r.params.texts.push_back(v.get<std::string>());
+      } else if (v.is_array() && !v.empty() && v[0].is_string()) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (!v[i].is_string())
+            return invalid_argument("'prompt'[%zu] is %s: a list of prompts holds texts only, or token-id lists "
+                                    "only", i, json_brief(v[i]).c_str());
+          r.params.texts.push_back(v[i].get<std::string>());
+        }
+      } else if (v.is_array() && !v.empty() && v[0].is_array()) {
         for (size_t i = 0; i < v.size(); ++i) {
           KILN_ASSIGN_OR_RETURN(std::vector<int64_t> ids, token_ids(v[i], str_format("'prompt'[%zu]", i)));
           r.params.prompts.push_back(std::move(ids));
@@ -106,11 +116,16 @@ Expected<CompletionRequest> parse_completion_request(const std::string& body) {
       }
     } else if (key == "stop") {
       if (v.is_null()) continue;
+      if (v.is_string() || (v.is_array() && !v.empty() && v[0].is_string()))
+        return invalid_argument("'stop' is text: stop sequences are not supported, give token ids (integers)");
       if (is_int64(v)) {
         r.params.stop.push_back(v.get<int64_t>());
       } else {
         KILN_ASSIGN_OR_RETURN(r.params.stop, token_ids(v, "'stop'"));
       }
+    } else if (key == "ignore_eos") {  // vLLM's extension
+      if (!v.is_boolean()) return invalid_argument("'ignore_eos' must be true or false");
+      r.params.ignore_eos = v.get<bool>();
     } else if (key == "stream") {
       if (!v.is_boolean()) return invalid_argument("'stream' must be true or false");
       r.params.stream = v.get<bool>();
@@ -125,21 +140,21 @@ Expected<CompletionRequest> parse_completion_request(const std::string& body) {
       if (!v.is_string()) return invalid_argument("'user' must be a string");
     } else {
       return invalid_argument("unknown field '%s' (known: model, prompt, max_tokens, temperature, top_p, top_k, seed, "
-                              "stop, stream, n, best_of, echo, logprobs, user)", key.c_str());
+                              "stop, ignore_eos, stream, n, best_of, echo, logprobs, user)", key.c_str());
     }
   }
   if (r.model.empty()) return invalid_argument("no 'model': name the model to complete with");
-  if (!has_prompt) return invalid_argument("no 'prompt': give the prompt's token ids");
+  if (!has_prompt) return invalid_argument("no 'prompt': give the prompt's text or token ids");
   return r;
 }
 
 std::string encode_completion(const CompletionHeader& h, const std::vector<std::vector<int64_t>>& prompts,
-                              const std::vector<Completion::Choice>& choices) {
+                              const std::vector<Completion::Choice>& choices, const std::vector<std::string>& texts) {
   json j = envelope(h);
   j["choices"] = json::array();
   int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
-    j["choices"].push_back(choice_json(i, choices[i].tokens, choices[i].finish_reason));
+    j["choices"].push_back(choice_json(i, choices[i].tokens, i < texts.size() ? texts[i] : "", choices[i].finish_reason));
     prompt_tokens += static_cast<int64_t>(prompts[i].size());
     completion_tokens += static_cast<int64_t>(choices[i].tokens.size());
   }
@@ -150,9 +165,9 @@ std::string encode_completion(const CompletionHeader& h, const std::vector<std::
 }
 
 std::string encode_completion_event(const CompletionHeader& h, size_t index, const std::vector<int64_t>& tokens,
-                                    const std::string& finish_reason) {
+                                    const std::string& text, const std::string& finish_reason) {
   json j = envelope(h);
-  j["choices"] = json::array({choice_json(index, tokens, finish_reason)});
+  j["choices"] = json::array({choice_json(index, tokens, text, finish_reason)});
   return "data: " + j.dump() + "\n\n";
 }
 

@@ -1,7 +1,8 @@
-// OpenAI's completions protocol (POST /v1/completions) as far as a model without a tokenizer
-// can speak it: prompts and stop sequences as token ids, answers carrying `token_ids` beside
-// an empty `text`. Parsing is strict: an unknown field, a value of the wrong type or out of
-// range, text where token ids are needed is invalid_argument naming the field.
+// OpenAI's completions protocol (POST /v1/completions): prompts as text (encoded by the model's
+// tokenizer, LlmModel::prepare) or token ids, stop tokens as ids, answers carrying `token_ids`
+// beside `text` (empty for a model without a tokenizer). Parsing is strict: an unknown field, a
+// value of the wrong type or out of range, text stop sequences are invalid_argument naming the
+// field.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,10 @@ struct CompletionRequest {
   CompletionParams params;
 };
 
-// Parses a request body: {"model", "prompt" (token ids, or a list of token-id lists),
+// Parses a request body: {"model", "prompt" (text, a list of texts, token ids, or a list of
+// token-id lists),
 // "max_tokens" (default 16), "temperature" (default 1; 0 is greedy), "top_p", "top_k",
-// "seed", "stop" (token id or ids), "stream", and "n"/"best_of" 1, "echo" false, "logprobs"
+// "seed", "stop" (token id or ids), "ignore_eos" (vLLM's), "stream", and "n"/"best_of" 1, "echo" false, "logprobs"
 // null, "user" accepted as OpenAI clients send them}.
 Expected<CompletionRequest> parse_completion_request(const std::string& body);
 
@@ -31,13 +33,15 @@ struct CompletionHeader {
   std::string model;
 };
 
-// The non-streamed answer: every choice's tokens, finish_reason and the usage counts.
+// The non-streamed answer: every choice's tokens, text (`texts[i]`, "" past its end),
+// finish_reason and the usage counts.
 std::string encode_completion(const CompletionHeader& h, const std::vector<std::vector<int64_t>>& prompts,
-                              const std::vector<Completion::Choice>& choices);
-// One server-sent event ("data: {...}\n\n") of choice `index`: new tokens (finish_reason
-// null) or, with `finish_reason` set, its end.
+                              const std::vector<Completion::Choice>& choices, const std::vector<std::string>& texts);
+// One server-sent event ("data: {...}\n\n") of choice `index`: new tokens and the text they
+// completed (finish_reason null) or, with `finish_reason` set, its end (with the text held back
+// until then).
 std::string encode_completion_event(const CompletionHeader& h, size_t index, const std::vector<int64_t>& tokens,
-                                    const std::string& finish_reason);
+                                    const std::string& text, const std::string& finish_reason);
 
 // OpenAI's error object: {"error": {"message", "type", "param": null, "code"}}, the type and
 // code following the HTTP status.

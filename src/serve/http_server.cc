@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "llm/streaming_decoder.h"
 #include "serve/affinity.h"
 #include "serve/completions_codec.h"
 #include "serve/http_connection.h"
@@ -269,6 +270,11 @@ struct HttpServer::Impl {
       return;
     }
     ModelMetrics& counters = metrics.model(name);
+    // Text prompts through the model's tokenizer (a 400 naming it when there is none).
+    if (Status prepared = m->prepare(&parsed->params); !prepared.ok()) {
+      ++counters.failures;
+      return fail(400, prepared.message());
+    }
     auto completion = std::make_shared<Completion>(std::move(parsed->params));
     Status s = m->submit(completion);
     if (s.ok()) s = completion->wait_admitted();
@@ -293,26 +299,44 @@ struct HttpServer::Impl {
           finished[i] = !choices[i].finish_reason.empty();
         }
       }
+      // Each choice's text (stop tokens are not in its tokens). An id the tokenizer does not
+      // have (a model's vocabulary larger than its tokenizer's) fails the completion, naming it.
+      std::vector<std::string> texts;
+      for (size_t i = 0; s.ok() && m->tokenizer() != nullptr && i < n; ++i) {
+        Expected<std::string> text = m->tokenizer()->decode(choices[i].tokens);
+        if (text.ok()) {
+          texts.push_back(std::move(*text));
+        } else {
+          s = internal_error("choice %zu's text: %s", i, text.status().message().c_str());
+        }
+      }
       if (!s.ok()) {
         ++counters.failures;
         return fail(http_status(s) == 503 ? 503 : 500, s.to_string());
       }
       ++counters.requests;
       res.status = 200;
-      res.set_content(encode_completion(header, completion->params().prompts, choices), kJson);
+      res.set_content(encode_completion(header, completion->params().prompts, choices, texts), kJson);
       return;
     }
     // Server-sent events: one per token as the engine generates it, one per choice's end, then
     // "data: [DONE]". An error after the first event can only be sent as an event.
+    // With a tokenizer each event carries the text its token completed, decoded incrementally
+    // per choice (llm::StreamingDecoder: a character split over byte tokens comes whole), and
+    // the choice's last event the text held back until then.
     struct Stream {
       std::shared_ptr<Completion> completion;
       CompletionHeader header;
       std::vector<size_t> sent;
       std::vector<bool> finished;
+      std::shared_ptr<LlmModel> model;  // keeps the tokenizer the decoders read
+      std::vector<llm::StreamingDecoder> decoders;  // per choice; none without a tokenizer
       bool ok = true;
       bool counted = false;  // in the model's requests or failures
     };
-    auto stream = std::make_shared<Stream>(Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false)});
+    auto stream = std::make_shared<Stream>(
+        Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false), m, {}});
+    if (m->tokenizer() != nullptr) stream->decoders.assign(n, llm::StreamingDecoder(*m->tokenizer()));
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
@@ -322,14 +346,30 @@ struct HttpServer::Impl {
           bool done = false;
           Status st = stream->completion->wait_for_update(stream->sent, stream->finished, &choices, &done);
           std::string events;
-          for (size_t i = 0; i < choices.size(); ++i) {
-            for (size_t t = stream->sent[i]; t < choices[i].tokens.size(); ++t)
-              events += encode_completion_event(stream->header, i, {choices[i].tokens[t]}, "");
+          // The text of token `t` of choice `i` (empty without a tokenizer); a failure ends the
+          // stream with an error event.
+          auto text_of = [&](size_t i, const int64_t* token) -> std::string {
+            if (stream->decoders.empty() || !st.ok()) return {};
+            Expected<std::string> piece = token ? stream->decoders[i].push(*token) : stream->decoders[i].finish();
+            if (piece.ok()) return std::move(*piece);
+            st = internal_error("choice %zu's text: %s", i, piece.status().message().c_str());
+            return {};
+          };
+          for (size_t i = 0; i < choices.size() && st.ok(); ++i) {
+            for (size_t t = stream->sent[i]; t < choices[i].tokens.size() && st.ok(); ++t) {
+              const std::string text = text_of(i, &choices[i].tokens[t]);
+              if (st.ok()) events += encode_completion_event(stream->header, i, {choices[i].tokens[t]}, text, "");
+            }
             stream->sent[i] = choices[i].tokens.size();
-            if (!choices[i].finish_reason.empty() && !stream->finished[i]) {
-              events += encode_completion_event(stream->header, i, {}, choices[i].finish_reason);
+            if (st.ok() && !choices[i].finish_reason.empty() && !stream->finished[i]) {
+              const std::string rest = text_of(i, nullptr);
+              if (st.ok()) events += encode_completion_event(stream->header, i, {}, rest, choices[i].finish_reason);
               stream->finished[i] = true;
             }
+          }
+          if (!st.ok() && !done) {
+            stream->completion->cancel();  // nothing more can be sent for it
+            done = true;
           }
           if (!st.ok()) {
             stream->ok = false;

@@ -2,6 +2,7 @@
 #include "serve/llm_model.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace kiln::serve {
 
@@ -39,13 +40,28 @@ Expected<std::shared_ptr<LlmModel>> LlmModel::load(const ModelFiles& files, Metr
   options.block_size = files.config.llm.block_size;
   options.max_step_tokens = files.config.llm.max_step_tokens;
   options.kv_dtype = *llm::kv_dtype_from_name(files.config.llm.kv_dtype);  // config.json checked the name
+  std::unique_ptr<llm::Tokenizer> tokenizer;
+  if (!files.config.llm.tokenizer.empty()) {
+    // Relative to the version directory, where the decoder's own files are.
+    const std::filesystem::path path = std::filesystem::path(files.model_path) / files.config.llm.tokenizer;
+    KILN_ASSIGN_OR_RETURN(tokenizer, llm::Tokenizer::load(path.string()), "model '%s': config.json llm.tokenizer",
+                          files.name.c_str());
+    if (tokenizer->vocab_size() > decoder->config().vocab)
+      return invalid_argument("model '%s': the tokenizer's vocabulary (%lld) is larger than the model's (%lld): not "
+                              "this model's tokenizer", files.name.c_str(), (long long)tokenizer->vocab_size(),
+                              (long long)decoder->config().vocab);
+  }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(std::move(decoder), options),
                         "model '%s'", files.name.c_str());
-  return std::shared_ptr<LlmModel>(new LlmModel(files, std::move(engine), metrics));
+  return std::shared_ptr<LlmModel>(new LlmModel(files, std::move(engine), std::move(tokenizer), metrics));
 }
 
-LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metrics& metrics)
-    : files_(std::move(files)), engine_(std::move(engine)), metrics_(metrics.model(files_.name)) {
+LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, std::unique_ptr<llm::Tokenizer> tokenizer,
+                   Metrics& metrics)
+    : files_(std::move(files)),
+      engine_(std::move(engine)),
+      tokenizer_(std::move(tokenizer)),
+      metrics_(metrics.model(files_.name)) {
   decoder_ = engine_->config();
   metrics_.llm = true;
   const llm::DecoderConfig& c = decoder_;
@@ -58,6 +74,25 @@ LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metric
 }
 
 LlmModel::~LlmModel() { shutdown(); }
+
+Status LlmModel::prepare(CompletionParams* p) const {
+  if (!p->texts.empty() && tokenizer_ == nullptr)
+    return invalid_argument("'prompt' is text, but model '%s' has no tokenizer: name a SentencePiece model in its "
+                            "config.json (\"llm\": {\"tokenizer\": \"tokenizer.model\"}), or give token ids",
+                            files_.name.c_str());
+  for (size_t i = 0; i < p->texts.size(); ++i) {
+    Expected<std::vector<int64_t>> ids = tokenizer_->encode(p->texts[i]);
+    if (!ids.ok())
+      return invalid_argument("'prompt'%s: %s", p->texts.size() > 1 ? str_format("[%zu]", i).c_str() : "",
+                              ids.status().message().c_str());
+    if (tokenizer_->bos_id() >= 0) ids->insert(ids->begin(), tokenizer_->bos_id());
+    p->prompts.push_back(std::move(*ids));
+  }
+  if (tokenizer_ != nullptr && tokenizer_->eos_id() >= 0 && !p->ignore_eos &&
+      std::find(p->stop.begin(), p->stop.end(), tokenizer_->eos_id()) == p->stop.end())
+    p->stop.push_back(tokenizer_->eos_id());
+  return ok_status();
+}
 
 Status LlmModel::submit(std::shared_ptr<Completion> completion) {
   std::lock_guard lock(mutex_);

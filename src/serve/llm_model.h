@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "llm/engine.h"
+#include "llm/tokenizer.h"
 #include "serve/metrics.h"
 #include "serve/model_config.h"
 
@@ -31,9 +32,12 @@ namespace kiln::serve {
 // What a completion asks for (OpenAI's /v1/completions fields the engine understands).
 struct CompletionParams {
   std::vector<std::vector<int64_t>> prompts;  // token ids, one prompt per choice
+  // Text prompts as given (one per choice), encoded into `prompts` by LlmModel::prepare.
+  std::vector<std::string> texts;
   int64_t max_tokens = 16;
   llm::SamplingOptions sampling;  // OpenAI's default temperature is 1
   std::vector<int64_t> stop;      // token ids that end a choice (not returned)
+  bool ignore_eos = false;        // vLLM's: do not stop at the tokenizer's </s>
   bool stream = false;
 };
 
@@ -84,6 +88,14 @@ class LlmModel {
   const std::string& name() const { return files_.name; }
   const std::string& version() const { return files_.version; }
   const llm::DecoderConfig& decoder() const { return decoder_; }
+  // The model's tokenizer (config.json llm.tokenizer), null without one. Immutable: any thread.
+  const llm::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+
+  // Before submit, on the HTTP thread: encodes text prompts (<s> in front) into token ids,
+  // and with a tokenizer adds its </s> to the stop tokens unless ignore_eos. invalid_argument
+  // for a text prompt when the model has no tokenizer (naming the config field), or for text
+  // the tokenizer refuses.
+  Status prepare(CompletionParams* params) const;
 
   // Queues a completion for the driver: resource_exhausted when max_queue_size completions
   // are in progress already, unavailable once shutdown() began.
@@ -92,7 +104,8 @@ class LlmModel {
   void shutdown();
 
  private:
-  LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, Metrics& metrics);
+  LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, std::unique_ptr<llm::Tokenizer> tokenizer,
+           Metrics& metrics);
   void drive();
   // Driver thread only: admits one completion's prompts into the engine (all or none).
   void admit(const std::shared_ptr<Completion>& c);
@@ -105,6 +118,7 @@ class LlmModel {
   ModelFiles files_;
   llm::DecoderConfig decoder_;
   std::unique_ptr<llm::Engine> engine_;  // driver thread only
+  std::unique_ptr<llm::Tokenizer> tokenizer_;
   ModelMetrics& metrics_;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -82,9 +82,14 @@ Expected<ModelConfig> parse_config_json(const json& j) {
             return invalid_argument("config.json: 'llm.kv_dtype' is %s, expected \"fp32\" or \"bf16\"",
                                     json_brief(v).c_str());
           c.llm.kv_dtype = v.get<std::string>();
+        } else if (k == "tokenizer") {
+          if (!v.is_string() || v.get<std::string>().empty())
+            return invalid_argument("config.json: 'llm.tokenizer' is %s, expected the path of a SentencePiece model "
+                                    "(relative to the version directory)", json_brief(v).c_str());
+          c.llm.tokenizer = v.get<std::string>();
         } else {
           return invalid_argument("config.json: unknown field 'llm.%s' (known: max_batch, kv_cache_mib, block_size, "
-                                  "max_step_tokens, kv_dtype)",
+                                  "max_step_tokens, kv_dtype, tokenizer)",
                                   k.c_str());
         }
       }

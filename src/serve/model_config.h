@@ -23,6 +23,9 @@ struct LlmConfig {
   int64_t block_size = 16;     // token slots per KV block
   int64_t max_step_tokens = 0; // rows per engine step (chunked prefill), 0 or >= max_batch; 0: whole prefills
   std::string kv_dtype = "fp32";  // KV pool element type: "fp32" or "bf16"
+  // A SentencePiece model for text prompts and text answers, relative to the version
+  // directory (or absolute); empty: token ids only.
+  std::string tokenizer;
 };
 
 struct ModelConfig {
