@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "llm/engine.h"
+#include "llm/streaming_decoder.h"
 #include "llm/tokenizer.h"
 #include "tools/api_session.h"
 #include "tools/cli_options.h"
@@ -75,16 +76,11 @@ Expected<std::unique_ptr<llm::Tokenizer>> load_tokenizer(const GenerateArgs& arg
   return llm::Tokenizer::load(path);
 }
 
-// Prints what `tokens` decode to beyond the `printed` bytes already out. SentencePiece
-// decodes a piece differently at the start of a text (no leading space), so the whole
-// generated text is decoded each time and only its new end is printed.
-Status print_new_text(const llm::Tokenizer& tok, const std::vector<int64_t>& tokens, size_t* printed) {
-  KILN_ASSIGN_OR_RETURN(std::string text, tok.decode(tokens));
-  if (text.size() > *printed) {
-    std::fwrite(text.data() + *printed, 1, text.size() - *printed, stdout);
-    std::fflush(stdout);
-    *printed = text.size();
-  }
+// Prints a piece of streamed text (llm::StreamingDecoder: whole characters only).
+Status print_piece(const Expected<std::string>& piece) {
+  if (!piece.ok()) return piece.status();
+  std::fwrite(piece->data(), 1, piece->size(), stdout);
+  std::fflush(stdout);
   return ok_status();
 }
 
@@ -174,18 +170,18 @@ int run_generate(const GenerateArgs& args) {
   double first_token_ms = -1;
   // One request with text out: its text streams as the tokens come.
   const bool stream = text_out && !args.quiet && count == 1 && ids[0] >= 0;
-  std::vector<int64_t> streamed;
-  size_t printed = 0;
+  std::optional<llm::StreamingDecoder> streamed;
+  if (stream) streamed.emplace(*tok);
   Status stream_status = ok_status();
   if (stream) std::printf("request 0: ");
   e.on_token = [&](int64_t, int64_t token) {
     if (first_token_ms < 0)
       first_token_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!stream || !stream_status.ok() || token == tok->eos_id()) return;
-    streamed.push_back(token);
-    stream_status = print_new_text(*tok, streamed, &printed);
+    stream_status = print_piece(streamed->push(token));
   };
   if (Status st = e.run_to_completion(); !st.ok()) return report_error(cmd, st.to_string());
+  if (stream && stream_status.ok()) stream_status = print_piece(streamed->finish());
   if (stream) std::printf("\n");
   if (!stream_status.ok()) return report_error(cmd, stream_status.to_string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
