@@ -340,6 +340,34 @@ class QuantizedResNetLikeTest(unittest.TestCase):
             self.assertLessEqual(s.max(), 1, f"{name}: Kiln vs ONNX Runtime, {s.max()} steps")
 
 
+def kiln_residual_conv_model(r_dims, r_type=TensorProto.UINT8, drop_last=False):
+    """One kiln FusedQLinearConv node (1x1, 4 channels) with a residual R given as an input."""
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(3, np.uint8), "z"),
+             numpy_helper.from_array(np.ones((4, 4, 1, 1), np.int8), "w"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "ws"), numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    ins = ["x", "s", "z", "w", "ws", "wz", "s", "z", "", "r", "s", "z", "s", "z"]
+    node = helper.make_node("FusedQLinearConv", ins[:-1] if drop_last else ins, ["y"], name="qconv", domain="kiln")
+    graph = helper.make_graph([node], "qconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 3, 3]),
+                                                helper.make_tensor_value_info("r", r_type, r_dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("kiln", 1)])
+
+
+class BadResidualConvTest(unittest.TestCase):
+    def test_bad_residual_inputs_fail_to_compile_with_the_reason(self):
+        cases = [("shape", kiln_residual_conv_model([1, 4, 2, 2]), "must have Y's shape"),
+                 ("dtype", kiln_residual_conv_model([1, 4, 3, 3], TensorProto.FLOAT), "must be int8 or uint8"),
+                 ("missing", kiln_residual_conv_model([1, 4, 3, 3], drop_last=True), "a residual takes inputs 9..13")]
+        for tag, model, message in cases:
+            d = os.path.join(WORK, "bad_" + tag)
+            os.makedirs(d, exist_ok=True)
+            onnx.save(model, os.path.join(d, "m.onnx"))
+            r = run(["compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")])
+            self.assertEqual(r.returncode, 1, f"{tag}: {r.stderr}")
+            self.assertIn("'qconv' (kiln.FusedQLinearConv)", r.stderr, tag)
+            self.assertIn(message, r.stderr, tag)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit("usage: residual_epilogue_test.py KILN WORKDIR")
