@@ -6,8 +6,8 @@
 // precision_assignment, so the convolution's output layout (NC1HWC0 for a blocked reader) and
 // precision are settled and the folded node keeps them.
 //
-// Folded when: the Aipp is static and writes NCHW; its image is no graph output and has one
-// reader, a 2-D ONNX Conv or kiln FusedConv reading it as X, with one group, at most 4 input
+// Folded when: the Aipp is static and writes NCHW; its image is larger than 2 MiB
+// (kMinImageBytes: a smaller one stays in cache unfolded), no graph output, and has one reader, a 2-D ONNX Conv or kiln FusedConv reading it as X, with one group, at most 4 input
 // channels, constant float32 W (and B), no residual Z, float32 compute and output, and a fast
 // kernel (oneDNN takes its activation). Otherwise the pass leaves the pair and its note says
 // why ("aipp_conv_fusion: aipp_x not folded: its image has 2 readers"). `--disable-pass
@@ -39,6 +39,14 @@ constexpr const char* kAippAttrs[] = {"mode", "params", "output_layout", "output
 
 // Input channels up to which the fold applies: the Aipp node writes 1, 3 or 4.
 constexpr int64_t kMaxInputChannels = 4;
+
+// Images up to this size are not folded: they stay in the core's L2 between the Aipp node and
+// the convolution anyway (the Aipp kernel's kStreamBytes, the size from which it streams its
+// output past the caches), and the strips only add their overheads (recomputed border rows, a
+// oneDNN call per strip, a copy per channel block): MobileNetV2 at 224x224 (0.6 MB), one
+// thread, load 7-8, three alternated `kiln profile` runs: folded 0.56-0.58 ms against
+// 0.26-0.29 + 0.21-0.23 ms apart (docs/aipp.md).
+constexpr int64_t kMinImageBytes = int64_t{2} << 20;
 
 bool carried_conv_attr(const std::string& name) {
   for (const char* a : kConvAttrs)
@@ -73,6 +81,13 @@ class AippConvFolder {
     if (aipp.attr_string("output_layout", "NCHW") != "NCHW") return "its image is NHWC";
     const ir::Value* image = aipp.output(0);
     if (uses_.pinned(image)) return "its image is a graph output";
+    if (image->shape().has_rank() && image->shape().is_static()) {
+      int64_t bytes = static_cast<int64_t>(sizeof(float));
+      for (int64_t d : image->shape().static_dims()) bytes *= d;
+      if (bytes <= kMinImageBytes)
+        return "its image (" + std::to_string(bytes) + " bytes) stays in the cache (folded from " +
+               std::to_string(kMinImageBytes) + " bytes)";
+    }
     const std::vector<ir::Node*>& readers = uses_.consumers(image);
     if (readers.size() != 1) return "its image has " + std::to_string(readers.size()) + " readers";
     ir::Node* c = readers[0];
