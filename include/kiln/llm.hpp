@@ -15,6 +15,9 @@
 // run() when the step ends (it never crosses the C boundary); for the rest of that step the
 // callback is not called (the other requests' tokens are still kept: tokens(), poll()). Inside the callback only
 // cancel(), poll(), status(), tokens(), stats() and info() may be called on the engine.
+//
+// Text: kiln::llm::Tokenizer tok("tokenizer.model"); tok.encode("And God said") (with <s>),
+// tok.decode(ids), and engine.add_text_request("And God said", tok, params) (ends at </s>).
 #ifndef KILN_LLM_HPP_
 #define KILN_LLM_HPP_
 
@@ -41,6 +44,59 @@ struct RequestParams : kilnllmRequestParams {
 };
 
 using Status = kilnllmRequestStatus;
+
+// A SentencePiece model (llm.h's tokenizer): move-only, immutable, usable from many threads.
+class Tokenizer {
+ public:
+  explicit Tokenizer(const std::string& model_path) {
+    check(kilnllmCreateTokenizer(model_path.c_str(), &tokenizer_), "kilnllmCreateTokenizer");
+  }
+  ~Tokenizer() {
+    if (tokenizer_) kilnllmDestroyTokenizer(tokenizer_);
+  }
+  Tokenizer(Tokenizer&& other) noexcept : tokenizer_(std::exchange(other.tokenizer_, nullptr)) {}
+  Tokenizer& operator=(Tokenizer&& other) noexcept {
+    if (this != &other) {
+      if (tokenizer_) kilnllmDestroyTokenizer(tokenizer_);
+      tokenizer_ = std::exchange(other.tokenizer_, nullptr);
+    }
+    return *this;
+  }
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  const kilnllmTokenizer* get() const noexcept { return tokenizer_; }
+
+  // The ids of UTF-8 `text` (no NUL inside), <s> in front when add_bos and the model has one.
+  std::vector<int64_t> encode(const std::string& text, bool add_bos = true) const {
+    size_t n = 0;
+    const kilnError size_code = kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, nullptr, 0, &n);
+    if (size_code != KILN_ERROR_STORAGE_OVER_LIMIT) check(size_code, "kilnllmTokenize");
+    std::vector<int64_t> ids(n);
+    check(kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n), "kilnllmTokenize");
+    return ids;
+  }
+  std::string decode(const std::vector<int64_t>& ids) const {
+    size_t n = 0;
+    const kilnError size_code = kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), nullptr, 0, &n);
+    if (size_code != KILN_ERROR_STORAGE_OVER_LIMIT) check(size_code, "kilnllmDetokenize");
+    std::string text(n + 1, '\0');
+    check(kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), &text[0], text.size(), &n), "kilnllmDetokenize");
+    text.resize(n);
+    return text;
+  }
+  int64_t bos_id() const { return get_id(&kilnllmTokenizerBosId, "kilnllmTokenizerBosId"); }
+  int64_t eos_id() const { return get_id(&kilnllmTokenizerEosId, "kilnllmTokenizerEosId"); }
+  int64_t vocab_size() const { return get_id(&kilnllmTokenizerVocabSize, "kilnllmTokenizerVocabSize"); }
+
+ private:
+  int64_t get_id(kilnError (*fn)(const kilnllmTokenizer*, int64_t*), const char* call) const {
+    int64_t v = -1;
+    check(fn(tokenizer_, &v), call);
+    return v;
+  }
+  kilnllmTokenizer* tokenizer_ = nullptr;
+};
 
 class Engine {
  public:
@@ -79,6 +135,13 @@ class Engine {
   int64_t add_request(const std::vector<int64_t>& prompt, const RequestParams& params = RequestParams()) {
     int64_t id = -1;
     check(kilnllmAddRequest(engine_, prompt.data(), prompt.size(), &params, &id), "kilnllmAddRequest");
+    return id;
+  }
+  // A text prompt: <s> + its ids, ending at the tokenizer's </s> besides params' stop tokens.
+  int64_t add_text_request(const std::string& text, const Tokenizer& tokenizer,
+                           const RequestParams& params = RequestParams()) {
+    int64_t id = -1;
+    check(kilnllmAddTextRequest(engine_, tokenizer.get(), text.c_str(), &params, &id), "kilnllmAddTextRequest");
     return id;
   }
   void cancel(int64_t id) { check(kilnllmCancelRequest(engine_, id), "kilnllmCancelRequest"); }

@@ -115,3 +115,60 @@ TEST(LlmHpp, ErrorsThrowAndCallbackExceptionsCancelTheirRequest) {
 }
 
 }  // namespace
+
+namespace {
+
+// kiln::llm::Tokenizer: ids and text equal SentencePiece's Python binding (the fixture's
+// byte-fallback model, reference.json), a text request generates what <s> + those ids do with
+// </s> as a stop token, and bad input throws kiln::Error with the C API's code.
+TEST(LlmHpp, TokenizerEncodesAsTheBindingAndTextRequestsMatchTheirIds) {
+  const std::string dir = std::string(KILN_LLM_TEST_DATA_DIR) + "/tokenizer_bytes";
+  std::ifstream in(dir + "/reference.json");
+  ASSERT_TRUE(in) << dir;
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  kiln::llm::Tokenizer tok(dir + "/tokenizer.model");
+  EXPECT_EQ(tok.vocab_size(), ref["vocab_size"].get<int64_t>());
+  EXPECT_EQ(tok.bos_id(), ref["bos_id"].get<int64_t>());
+  EXPECT_EQ(tok.eos_id(), ref["eos_id"].get<int64_t>());
+  for (const auto& c : ref["cases"]) {
+    const auto ids = c["ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(tok.encode(c["text"].get<std::string>(), false), ids);
+    EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>());
+  }
+  kiln::llm::Tokenizer moved = std::move(tok);
+  EXPECT_EQ(tok.get(), nullptr);
+  try {
+    moved.decode({moved.vocab_size()});
+    ADD_FAILURE() << "an id outside the vocabulary did not throw";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), KILN_ERROR_INVALID_PARAM);
+    EXPECT_NE(std::string(e.what()).find("outside the tokenizer's vocabulary"), std::string::npos) << e.what();
+  }
+  try {
+    moved.encode("ab\xff");
+    ADD_FAILURE() << "text that is not UTF-8 did not throw";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), KILN_ERROR_INVALID_PARAM);
+  }
+  try {
+    kiln::llm::Tokenizer missing(dir + "/no-such.model");
+    ADD_FAILURE() << "a missing model did not throw";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), KILN_ERROR_INVALID_FILE);
+  }
+  kiln::Runtime runtime;
+  kiln::llm::Engine engine(model_dir());
+  kiln::llm::RequestParams params;
+  params.maxNewTokens = 12;
+  const std::string text = ref["cases"][3]["text"];
+  const int64_t a = engine.add_text_request(text, moved, params);
+  const int64_t eos = moved.eos_id();
+  params.stopTokens = &eos;
+  params.numStopTokens = 1;
+  const int64_t b = engine.add_request(moved.encode(text), params);
+  engine.run();
+  EXPECT_EQ(engine.tokens(a), engine.tokens(b));
+  EXPECT_FALSE(engine.tokens(a).empty());
+}
+
+}  // namespace
