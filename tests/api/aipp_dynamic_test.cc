@@ -676,6 +676,56 @@ TEST_F(AippDynamicTest, SetInputAippChecksTheDatasetBuffer) {
 
 // ---- Static AIPP: kilnmdlGetFirstAippInfo ---------------------------------------------------
 
+// A model whose static AIPP the compiler folds into the convolution reading its image (kiln
+// AippConv, compiler/passes/aipp_conv_fusion.cc: images over 2 MiB): the C API still sees the
+// input's AIPP in the AippConv node.
+TEST_F(AippDynamicTest, AFoldedAippStillReportsItsStaticConfiguration) {
+  const char* text = R"(
+    <ir_version: 8, opset_import: ["" : 17]>
+    conv (float[1, 3, 480, 640] x) => (float[1, 16, 480, 640] y) {
+      shape = Constant <value = int64[4] {16, 3, 3, 3}> ()
+      w = ConstantOfShape <value = float[1] {0.1}> (shape)
+      y = Conv <pads = [1, 1, 1, 1]> (x, w)
+    }
+  )";
+  onnx::ModelProto m;
+  auto parsed = onnx::OnnxParser::Parse(m, text);
+  ASSERT_TRUE(parsed.IsOK()) << parsed.ErrorMessage();
+  const std::string bytes = m.SerializeAsString();
+  kiln::ops::AippInsertion ins;
+  ins.params.format = kiln::ops::AippFormat::kRgb888;
+  ins.params.src_w = 640;
+  ins.params.src_h = 480;
+  ins.where = "aipp_folded_test.cfg:1";
+  kiln::compiler::CompileOptions options;
+  options.aipp = {ins};
+  auto compiled = kiln::compiler::compile_onnx_bytes(bytes.data(), bytes.size(), "conv_folded_aipp", options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
+  int folded = 0;
+  for (const kiln::compiler::PassRecord& r : compiled->passes)
+    if (auto it = r.fusions.find("Aipp+Conv"); it != r.fusions.end()) folded += it->second;
+  ASSERT_EQ(folded, 1);
+  const std::string path = temp_dir() + "/conv_folded_aipp.kiln";
+  ASSERT_TRUE(kiln::compiler::write_compiled_model(*compiled, path).ok());
+
+  const uint32_t id = load(path);
+  kilnmdlInputAippType type = KILN_DATA_WITHOUT_AIPP;
+  size_t attached = 0;
+  ASSERT_EQ(kilnmdlGetAippType(id, 0, &type, &attached), KILN_SUCCESS) << last_error();
+  EXPECT_EQ(type, KILN_DATA_WITH_STATIC_AIPP);
+  kilnAippInfo info{};
+  info.size = sizeof info;
+  ASSERT_EQ(kilnmdlGetFirstAippInfo(id, 0, &info), KILN_SUCCESS) << last_error();
+  EXPECT_EQ(info.inputFormat, KILN_RGB888_U8);
+  EXPECT_EQ(info.srcImageSizeW, 640);
+  EXPECT_EQ(info.srcImageSizeH, 480);
+  ASSERT_EQ(info.outDims[0].aippOutdims.dimCount, 4u);
+  EXPECT_EQ(info.outDims[0].aippOutdims.dims[1], 3);  // the image AIPP makes, not the conv's output
+  EXPECT_EQ(info.outDims[0].aippOutdims.dims[2], 480);
+  EXPECT_EQ(info.outDims[0].aippOutdims.dims[3], 640);
+  EXPECT_EQ(kilnmdlUnload(id), KILN_SUCCESS);
+}
+
 TEST_F(AippDynamicTest, FirstAippInfoReadsAStaticConfiguration) {
   ASSERT_FALSE(static_model_path().empty());
   const uint32_t id = load(static_model_path());
