@@ -1,6 +1,6 @@
 // kiln.Tokenizer: text to token ids and back with a SentencePiece model (docs/llm.md), over the
-// C library's kilnllmTokenize / kilnllmDetokenize, each called once to learn the size and once
-// to fill the buffer.
+// C library's kilnllmTokenize / kilnllmDetokenize, each called with a buffer large enough for
+// almost any text and again at the size it reports when not.
 #include "python/src/llm_tokenizer.h"
 
 #include <pybind11/stl.h>
@@ -43,20 +43,30 @@ std::vector<int64_t> LlmTokenizer::encode(const py::object& text, bool add_bos) 
   const std::string utf8 = utf8_of(text);
   if (utf8.find('\0') != std::string::npos)
     throw_error(KILN_ERROR_INVALID_PARAM, "Tokenizer.encode: the text holds a NUL character");
+  // One call in the usual case: a piece is at least a byte, plus <s> and the dummy-prefix
+  // space; NFKC normalisation may lengthen a text, then the call says how many and is repeated.
+  std::vector<int64_t> ids(utf8.size() + 2);
   size_t n = 0;
-  kilnError e = kilnllmTokenize(handle(), utf8.c_str(), add_bos ? 1 : 0, nullptr, 0, &n);
-  if (e != KILN_ERROR_STORAGE_OVER_LIMIT) check(e, "kilnllmTokenize");
-  std::vector<int64_t> ids(n);
-  check(kilnllmTokenize(handle(), utf8.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n), "kilnllmTokenize");
+  kilnError e = kilnllmTokenize(handle(), utf8.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n);
+  if (e == KILN_ERROR_STORAGE_OVER_LIMIT) {
+    ids.resize(n);
+    e = kilnllmTokenize(handle(), utf8.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n);
+  }
+  check(e, "kilnllmTokenize");
+  ids.resize(n);
   return ids;
 }
 
 py::str LlmTokenizer::decode(const std::vector<int64_t>& ids) const {
+  // One decode in the usual case (16 bytes a piece); a longer text is decoded again at its size.
+  std::string text(16 * ids.size() + 16, '\0');
   size_t n = 0;
-  kilnError e = kilnllmDetokenize(handle(), ids.data(), ids.size(), nullptr, 0, &n);
-  if (e != KILN_ERROR_STORAGE_OVER_LIMIT) check(e, "kilnllmDetokenize");
-  std::string text(n + 1, '\0');
-  check(kilnllmDetokenize(handle(), ids.data(), ids.size(), text.data(), text.size(), &n), "kilnllmDetokenize");
+  kilnError e = kilnllmDetokenize(handle(), ids.data(), ids.size(), text.data(), text.size(), &n);
+  if (e == KILN_ERROR_STORAGE_OVER_LIMIT) {
+    text.resize(n + 1);
+    e = kilnllmDetokenize(handle(), ids.data(), ids.size(), text.data(), text.size(), &n);
+  }
+  check(e, "kilnllmDetokenize");
   return py::str(text.data(), n);
 }
 
