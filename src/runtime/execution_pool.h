@@ -13,6 +13,7 @@
 
 #include "core/logging.h"
 #include "core/offset_assignment.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "runtime/graph_executor.h"
 #include "runtime/plan_memory.h"
 
@@ -193,6 +194,31 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
     keep_bins_ = keep_bins;
   }
   bool has_arena_layout() const { return layout_ != nullptr; }
+  // The largest range of the plan's block that no value holds while step `step` runs, 64-byte
+  // aligned, lent to its kernel (kernels/cpu/lent_workspace.h): not an entry out (live_: the
+  // step's inputs and everything a later step still reads, views' bases included) nor one of
+  // the step's own outputs, which its kernel takes during the run. Empty before the block is
+  // laid out. No allocation: busy_ was sized with the block.
+  kernels::LentWorkspace free_range(size_t step) {
+    if (!layout_block_ || step + 1 >= layout_->step_begin.size()) return {};
+    const std::vector<ArenaLayout::Entry>& entries = layout_->entries;
+    busy_.assign(live_.begin(), live_.end());
+    for (uint32_t k = layout_->step_begin[step]; k < layout_->step_begin[step + 1]; ++k) busy_.push_back(k);
+    std::sort(busy_.begin(), busy_.end(),
+              [&](uint32_t a, uint32_t b) { return entries[a].offset < entries[b].offset; });
+    size_t best_begin = 0, best_end = 0, free_from = 0;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(layout_block_->base());
+    auto consider = [&](size_t begin, size_t end) {
+      begin = align64_up(base + begin) - base;
+      if (end > begin && end - begin > best_end - best_begin) best_begin = begin, best_end = end;
+    };
+    for (uint32_t e : busy_) {
+      consider(free_from, entries[e].offset);
+      free_from = std::max(free_from, entries[e].offset + entries[e].size);
+    }
+    consider(free_from, layout_block_->size());
+    return {layout_block_->base() + best_begin, best_end - best_begin};
+  }
   void begin_step(size_t step) {
     // The planned outputs of the step before that no request took: its kernel made them itself.
     if (layout_block_ && step > 0 && step < layout_->step_begin.size())
@@ -270,6 +296,7 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
     layout_noted_.assign(n, false);
     live_.clear();
     live_.reserve(n);
+    busy_.reserve(2 * n);
     layout_freed_.reserve(n);
     planned_bytes_.store(l.arena_bytes, std::memory_order_relaxed);
     return true;
@@ -581,6 +608,8 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   std::vector<Bin> bins_;
   std::vector<Tensor> shells_;
   size_t shell_demand_ = 0;  // reuse_view calls of the current execution
+  std::vector<uint32_t> busy_;  // free_range's entries held during a step
+  static size_t align64_up(size_t n) { return (n + 63) & ~size_t{63}; }
   Trace trace_;
   int recordings_ = 0;
   std::unique_ptr<Plan> plan_;

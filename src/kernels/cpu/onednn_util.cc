@@ -12,6 +12,7 @@
 
 #include "core/huge_pages.h"
 #include "core/parallel.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/weak_cache.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/prepacked_weights.h"
@@ -43,6 +44,9 @@ void* thread_workspace(size_t bytes) {
     size_t capacity = 0;
     ~Block() { free_huge_page_block(data, capacity); }
   };
+  // A part of the model's arena the runtime lends this run (lent_workspace.h), when it is large
+  // enough: the planned activations' free space instead of memory of its own.
+  if (t_lent_workspace.data && bytes <= t_lent_workspace.bytes) return t_lent_workspace.data;
   thread_local Block block;
   if (bytes <= block.capacity) return block.data;
   const size_t want = align64(std::max(bytes, block.capacity + block.capacity / 2));
