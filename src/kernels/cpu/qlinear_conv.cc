@@ -94,8 +94,8 @@ const Tensor* constant_input(const ir::Node& node, int i) {
 
 bool x8(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
 
-// Inputs 9..13 of a FusedQLinearConv with a residual: R like Y (its tensor shape, channels-last
-// with Y), scalars for the rest.
+// Inputs 9..13 of a FusedQLinearConv with a residual: R like Y (its tensor shape and dtype, in
+// Y's layout), constant scalars for the rest.
 Expected<QConvResidual> plan_residual(const ir::Node& node, const QConvPlan& p, double y_scale) {
   const std::string label = node.label();
   const ir::Value* r = node.input(kResidual);
