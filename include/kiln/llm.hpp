@@ -69,19 +69,29 @@ class Tokenizer {
 
   // The ids of UTF-8 `text` (no NUL inside), <s> in front when add_bos and the model has one.
   std::vector<int64_t> encode(const std::string& text, bool add_bos = true) const {
+    // One call in the usual case (a piece is at least a byte, plus <s> and the dummy-prefix
+    // space); again at the reported size when normalisation lengthened the text.
+    std::vector<int64_t> ids(text.size() + 2);
     size_t n = 0;
-    const kilnError size_code = kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, nullptr, 0, &n);
-    if (size_code != KILN_ERROR_STORAGE_OVER_LIMIT) check(size_code, "kilnllmTokenize");
-    std::vector<int64_t> ids(n);
-    check(kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n), "kilnllmTokenize");
+    kilnError code = kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n);
+    if (code == KILN_ERROR_STORAGE_OVER_LIMIT) {
+      ids.resize(n);
+      code = kilnllmTokenize(tokenizer_, text.c_str(), add_bos ? 1 : 0, ids.data(), ids.size(), &n);
+    }
+    check(code, "kilnllmTokenize");
+    ids.resize(n);
     return ids;
   }
   std::string decode(const std::vector<int64_t>& ids) const {
+    // One decode in the usual case (16 bytes a piece); again at the reported size otherwise.
+    std::string text(16 * ids.size() + 16, '\0');
     size_t n = 0;
-    const kilnError size_code = kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), nullptr, 0, &n);
-    if (size_code != KILN_ERROR_STORAGE_OVER_LIMIT) check(size_code, "kilnllmDetokenize");
-    std::string text(n + 1, '\0');
-    check(kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), &text[0], text.size(), &n), "kilnllmDetokenize");
+    kilnError code = kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), &text[0], text.size(), &n);
+    if (code == KILN_ERROR_STORAGE_OVER_LIMIT) {
+      text.resize(n + 1);
+      code = kilnllmDetokenize(tokenizer_, ids.data(), ids.size(), &text[0], text.size(), &n);
+    }
+    check(code, "kilnllmDetokenize");
     text.resize(n);
     return text;
   }

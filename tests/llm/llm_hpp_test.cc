@@ -135,6 +135,10 @@ TEST(LlmHpp, TokenizerEncodesAsTheBindingAndTextRequestsMatchTheirIds) {
     EXPECT_EQ(tok.encode(c["text"].get<std::string>(), false), ids);
     EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>());
   }
+  // NFKC makes the 3 bytes of U+337F the 12 of "株式会社", 12 byte tokens: more ids than the first
+  // buffer holds, so encode asks again at the size reported.
+  EXPECT_EQ(tok.encode("\xE3\x8D\xBF", false), tok.encode("\xE6\xA0\xAA\xE5\xBC\x8F\xE4\xBC\x9A\xE7\xA4\xBE", false));
+  EXPECT_GT(tok.encode("\xE3\x8D\xBF", false).size(), 5u);
   kiln::llm::Tokenizer moved = std::move(tok);
   EXPECT_EQ(tok.get(), nullptr);
   try {

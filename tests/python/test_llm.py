@@ -186,6 +186,8 @@ def test_tokenizer_encodes_and_decodes_as_sentencepiece(tokenizer_model):
             assert tok.decode(ids) == sp.decode(ids), text
             assert tok.decode([sp.bos_id()] + ids + [sp.eos_id()]) == sp.decode(ids), text
         assert tok.decode([]) == ""
+        # NFKC makes 3 bytes 12 ("株式会社"), 12 byte tokens: past the first buffer, the call is repeated.
+        assert tok.encode("\u337f", add_bos=False) == sp.encode("\u337f") and len(sp.encode("\u337f")) > 5
 
 
 def test_tokenizer_bad_input_is_an_error(tokenizer_model, tmp_path):
