@@ -11,8 +11,8 @@
 //      destination desc is a window of Y's, at the strip's first row.
 // Strips run in parallel over the images' strips with the parallel_for the Aipp kernel uses.
 // The strip buffer (kStripBytes) stays in L2 between the two steps, so the image is written
-// and read back in cache instead of through memory (4.9 MB at 640x640, about half the Aipp
-// node's time: docs/aipp.md). Neighbouring strips recompute the K - stride rows they share.
+// and read back in cache instead of through memory (4.9 MB at 640x640). A thread's next strip
+// takes the K - stride rows it shares with the previous one from the buffer.
 //
 // oneDNN per strip, not a direct convolution of our own: bench/aipp/first_conv_layouts.cc's
 // direct AVX-512 prototype (8 output pixels x 16 channels in registers) took 0.67-0.75 ms
@@ -238,13 +238,22 @@ void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k,
   if (!ws) throw dnnl::error(dnnl_out_of_memory, "cannot allocate the strip buffer");
   float* strip = reinterpret_cast<float*>(ws + src_offset_);
   // 1. Image rows [r0, r0 + in_rows): those inside the image from the Aipp rows, zeros around.
-  const int64_t r0 = oy0 * p.geo.strides[0] - p.geo.pad_begin(0);
-  const int64_t ya = std::clamp<int64_t>(r0, 0, h), yb = std::clamp<int64_t>(r0 + s.in_rows, 0, h);
+  // The first `reuse` of them (K - stride rows, dilated) are the previous strip's last ones
+  // when this thread just ran strip k - 1 (always a full one): moved up, not recomputed.
+  const int64_t stride = p.geo.strides[0];
+  const int64_t r0 = oy0 * stride - p.geo.pad_begin(0);
   const int64_t plane = s.in_rows * w;
-  for (int64_t c = 0; c < p.aipp.out.channels; ++c) {
-    std::fill(strip + c * plane, strip + c * plane + (ya - r0) * w, 0.0f);
-    std::fill(strip + c * plane + (yb - r0) * w, strip + (c + 1) * plane, 0.0f);
-  }
+  const int64_t reuse = continues && k > 0 ? std::max<int64_t>(0, full_.in_rows - strip_rows_ * stride) : 0;
+  const int64_t C = p.aipp.out.channels;
+  // Ascending channels are safe: a channel's new rows end before the next one's old rows start.
+  for (int64_t c = 0; reuse > 0 && c < C; ++c)
+    std::memmove(strip + c * plane, strip + c * full_.in_rows * w + (full_.in_rows - reuse) * w,
+                 static_cast<size_t>(reuse * w) * sizeof(float));
+  const int64_t first = r0 + reuse, end = r0 + s.in_rows;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = first; r < end; ++r)
+      if (r < 0 || r >= h) std::fill(strip + c * plane + (r - r0) * w, strip + c * plane + (r - r0 + 1) * w, 0.0f);
+  const int64_t ya = std::clamp<int64_t>(first, 0, h), yb = std::clamp<int64_t>(end, 0, h);
   if (yb > ya) {
     aipp_simd::Job job = base;
     job.dst = strip;
