@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from qdq_testing import ONNX_TYPE, REPO, ORT_SCRIPT, dequantize, ort_available
+from qdq_testing import ONNX_TYPE, ORT_SCRIPT, REPO, assert_compile_errors, dequantize, ort_available
 
 KILN = None
 WORK = None
@@ -189,14 +189,7 @@ class BadQLinearGlobalAveragePoolTest(unittest.TestCase):
                  ("blocked_rank4", kiln_gap_model([1, 4, 3, 3], attrs={"x_format": "NC1HWC0"}), "[N, 1, H, W, C]"),
                  ("zero_point_dtype", kiln_gap_model([1, 4, 3, 3], zp_dtype=np.int8), "must be uint8, got int8"),
                  ("float_x", kiln_gap_model([1, 4, 3, 3], TensorProto.FLOAT, np.float32), "X must be uint8 or int8")]
-        for tag, model, message in cases:
-            d = os.path.join(WORK, "bad_" + tag)
-            os.makedirs(d, exist_ok=True)
-            onnx.save(model, os.path.join(d, "m.onnx"))
-            r = run(["compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")])
-            self.assertEqual(r.returncode, 1, f"{tag}: {r.stderr}")
-            self.assertIn("'qgap' (kiln.QLinearGlobalAveragePool)", r.stderr, tag)
-            self.assertIn(message, r.stderr, tag)
+        assert_compile_errors(self, KILN, WORK, "'qgap' (kiln.QLinearGlobalAveragePool)", cases)
 
     def test_zero_y_scale_at_run_time_is_an_error(self):
         d = os.path.join(WORK, "bad_y_scale")

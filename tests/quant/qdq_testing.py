@@ -36,3 +36,19 @@ def run_ort(model_path, out_dir, feeds):
 def dequantize(q, scale, zp):
     """DequantizeLinear: (q - zp) * scale in float32."""
     return ((q.astype(np.int32) - zp).astype(np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def assert_compile_errors(test, kiln, work, node, cases):
+    """Each (tag, model, message) of `cases`: `kiln compile` of the model exits 1 with an error
+    naming `node` (e.g. "'qconv' (kiln.FusedQLinearConv)") and holding `message`."""
+    import onnx  # only the tests that write models need it
+
+    for tag, model, message in cases:
+        d = os.path.join(work, "bad_" + tag)
+        os.makedirs(d, exist_ok=True)
+        onnx.save(model, os.path.join(d, "m.onnx"))
+        r = subprocess.run([kiln, "compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")],
+                           capture_output=True, text=True)
+        test.assertEqual(r.returncode, 1, f"{tag}: {r.stderr}")
+        test.assertIn(node, r.stderr, tag)
+        test.assertIn(message, r.stderr, tag)

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from qdq_testing import ONNX_TYPE, dequantize, ort_available, run_ort
+from qdq_testing import ONNX_TYPE, assert_compile_errors, dequantize, ort_available, run_ort
 
 KILN = None
 WORK = None
@@ -358,14 +358,7 @@ class BadResidualConvTest(unittest.TestCase):
         cases = [("shape", kiln_residual_conv_model([1, 4, 2, 2]), "must have Y's shape"),
                  ("dtype", kiln_residual_conv_model([1, 4, 3, 3], TensorProto.FLOAT), "must be int8 or uint8"),
                  ("missing", kiln_residual_conv_model([1, 4, 3, 3], drop_last=True), "a residual takes inputs 9..13")]
-        for tag, model, message in cases:
-            d = os.path.join(WORK, "bad_" + tag)
-            os.makedirs(d, exist_ok=True)
-            onnx.save(model, os.path.join(d, "m.onnx"))
-            r = run(["compile", os.path.join(d, "m.onnx"), "-o", os.path.join(d, "m.kiln")])
-            self.assertEqual(r.returncode, 1, f"{tag}: {r.stderr}")
-            self.assertIn("'qconv' (kiln.FusedQLinearConv)", r.stderr, tag)
-            self.assertIn(message, r.stderr, tag)
+        assert_compile_errors(self, KILN, WORK, "'qconv' (kiln.FusedQLinearConv)", cases)
 
 
 if __name__ == "__main__":
