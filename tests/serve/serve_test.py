@@ -803,8 +803,18 @@ class PinningTest(unittest.TestCase):
             self.assertEqual(status, 200, out)
             # A model loaded over HTTP gets its workers from an HTTP thread: still inference cores.
             self.assertEqual(server.json("POST", "/v2/repository/models/pair/load", {})[0], 200)
-            threads = thread_affinity(server.proc.pid)
-            names = [n for n, _ in threads.values()]
+            models = len([d for d in os.listdir(repo) if os.path.isdir(os.path.join(repo, d))])
+            # Threads name themselves once running (a new thread carries its creator's name
+            # until then), and the reloaded version's old workers end asynchronously: sample
+            # until the counts below are reached or 10 s pass, then check what was seen.
+            deadline = time.monotonic() + 10
+            while True:
+                threads = thread_affinity(server.proc.pid)
+                names = [n for n, _ in threads.values()]
+                if (names.count("kiln-http") == 3 + 1 and names.count("kiln-worker") == 2 * (models + 1)) \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             http_threads = [c for n, c in threads.values() if n == "kiln-http"]
             workers = [c for n, c in threads.values() if n == "kiln-worker"]
             # The 3 connection threads and the overflow thread that answers 503 beyond them.
@@ -813,7 +823,6 @@ class PinningTest(unittest.TestCase):
             # One worker per model instance on the device (pair has 2, and was loaded twice: the
             # old version's workers are gone), each with its prefetch stream's thread, which
             # inherits its name and cores.
-            models = len([d for d in os.listdir(repo) if os.path.isdir(os.path.join(repo, d))])
             self.assertEqual(len(workers), 2 * (models + 1), threads)
             self.assertEqual(set(workers), {inference}, threads)
             # The main thread (the accept loop) on the HTTP cores; nothing runs on both sides.
