@@ -103,6 +103,11 @@ const std::vector<EnvKnob>& env_knobs() {
        "0 ignores the arena plan a .kiln carries: executions plan from their first one, as before plans "
        "(for A/B measurements).",
        valid_switch},
+      // runtime/execution_pool.h
+      {"KILN_ARENA_LOAN", "0, 1", "1",
+       "0 stops lending each kernel run the free part of the arena plan's block for its workspace (for A/B "
+       "measurements).",
+       valid_switch},
       // runtime/malloc_policy.cc
       {"KILN_MALLOC_MMAP_THRESHOLD", "bytes, an integer 0..33554432", "131072",
        "glibc's mmap threshold, fixed at kilnInit so that large freed blocks go back to the system; 0 leaves "

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -218,6 +220,12 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
     }
     consider(free_from, layout_block_->size());
     return {layout_block_->base() + best_begin, best_end - best_begin};
+  }
+  // free_range(step) as a lender, asked when the step's kernel wants a workspace; empty
+  // without a plan or with KILN_ARENA_LOAN=0.
+  kernels::WorkspaceLender lender(size_t step) {
+    if (!layout_ || !loan_enabled()) return {};
+    return {[](void* pool, size_t s) { return static_cast<Pool*>(pool)->free_range(s); }, this, step};
   }
   void begin_step(size_t step) {
     // The planned outputs of the step before that no request took: its kernel made them itself.
@@ -610,6 +618,14 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   size_t shell_demand_ = 0;  // reuse_view calls of the current execution
   std::vector<uint32_t> busy_;  // free_range's entries held during a step
   static size_t align64_up(size_t n) { return (n + 63) & ~size_t{63}; }
+  // KILN_ARENA_LOAN=0 turns the loans off (for A/B measurements).
+  static bool loan_enabled() {
+    static const bool enabled = [] {
+      const char* v = std::getenv("KILN_ARENA_LOAN");
+      return !v || std::strcmp(v, "0") != 0;
+    }();
+    return enabled;
+  }
   Trace trace_;
   int recordings_ = 0;
   std::unique_ptr<Plan> plan_;

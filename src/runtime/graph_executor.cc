@@ -313,8 +313,7 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
     ops::KernelContext ctx(*step.node, in.data(), in.size(), &out, &runner, recycler);
     int64_t profile_start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
     // The kernel's workspace from the arena's free part during this step, where it fits.
-    const kernels::LentWorkspace lend = state ? state->pool_->free_range(step_index) : kernels::LentWorkspace{};
-    kernels::LentWorkspaceScope lent(lend.data, lend.bytes);
+    kernels::WorkspaceLenderScope lender(state ? state->pool_->lender(step_index) : kernels::WorkspaceLender{});
     Status st;
     if (uint64_t event = fault::should_fail(fault::Site::kKernel); KILN_UNLIKELY(event != 0))
       st = fault::injected_error(fault::Site::kKernel, event, "node " + step.node->label());

@@ -13,21 +13,31 @@ struct LentWorkspace {
   size_t bytes = 0;
 };
 
-// The calling thread's loan; empty outside a LentWorkspaceScope.
-inline thread_local LentWorkspace t_lent_workspace;
+// Who lends the current run its workspace, asked only when a kernel wants one (finding the free
+// range costs a sort of the live values: not paid by the runs of kernels without a workspace).
+// `lend(owner, step)` returns memory unused by anything else until the run ends.
+struct WorkspaceLender {
+  LentWorkspace (*lend)(void* owner, size_t step) = nullptr;
+  void* owner = nullptr;
+  size_t step = 0;
+};
 
-// Lends [data, data + bytes) to what runs on this thread while the scope lives (the runtime
-// wraps one kernel run in it); the previous loan comes back at its end. The memory must be
-// unused by anything else for the scope's whole life.
-class LentWorkspaceScope {
+// The calling thread's lender; empty outside a WorkspaceLenderScope.
+inline thread_local WorkspaceLender t_workspace_lender;
+
+// Makes `lender` the calling thread's for what runs while the scope lives (the runtime wraps one
+// kernel run in it); the previous one comes back at its end.
+class WorkspaceLenderScope {
  public:
-  LentWorkspaceScope(char* data, size_t bytes) : saved_(t_lent_workspace) { t_lent_workspace = {data, bytes}; }
-  ~LentWorkspaceScope() { t_lent_workspace = saved_; }
-  LentWorkspaceScope(const LentWorkspaceScope&) = delete;
-  LentWorkspaceScope& operator=(const LentWorkspaceScope&) = delete;
+  explicit WorkspaceLenderScope(const WorkspaceLender& lender) : saved_(t_workspace_lender) {
+    t_workspace_lender = lender;
+  }
+  ~WorkspaceLenderScope() { t_workspace_lender = saved_; }
+  WorkspaceLenderScope(const WorkspaceLenderScope&) = delete;
+  WorkspaceLenderScope& operator=(const WorkspaceLenderScope&) = delete;
 
  private:
-  LentWorkspace saved_;
+  WorkspaceLender saved_;
 };
 
 }  // namespace kiln::kernels

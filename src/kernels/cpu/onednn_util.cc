@@ -46,7 +46,10 @@ void* thread_workspace(size_t bytes) {
   };
   // A part of the model's arena the runtime lends this run (lent_workspace.h), when it is large
   // enough: the planned activations' free space instead of memory of its own.
-  if (t_lent_workspace.data && bytes <= t_lent_workspace.bytes) return t_lent_workspace.data;
+  if (const WorkspaceLender& lender = t_workspace_lender; lender.lend) {
+    const LentWorkspace lent = lender.lend(lender.owner, lender.step);
+    if (lent.data && bytes <= lent.bytes) return lent.data;
+  }
   thread_local Block block;
   if (bytes <= block.capacity) return block.data;
   const size_t want = align64(std::max(bytes, block.capacity + block.capacity / 2));
