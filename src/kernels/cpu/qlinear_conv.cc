@@ -20,9 +20,10 @@
 // convolutions when every tensor was plain).
 //
 // A FusedQLinearConv with a residual R (ops/fused_qlinear.cc: inputs 9..13) adds it in the
-// same epilogue, as oneDNN's sum post-op: R is copied into Y (nothing to copy when Y was
+// same epilogue: on a channels-last Y as oneDNN's binary post-op reading R where it is (see
+// prepare_qconv), else as its sum post-op, R first copied into Y (nothing to copy when Y was
 // planned over R's bytes; reordered into the workspace's destination when Y is plain and the
-// primitive writes NHWC), and the primitive computes, in units of y_scale,
+// primitive writes NHWC). Either computes, in units of y_scale,
 //
 //   y = saturate(round(act(clip(acc', C_lo, C_hi) + R_scale / y_scale * (R - R_zero_point))) + y_zero_point)
 //
@@ -232,7 +233,9 @@ class OnednnQConvKernel final : public Kernel {
   std::shared_ptr<void> weights_buffer;
   memory bias;
   memory x_zero_point, y_zero_point;  // s32 scalars, runtime zero points
-  onednn::RunMemories residual_memories;  // R in Y's layout, when it is reordered in
+  onednn::RunMemories residual_memories;  // R in Y's layout (binary post-op, or reordered in)
+  bool residual_binary = false;           // R read by a binary post-op, else summed onto Y
+  memory::desc residual_md;               // R's layout for the binary post-op
 
   bool inputs_as_prepared(const ops::KernelContext& ctx) const {
     const Tensor* x = ctx.input(0);
@@ -260,11 +263,12 @@ Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
     return resource_exhausted("node %s: cannot allocate a %zu-byte oneDNN workspace", node.label().c_str(),
                               lb.workspace_bytes);
   const void* r = plan.residual.on ? ctx.input(kResidual)->raw_data() : nullptr;
-  if (r && !lb.reorder_dst && r != y->raw_data()) {
-    // The sum post-op adds to the destination's bytes: R first (Y's layout and dtype).
+  if (r && !residual_binary && !lb.reorder_dst && r != y->raw_data()) {
+    // The sum post-op adds to the destination's bytes: R first (Y's layout and dtype). Split
+    // only above 1 MiB: below, a fork-join costs more than the copy.
     const char* rp = static_cast<const char*>(r);
     char* yp = static_cast<char*>(y->raw_data());
-    parallel_for(0, y->num_elements(), int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    parallel_for(0, y->num_elements(), int64_t{1} << 20, [&](int64_t b, int64_t e) {
       std::memcpy(yp + b, rp + b, static_cast<size_t>(e - b));
     });
   }
@@ -280,6 +284,8 @@ Status OnednnQConvKernel::run(ops::KernelContext& ctx) const {
     if (plan.x_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, x_zero_point);
     if (plan.y_zero_point != 0) args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zero_point);
     if (!plan.bias.empty()) args.add(DNNL_ARG_BIAS, bias);
+    if (r && residual_binary)
+      args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, residual_memories.get(0, residual_md, r));
     lb.run(conv, args, ws, x->raw_data(), y->raw_data(), onednn::thread_stream());
   } catch (const dnnl::error& e) {
     return internal_error("node %s: oneDNN int8 convolution failed: %s", node.label().c_str(), e.what());
@@ -313,33 +319,66 @@ Expected<std::unique_ptr<Kernel>> prepare_qconv(const ir::Node& node) {
     const memory::desc bias_md =
         p.bias.empty() ? memory::desc() : memory::desc({p.w_dims[0]}, memory::data_type::f32, memory::format_tag::a);
     const onednn::ConvWindow cw = onednn::conv_window(p.geo);
-    dnnl::post_ops po;
-    if (p.residual.on) {
-      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, p.residual.conv_lo, p.residual.conv_hi);
-      po.append_sum(p.residual.scale, p.residual.zero_point, dnnl_x8(p.residual.dtype));
+    dnnl::post_ops activation_only;
+    KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, activation_only));
+    // A residual as a binary post-op (R read where it is) or as a sum (R copied into Y first).
+    // The binary one is in units of R_scale until a linear post-op takes the sum to y_scale's:
+    // acc * x_scale w_scale / R_scale, clipped, + R, then * R_scale / y_scale - R_zero_point
+    // R_scale / y_scale.
+    auto make_pd = [&](bool binary) {
+      const QConvResidual& r = p.residual;
+      std::vector<float> scales = p.output_scales;
+      dnnl::post_ops po;
+      if (r.on) {
+        const float to_r = binary ? 1.0f / r.scale : 1.0f;
+        for (float& v : scales) v *= to_r;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, r.conv_lo * to_r, r.conv_hi * to_r);
+        if (binary) {
+          po.append_binary(dnnl::algorithm::binary_add, k->residual_md);
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, r.scale, -static_cast<float>(r.zero_point) * r.scale);
+        } else {
+          po.append_sum(r.scale, r.zero_point, dnnl_x8(r.dtype));
+        }
+      }
+      (void)onednn::append_activation(p.act, po);  // cannot fail: it just succeeded above
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      // Per output channel: dim 0 of the weights, or dims 0 and 1 (g, oc/g) with groups, which
+      // is dim 1 of the destination either way.
+      attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+      // Zero points only where they are not 0: with one, oneDNN runs a compensation pass (and
+      // picks other kernels); the outputs of a Relu quantised uint8 have zero point 0.
+      if (p.x_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      if (p.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           any_src, any_w, bias_md, binary ? k->layouts.user_dst : any_dst, cw.strides,
+                                           cw.dilations, cw.pad_l, cw.pad_r);
+      return dnnl::convolution_forward::primitive_desc(desc, attr, onednn::cpu_engine());
+    };
+    // The binary post-op where oneDNN has a fast kernel for it (a channels-last Y, R in its
+    // layout): in a probe of ResNet-50's four residual shapes it ran jit_int8_1x1 at 196, 152,
+    // 129, 129 us at one thread against brgconv_1x1 with the sum and the copy at 213, 163, 132,
+    // 131, and at two threads at 100, 86, 79, 71 against 316, 167, 115, 86 (the copy, by one
+    // thread, of what both threads' caches hold). Else the sum.
+    dnnl::convolution_forward::primitive_desc pd;
+    if (p.residual.on && p.y_channels_last) {
+      k->residual_md = k->layouts.user_dst;
+      try {
+        pd = make_pd(true);
+        k->residual_binary = onednn::implementation_name(pd).rfind("onednn:ref", 0) != 0;
+      } catch (const dnnl::error&) {
+        k->residual_binary = false;  // not for this CPU or shape: the sum
+      }
     }
-    KILN_RETURN_IF_ERROR(onednn::append_activation(p.act, po));
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    // Per output channel: dim 0 of the weights, or dims 0 and 1 (g, oc/g) with groups, which
-    // is dim 1 of the destination either way.
-    attr.set_output_scales(p.output_scales.size() == 1 ? 0 : 1 << 1, p.output_scales);
-    // Zero points only where they are not 0: with one, oneDNN runs a compensation pass (and
-    // picks other kernels); the outputs of a Relu quantised uint8 have zero point 0.
-    if (p.x_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    if (p.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         any_src, any_w, bias_md, any_dst, cw.strides, cw.dilations, cw.pad_l,
-                                         cw.pad_r);
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn::cpu_engine());
+    if (!k->residual_binary) pd = make_pd(false);
     k->impl_ = onednn::implementation_name(pd);
     // oneDNN's reference int8 convolution is no fast kernel: the node then runs Kiln's own
     // reference, which the compile report names.
     if (k->impl_.rfind("onednn:ref", 0) == 0)
       return unsupported("node %s: oneDNN offers only %s", node.label().c_str(), k->impl_.c_str());
     k->conv = dnnl::convolution_forward(pd);
-    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.residual.on);
+    k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.residual.on && !k->residual_binary);
     k->weights_buffer = onednn::pack_shared(user_w, p.weights->raw_data(), pd.weights_desc());
     k->weights = memory(pd.weights_desc(), onednn::cpu_engine(), k->weights_buffer.get());
     if (!p.bias.empty()) k->bias = int8::float_memory(bias_md, p.bias);
