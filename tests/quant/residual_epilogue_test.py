@@ -73,8 +73,11 @@ class Block:
     identity convolutions make s and r outputs of int8 convolutions, the channels-last values int8_layout keeps,
     while NumPy knows them exactly."""
 
-    def __init__(self, tag, dtype, c_in, c_out, hw, k, x_q, w_range, c_q, r_q, y_q, relu, shortcut, tail=False):
+    def __init__(self, tag, dtype, c_in, c_out, hw, k, x_q, w_range, c_q, r_q, y_q, relu, shortcut, tail=False, clip=None):
+        # clip: (lo, hi), a Clip after the Add instead of the Relu (Relu6 is (0, 6)).
         self.tag, self.dtype, self.relu, self.shortcut, self.tail = tag, dtype, relu, shortcut, tail
+        self.clip = None if clip is None else (np.float32(clip[0]), np.float32(clip[1]))
+        assert not (relu and clip)
         rng = np.random.default_rng(zlib.crc32(tag.encode()))
         info = np.iinfo(dtype)
         self.x_q, self.c_q, self.r_q, self.y_q = x_q, c_q, r_q, y_q
@@ -125,6 +128,11 @@ class Block:
         if self.relu:
             nodes.append(helper.make_node("Relu", ["s_f"], ["a_f"], name="relu"))
             last = "a_f"
+        if self.clip:
+            inits += [numpy_helper.from_array(np.array(self.clip[0], np.float32), "clip_lo"),
+                      numpy_helper.from_array(np.array(self.clip[1], np.float32), "clip_hi")]
+            nodes.append(helper.make_node("Clip", ["s_f", "clip_lo", "clip_hi"], ["a_f"], name="clip"))
+            last = "a_f"
         nodes.append(helper.make_node("QuantizeLinear", [last] + ys, ["y_q"]))
         if self.tail:
             # y through one more identity convolution (y equals its output): the sum is then
@@ -160,6 +168,8 @@ class Block:
         s = dequantize(cq, *self.c_q) + dequantize(self.rq, *self.r_q)
         if self.relu:
             s = np.maximum(s, np.float32(0))
+        if self.clip:
+            s = np.minimum(np.maximum(s, self.clip[0]), self.clip[1])  # ONNX Clip: max first, then min
         return quantize(s, *self.y_q, self.dtype)
 
     def fused_formula(self):
@@ -170,6 +180,8 @@ class Block:
         t = v + (self.rq.astype(np.float64) - self.r_q[1]) * np.float64(np.float32(self.r_q[0]))
         if self.relu:
             t = np.maximum(t, 0)
+        if self.clip:
+            t = np.minimum(np.maximum(t, np.float64(self.clip[0])), np.float64(self.clip[1]))
         q = np.round(t / np.float64(np.float32(self.y_q[0]))) + self.y_q[1]
         return np.clip(q, info.min, info.max).astype(self.dtype)
 
@@ -208,7 +220,7 @@ class ResidualEpilogueTest(unittest.TestCase):
             feeds["r"] = os.path.join(d, "r.npy")
             np.save(feeds["r"], block.r_in)
         y_scale = block.y_q[0]
-        pattern = "QDQ:Conv+Add" + ("+Relu" if block.relu else "")
+        pattern = "QDQ:Conv+Add" + ("+Relu" if block.relu else "+Clip" if block.clip else "")
         qdq = dequantize(block.qdq_graph(), *block.y_q)
         rep, got = self.compile_and_run(d, model_path, feeds)
         got = got["y"]
@@ -261,6 +273,27 @@ class ResidualEpilogueTest(unittest.TestCase):
                       "projection", tail=True)
         c = quantize(block.conv_value().astype(np.float32), *block.c_q, np.uint8)
         self.assertGreater(float(np.mean((c == 0) | (c == 255))), 0.3, "the case saturates C")
+        self.check_block(block)
+
+    def test_uint8_identity_shortcut_relu6(self):
+        # MobileNet-style Relu6 (Clip 0..6) after the addition: Y's range [0, 7.68] puts the upper
+        # bound inside it, so both bounds bind (checked), in the epilogue as an eltwise clip.
+        # C_scale / Y_scale = 1.50, as for every case fused here.
+        block = Block("u8_identity_relu6", np.uint8, 64, 64, 9, 1, (0.0513, 0), 40, (0.0452, 131), (0.0513, 0),
+                      (0.0301, 0), False, "identity", tail=True, clip=(0, 6))
+        y = block.qdq_graph()
+        self.assertGreater(float(np.mean(y == 0)), 0.1, "the case clips at 0")
+        self.assertGreater(float(np.mean(y == 199)), 0.1, "the case clips at 6 (q = 199)")
+        self.check_block(block)
+
+    def test_int8_projection_clip_with_negative_bound(self):
+        # Clip(-1.5, 6) on int8 with an output zero point: a lower bound other than the zero point.
+        block = Block("s8_projection_clip", np.int8, 24, 40, 7, 3, (0.0407, 0), 20, (0.0617, -8), (0.1033, 0),
+                      (0.0412, -20), False, "projection", clip=(-1.5, 6))
+        y = block.qdq_graph()
+        lo, hi = quantize(np.float32(-1.5), 0.0412, -20, np.int8), quantize(np.float32(6), 0.0412, -20, np.int8)
+        self.assertGreater(float(np.mean(y == lo)), 0.05, "the case clips at -1.5")
+        self.assertGreater(float(np.mean(y == hi)), 0.05, "the case clips at 6")
         self.check_block(block)
 
     def test_wide_convolution_scale_is_not_fused(self):
