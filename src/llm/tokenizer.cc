@@ -185,4 +185,11 @@ Expected<std::string> Tokenizer::decode(const std::vector<int64_t>& ids) const {
   return out;
 }
 
+Status check_tokenizer_fits(const Tokenizer& tokenizer, int64_t model_vocab) {
+  if (tokenizer.vocab_size() <= model_vocab) return ok_status();
+  return invalid_argument("the tokenizer's vocabulary (%lld) is larger than the model's (%lld): not this model's "
+                          "tokenizer", static_cast<long long>(tokenizer.vocab_size()),
+                          static_cast<long long>(model_vocab));
+}
+
 }  // namespace kiln::llm

@@ -41,4 +41,11 @@ class Tokenizer {
   int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
 };
 
+// The check every path that pairs a tokenizer with a decoder makes when it loads them (kiln
+// serve, kiln generate, the C API's kilnllmAddTextRequest): a tokenizer with more pieces than
+// the model's vocabulary is not this model's (its ids past the vocabulary could not be fed to
+// the model), invalid_argument naming both sizes. A smaller one is fine (ids past it are an
+// error only if the model generates them).
+Status check_tokenizer_fits(const Tokenizer& tokenizer, int64_t model_vocab);
+
 }  // namespace kiln::llm

@@ -22,7 +22,11 @@
                             the vocabulary, so such characters come as several byte tokens (the
                             streaming decoder must not split them), with every prefix's decode;
                             its 512 pieces are the tiny decoders' vocabulary, so every id they
-                            generate decodes (text in, text out through the engine).
+                            generate decodes (text in, text out through the engine). Both
+                            also hold long_cases: 1200-id sequences with the binding's decode
+                            (the streaming decoder over thousands of tokens).
+  tokenizer_large/          the byte-fallback model with 700 pieces: more than the tiny
+                            decoders' 512, so pairing it with them is refused.
 """
 import json
 import os
@@ -141,7 +145,7 @@ def syllable_text(lines=600, seed=29):
     return "".join(" ".join(rng.choice(words) for _ in range(12)) + rng.choice(".,!?") + "\n" for _ in range(lines))
 
 
-def tokenizer_case(out, byte_fallback=False):
+def tokenizer_case(out, byte_fallback=False, vocab_size=None):
     import sentencepiece as spm
     os.makedirs(out, exist_ok=True)
     text = os.path.join(out, "text.txt")
@@ -150,7 +154,7 @@ def tokenizer_case(out, byte_fallback=False):
     # Byte fallback needs the 256 byte pieces in the vocabulary; coverage 0.98 leaves the rare
     # characters (accents) to them.
     spm.SentencePieceTrainer.train(input=text, model_prefix=os.path.join(out, "tokenizer"),
-                                   vocab_size=512 if byte_fallback else 120, model_type="bpe",
+                                   vocab_size=vocab_size or (512 if byte_fallback else 120), model_type="bpe",
                                    character_coverage=0.98 if byte_fallback else 1.0, byte_fallback=byte_fallback,
                                    unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
@@ -161,13 +165,48 @@ def tokenizer_case(out, byte_fallback=False):
                       "prefixes": [sp.decode(ids[:k]) for k in range(1, len(ids) + 1)]})
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump({"vocab_size": sp.get_piece_size(), "bos_id": sp.bos_id(), "eos_id": sp.eos_id(),
-                   "cases": cases}, f, ensure_ascii=False, indent=1)
+                   "cases": cases, "long_cases": long_streams(sp)}, f, ensure_ascii=False, indent=1)
+
+
+def long_streams(sp, count=3, length=1200, every=37):
+    """Seeded sequences of 1200+ ids for the streaming decoder: the ids of test strings (multi-byte
+    characters, leading and doubled spaces), lone "▁" pieces, byte pieces (whole characters and
+    stray bytes), control ids and any id, mixed; with the binding's decode of the whole sequence
+    and of every 37th prefix."""
+    import random
+    rng = random.Random(1029)
+    vocab = sp.get_piece_size()
+    space = sp.piece_to_id("\u2581")
+    byte_ids = [i for i in range(vocab) if sp.is_byte(i)]
+    texts = TOKENIZER_STRINGS + [" 東京", "  naïve ✓", "Zürich — café", " light"]
+    cases = []
+    for _ in range(count):
+        ids = []
+        while len(ids) < length:
+            kind = rng.random()
+            if kind < 0.45:
+                ids += sp.encode(rng.choice(texts))
+            elif kind < 0.55 and space != sp.unk_id():
+                ids += [space] * rng.randint(1, 3)
+            elif kind < 0.7 and byte_ids:
+                ids += [sp.piece_to_id("<0x%02X>" % b) for b in rng.choice(["東".encode(), "é".encode(), "🔥".encode()])]
+            elif kind < 0.75 and byte_ids:
+                ids += [rng.choice(byte_ids) for _ in range(rng.randint(1, 3))]
+            elif kind < 0.8:
+                ids.append(rng.choice([sp.bos_id(), sp.eos_id(), sp.unk_id()]))
+            else:
+                ids.append(rng.randrange(vocab))
+        cases.append({"ids": ids, "decoded": sp.decode(ids),
+                      "checkpoints": {str(k): sp.decode(ids[:k]) for k in range(every, len(ids), every)}})
+    return cases
 
 
 def main():
     out = sys.argv[1]
     tokenizer_case(os.path.join(out, "tokenizer"))
     tokenizer_case(os.path.join(out, "tokenizer_bytes"), byte_fallback=True)
+    # More pieces than the tiny decoders' 512: not their tokenizer (refused at load).
+    tokenizer_case(os.path.join(out, "tokenizer_large"), byte_fallback=True, vocab_size=700)
     os.makedirs(out, exist_ok=True)
     attention_case(os.path.join(out, "attention"))
     attention_case(os.path.join(out, "attention_wide"), heads=8, kv_heads=2, hd=64, bs=32, blocks=12,
