@@ -94,6 +94,12 @@ ScheduleKnobs hand_knobs(const std::string& op) {
   return ScheduleKnobs{op == "layernorm", true, 0, 0, op == "layernorm" ? 64 : 0, 0};
 }
 
+ScheduleKnobs default_knobs(bool stages) {
+  // keep=0 inlines the element-wise stages as auto_schedule does; an operator of one compute has
+  // only keep=1 points in the space (keep changes nothing there).
+  return ScheduleKnobs{false, !stages, 0, 0, 0, 0, 0};
+}
+
 namespace {
 
 // The values of each knob (the space is their product, less row_split with fuse_rows).

@@ -41,6 +41,11 @@ void apply_knobs(Schedule& s, const Example& e, const ScheduleKnobs& k);
 // The knobs that reproduce the example's hand schedule (examples.cc), where the search starts.
 ScheduleKnobs hand_knobs(const std::string& op);
 
+// The point whose schedule is the default one (auto_schedule's loops: element-wise stages inlined,
+// a parallel region per reduction, the output's rows parallel and its columns vectorized): what
+// kiln tune records when no point beats the default. `stages` as for knob_space.
+ScheduleKnobs default_knobs(bool stages = true);
+
 // Every point of the space, in a fixed order (fuse_rows x keep x row_split {0,2,4,8} x
 // col_split {0,16,32,64,128} x lanes {0,32,64,128} x vec {0,8} x row_tile {0,2,4}; row_split
 // only without fuse_rows, row_tile only with fuse_rows and without keep): 480 points. `stages` false (an operator with one compute, e.g. an element-wise

@@ -2,6 +2,7 @@
 // with the default and the hand-written schedules, at static and run-time-bound shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "dsl/auto_schedule.h"
@@ -157,6 +158,29 @@ TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
       }
     }
   }
+}
+
+// kiln tune records default_knobs when no point beats the default when raced: that point must
+// be the default schedule itself, loop for loop, for each example (and an operator of one compute).
+TEST(TuningKnobsTest, DefaultKnobsLowerToTheDefaultSchedule) {
+  for (const char* op : {"layernorm", "softmax", "gelu_bias_add"}) {
+    SCOPED_TRACE(op);
+    auto e = make_example(op, var("rows"), var("cols"));
+    ASSERT_TRUE(e.ok());
+    Schedule by_knobs({e->output}), by_default({e->output});
+    apply_knobs(by_knobs, *e, default_knobs(by_knobs.stages().size() > 1));
+    auto_schedule(by_knobs);
+    auto_schedule(by_default);
+    auto a = lower(by_knobs, e->args, e->name), b = lower(by_default, e->args, e->name);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(to_string(*a), to_string(*b));
+  }
+  // The point is in the space the search walks (so the database can hold it).
+  const auto space = knob_space(true);
+  EXPECT_NE(std::find(space.begin(), space.end(), default_knobs(true)), space.end());
+  const auto one = knob_space(false);
+  EXPECT_NE(std::find(one.begin(), one.end(), default_knobs(false)), one.end());
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ExamplesTest, ::testing::Values(Sched::kDefault, Sched::kTuned),
