@@ -5,7 +5,7 @@
 // the same way. It bounds the gain tuning can show over the default: bench/dsl_layernorm_floor.sh
 // builds it with the flags of the DSL's kernels (docs/dsl.md) and runs it.
 //
-//   dsl_layernorm_floor [ROWS] [ROUNDS]     (defaults 128, 31)
+//   dsl_layernorm_floor [ROWS] [ROUNDS] [CALLS]     (defaults 128, 31, 20 * 128 / ROWS calls a round)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -63,23 +63,50 @@ __m512 row_sqdev(const float* x, __m512 mean) {
   return acc[0];
 }
 
+// Pointers are passed by value, never read through Args inside a loop: _mm512_storeu_ps may alias
+// anything, so a pointer read from memory would be reloaded after every store.
 void row_out(const Args& p, const float* x, float* y, __m512 mean, __m512 rstd) {
+  const float* gamma = p.gamma;
+  const float* beta = p.beta;
   for (int64_t j = 0; j < kCols; j += 16) {
     __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), mean), rstd);
-    _mm512_storeu_ps(y + j, _mm512_fmadd_ps(v, _mm512_loadu_ps(p.gamma + j), _mm512_loadu_ps(p.beta + j)));
+    _mm512_storeu_ps(y + j, _mm512_fmadd_ps(v, _mm512_loadu_ps(gamma + j), _mm512_loadu_ps(beta + j)));
   }
 }
 
 float rstd_of(float sqdev) { return 1.0f / std::sqrt(sqdev / kCols + kEps); }
 
-// The DSL's default schedule's loop nest: three passes over the rows (sum, squared deviations,
-// output), one vector accumulator per reduction.
-__attribute__((noinline)) void three_passes(const Args& p, std::vector<float>& total, std::vector<float>& sq) {
-  for (int64_t i = 0; i < p.rows; ++i) total[i] = hsum(row_sum<1>(p.x + i * kCols));
-  for (int64_t i = 0; i < p.rows; ++i)
-    sq[i] = hsum(row_sqdev<1>(p.x + i * kCols, _mm512_set1_ps(total[i] / kCols)));
-  for (int64_t i = 0; i < p.rows; ++i)
-    row_out(p, p.x + i * kCols, p.y + i * kCols, _mm512_set1_ps(total[i] / kCols), _mm512_set1_ps(rstd_of(sq[i])));
+// The DSL's default schedule's loop nest, as its code generator emits it (kiln dsl --example
+// layernorm --emit c): three passes over the rows (sum, squared deviations, output), each
+// reduction an `omp simd reduction` (one vector accumulator).
+__attribute__((noinline)) void three_passes(const Args& p, std::vector<float>& total_v, std::vector<float>& sq_v) {
+  const float* __restrict x = p.x;
+  const float* __restrict gamma = p.gamma;
+  const float* __restrict beta = p.beta;
+  float* __restrict y = p.y;
+  float* __restrict total = total_v.data();
+  float* __restrict sq = sq_v.data();
+  for (int64_t i = 0; i < p.rows; ++i) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t k = 0; k < kCols; ++k) acc = acc + x[i * kCols + k];
+    total[i] = acc;
+  }
+  for (int64_t i = 0; i < p.rows; ++i) {
+    float acc = 0.0f;
+    const float t = total[i];
+#pragma omp simd reduction(+ : acc)
+    for (int64_t k = 0; k < kCols; ++k)
+      acc = acc + (x[i * kCols + k] - t / static_cast<float>(kCols)) * (x[i * kCols + k] - t / static_cast<float>(kCols));
+    sq[i] = acc;
+  }
+  for (int64_t i = 0; i < p.rows; ++i) {
+    const float t = total[i], q = sq[i];
+#pragma omp simd
+    for (int64_t j = 0; j < kCols; ++j)
+      y[i * kCols + j] = (x[i * kCols + j] - t / static_cast<float>(kCols)) *
+                             (1.0f / std::sqrt(q / static_cast<float>(kCols) + kEps)) * gamma[j] + beta[j];
+  }
 }
 
 // Every stage in the row loop (fuse_rows), A accumulators (lanes = 16 * A): the tuned point.
@@ -149,10 +176,14 @@ __attribute__((noinline)) void two_rows_interleaved(const Args& p) {
 
 // The memory floor: one pass reading X and writing Y (y = x * gamma + beta), no reduction.
 __attribute__((noinline)) void read_write_floor(const Args& p) {
+  const float* x = p.x;
+  const float* gamma = p.gamma;
+  const float* beta = p.beta;
+  float* y = p.y;
   for (int64_t i = 0; i < p.rows; ++i)
     for (int64_t j = 0; j < kCols; j += 16)
-      _mm512_storeu_ps(p.y + i * kCols + j, _mm512_fmadd_ps(_mm512_loadu_ps(p.x + i * kCols + j),
-                                                            _mm512_loadu_ps(p.gamma + j), _mm512_loadu_ps(p.beta + j)));
+      _mm512_storeu_ps(y + i * kCols + j, _mm512_fmadd_ps(_mm512_loadu_ps(x + i * kCols + j),
+                                                          _mm512_loadu_ps(gamma + j), _mm512_loadu_ps(beta + j)));
 }
 
 double median(std::vector<double> v) {
@@ -208,7 +239,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const int inner = std::max<int64_t>(1, 20 * 128 / rows);
+  const int inner = argc > 3 ? std::max(1, std::atoi(argv[3])) : static_cast<int>(std::max<int64_t>(1, 20 * 128 / rows));
   for (int r = 0; r < rounds; ++r)
     for (Variant& v : vs) {
       v.fn();  // untimed: the variant before left other data in the caches

@@ -8,7 +8,7 @@ set -eu
 here=$(dirname "$0")
 bin=$(mktemp "${TMPDIR:-/tmp}/kiln-ln-floor-XXXXXX")
 trap 'rm -f "$bin"' EXIT
-${CXX:-c++} -std=c++17 -O3 -march=native -fno-math-errno -fno-trapping-math "$here/dsl_layernorm_floor.cc" -o "$bin"
+${CXX:-c++} -std=c++17 -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math "$here/dsl_layernorm_floor.cc" -o "$bin"
 [ $# -gt 0 ] || set -- 128 384 1024
 for rows in "$@"; do
   echo "load: $(uptime | sed 's/.*load average: //')"
