@@ -3,6 +3,7 @@
 // cache; prints each request's text (through a SentencePiece tokenizer) or tokens, and the
 // throughput (docs/llm.md).
 #include <chrono>
+#include <unordered_map>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -12,7 +13,7 @@
 
 #include "core/status.h"
 #include "llm/engine.h"
-#include "llm/streaming_decoder.h"
+#include "llm/text_stream.h"
 #include "llm/tokenizer.h"
 #include "tools/api_session.h"
 #include "tools/cli_options.h"
@@ -28,6 +29,7 @@ struct GenerateArgs {
   std::string tokenizer;
   bool no_bos = false, print_ids = false;
   std::string stop_ids;
+  std::vector<std::string> stop_texts;  // text stop sequences, through the tokenizer
   int64_t max_new_tokens = 32;
   int64_t batch = 16;
   int64_t requests = 0;
@@ -102,9 +104,12 @@ int run_generate(const GenerateArgs& args) {
   auto tokenizer = load_tokenizer(args);
   if (!tokenizer.ok()) return report_error(cmd, tokenizer.status().to_string());
   const llm::Tokenizer* tok = tokenizer->get();
-  if (!args.prompts.empty() && tok == nullptr)
-    return usage_error(cmd, "--prompt needs a tokenizer: --tokenizer FILE, or tokenizer.model in the model "
-                            "directory (or give --prompt-ids)");
+  if ((!args.prompts.empty() || !args.stop_texts.empty()) && tok == nullptr)
+    return usage_error(cmd, std::string(args.prompts.empty() ? "--stop" : "--prompt") +
+                                " needs a tokenizer: --tokenizer FILE, or tokenizer.model in the model directory (or "
+                                "give --prompt-ids, --stop-ids)");
+  for (const std::string& s : args.stop_texts)
+    if (s.empty()) return usage_error(cmd, "--stop '': a stop sequence must not be empty");
   std::vector<std::vector<int64_t>> prompts;
   for (const std::string& text : args.prompts) {
     auto ids = tok->encode(text);
@@ -134,10 +139,10 @@ int run_generate(const GenerateArgs& args) {
 
   auto model = llm::DecoderModel::load(args.model);
   if (!model.ok()) return report_error(cmd, model.status().to_string());
-  if (tok != nullptr && tok->vocab_size() > (*model)->config().vocab)
-    return report_error(cmd, str_format("the tokenizer's vocabulary (%lld) is larger than the model's (%lld): not "
-                                        "this model's tokenizer",
-                                        (long long)tok->vocab_size(), (long long)(*model)->config().vocab));
+  if (tok != nullptr) {
+    if (Status fits = llm::check_tokenizer_fits(*tok, (*model)->config().vocab); !fits.ok())
+      return report_error(cmd, fits.to_string());
+  }
   const double compile_ms = (*model)->compile_ms();
   llm::EngineOptions options;
   options.block_size = args.block_size;
@@ -168,35 +173,63 @@ int run_generate(const GenerateArgs& args) {
   }
   const auto start = std::chrono::steady_clock::now();
   double first_token_ms = -1;
-  // One request with text out: its text streams as the tokens come.
+  // Text out or --stop: each request's text is made as its tokens come (llm::TextStream), so
+  // that a --stop sequence ends the request at the token that completes it. One request with
+  // text out streams its text as it comes. (Ids out without --stop decode nothing: an id past
+  // a smaller tokenizer's vocabulary is then no error.)
+  std::vector<std::optional<llm::TextStream>> texts(count);
+  std::unordered_map<int64_t, size_t> index_of;
+  for (int64_t i = 0; i < count && (text_out || !args.stop_texts.empty()); ++i) {
+    if (ids[i] < 0) continue;
+    auto text = llm::TextStream::create(*tok, args.stop_texts);
+    if (!text.ok()) return usage_error(cmd, text.status().message());
+    texts[i].emplace(std::move(*text));
+    index_of[ids[i]] = static_cast<size_t>(i);
+  }
   const bool stream = text_out && !args.quiet && count == 1 && ids[0] >= 0;
-  std::optional<llm::StreamingDecoder> streamed;
-  if (stream) streamed.emplace(*tok);
-  Status stream_status = ok_status();
+  Status text_status = ok_status();
+  std::vector<int64_t> stopped;  // requests whose text reached a --stop sequence in this step
   if (stream) std::printf("request 0: ");
-  e.on_token = [&](int64_t, int64_t token) {
+  e.on_token = [&](int64_t request, int64_t token) {
     if (first_token_ms < 0)
       first_token_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!stream || !stream_status.ok() || token == tok->eos_id()) return;
-    stream_status = print_piece(streamed->push(token));
+    auto it = index_of.find(request);
+    if (it == index_of.end() || !text_status.ok() || token == tok->eos_id()) return;
+    llm::TextStream& text = *texts[it->second];
+    if (text.stopped()) return;  // a token of the step that completed the stop sequence
+    auto step = text.push(token);
+    if (!step.ok()) {
+      text_status = step.status();
+      return;
+    }
+    if (stream) text_status = print_piece(step->text);
+    if (step->stopped) stopped.push_back(request);
   };
-  if (Status st = e.run_to_completion(); !st.ok()) return report_error(cmd, st.to_string());
-  if (stream && stream_status.ok()) stream_status = print_piece(streamed->finish());
+  while (!e.idle()) {
+    if (Status st = e.step(); !st.ok()) return report_error(cmd, st.to_string());
+    for (int64_t request : stopped) (void)e.cancel(request);  // ended by its text: no more tokens
+    stopped.clear();
+    if (!text_status.ok()) return report_error(cmd, text_status.to_string());
+  }
+  for (auto& text : texts) {
+    if (!text) continue;
+    auto rest = text->finish();
+    if (!rest.ok()) return report_error(cmd, rest.status().to_string());
+    if (stream) text_status = print_piece(*rest);
+  }
   if (stream) std::printf("\n");
-  if (!stream_status.ok()) return report_error(cmd, stream_status.to_string());
+  if (!text_status.ok()) return report_error(cmd, text_status.to_string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int64_t generated = 0;
   for (int64_t i = 0; i < count; ++i) {
     if (ids[i] < 0) continue;
-    const auto& tokens = e.request(ids[i]).tokens;
+    auto tokens = e.request(ids[i]).tokens;
+    // Ended by a --stop sequence: the tokens up to the one that completed it.
+    if (texts[i] && texts[i]->stopped()) tokens.resize(texts[i]->tokens());
     generated += static_cast<int64_t>(tokens.size());
     if (args.quiet || stream) continue;
     if (text_out) {
-      std::vector<int64_t> body(tokens.begin(), tokens.end());
-      if (!body.empty() && body.back() == tok->eos_id()) body.pop_back();
-      auto text = tok->decode(body);
-      if (!text.ok()) return report_error(cmd, text.status().to_string());
-      std::printf("request %lld: %s\n", (long long)i, text->c_str());
+      std::printf("request %lld: %s\n", (long long)i, texts[i]->text().c_str());
       continue;
     }
     std::printf("request %lld:", (long long)i);
@@ -233,6 +266,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--batch", args->batch, "Most sequences decoding together (default 16)");
   app.add_option("--requests", args->requests, "Requests to run, cycling through the prompts (default: one per prompt)");
   app.add_option("--stop-ids", args->stop_ids, "Comma-separated token ids that end a request");
+  app.add_option("--stop", args->stop_texts,
+                 "Text that ends a request once its generated text holds it (left out of the text; needs the "
+                 "tokenizer); repeat for several");
   app.add_option("--temperature", args->temperature, "Sampling temperature; 0 (default) is greedy");
   app.add_option("--top-k", args->top_k, "Sample among the k likeliest tokens (0, default: all)");
   app.add_option("--top-p", args->top_p, "Sample in the nucleus of this probability, (0, 1] (default 1)");

@@ -289,10 +289,11 @@ KILN_API kilnError kilnllmTokenizerVocabSize(const kilnllmTokenizer* tokenizer, 
  * `tokenizer` with its <s> in front, and its </s> added to the request's stop tokens (params'
  * stop tokens stay), so the request ends at </s> (delivered as its last token, as every stop
  * token) or at maxNewTokens. The generated ids are read as for any request and decoded with
- * kilnllmDetokenize. Errors: those of kilnllmTokenize for the text (NULL, not UTF-8) and of
- * kilnllmAddRequest (a NULL, foreign or destroyed engine or tokenizer is
- * KILN_ERROR_INVALID_RESOURCE_HANDLE; an id beyond the model's vocabulary, when the tokenizer's is
- * larger, KILN_ERROR_INVALID_PARAM naming it). Not from inside the token callback. */
+ * kilnllmDetokenize. Errors: a tokenizer with more pieces than the engine's model has token ids
+ * (not this model's tokenizer) is KILN_ERROR_INVALID_PARAM naming both sizes; besides, those of
+ * kilnllmTokenize for the text (NULL, not UTF-8) and of kilnllmAddRequest (a NULL, foreign or
+ * destroyed engine or tokenizer is KILN_ERROR_INVALID_RESOURCE_HANDLE). Not from inside the token
+ * callback. */
 KILN_API kilnError kilnllmAddTextRequest(kilnllmEngine* engine, const kilnllmTokenizer* tokenizer, const char* text,
                                          const kilnllmRequestParams* params, int64_t* requestId);
 

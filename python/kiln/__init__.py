@@ -93,27 +93,38 @@ class LlmEngine(_kiln.LlmEngine):
     prompt and tokenizer=kiln.Tokenizer(path).
     """
 
-    def stream(self, prompt, tokenizer=None, **params):
+    def stream(self, prompt, tokenizer=None, stop=None, **params):
         """Adds a request and yields its tokens as the engine steps (other requests step along).
 
         A text prompt (str or bytes) needs `tokenizer` (a kiln.Tokenizer): it is queued by
         add_text_request (<s> in front, stops at </s>) and the text is yielded instead, piece by
         piece, each piece final (a character whose bytes come as several tokens is yielded whole,
-        once they have all come). Closing the iterator early (break) cancels the request."""
+        once they have all come). `stop`: a str or a list of str (text prompts only): the request
+        ends once its text holds one of them, which is left out (OpenAI's stop sequences), and no
+        text that may still turn out to begin one is yielded before it is decided. Closing the
+        iterator early (break) cancels the request."""
         text = _is_text(prompt)
+        stops = _stop_strings(stop, text, tokenizer)
+        pieces = _kiln._TextStream(tokenizer, stops) if text and tokenizer is not None else None
         request = self._add(prompt, tokenizer, params)
-        pieces = _TextPieces(tokenizer) if text else None
         done = False
         try:
             while True:
                 tokens, status = self.poll(request)
                 if text:
-                    yield from filter(None, map(pieces.push, tokens))
+                    for token in tokens:
+                        piece, stopped = pieces.push(token)
+                        if piece:
+                            yield piece
+                        if stopped:
+                            done = True
+                            self.cancel(request)  # ended by its text: no more tokens
+                            return
                 else:
                     yield from tokens
                 if status in ("finished", "cancelled") and not tokens:
                     done = True
-                    rest = pieces.rest() if text else ""
+                    rest = pieces.finish() if text else ""
                     if rest:
                         yield rest
                     return
@@ -123,16 +134,33 @@ class LlmEngine(_kiln.LlmEngine):
             if not done:
                 self.cancel(request)
 
-    def generate(self, prompts, tokenizer=None, **params):
+    def generate(self, prompts, tokenizer=None, stop=None, **params):
         """Runs every prompt batched together to the end. `prompts`: a list of token-id lists
         (their generated ids come back), or with `tokenizer` (a kiln.Tokenizer) text: one str
         (its generated text comes back), or a list of str (their texts); a request given as text
-        ends at </s>, which its text leaves out."""
+        ends at </s>, which its text leaves out. `stop` (text prompts only): a str or a list of
+        str that ends a text request once its text holds it, the stop string left out."""
         single = _is_text(prompts)
         items = [prompts] if single else list(prompts)
-        requests = [self._add(p, tokenizer, params) for p in items]
-        self.run()
-        out = [tokenizer.decode(self.tokens(r)) if _is_text(p) else self.tokens(r) for p, r in zip(items, requests)]
+        stops = _stop_strings(stop, all(map(_is_text, items)), tokenizer)
+        if not stops:
+            requests = [self._add(p, tokenizer, params) for p in items]
+            self.run()
+            out = [tokenizer.decode(self.tokens(r)) if _is_text(p) else self.tokens(r) for p, r in zip(items, requests)]
+            return out[0] if single else out
+        # Each request's text as it comes, so that a stop string ends it at the token that completes it.
+        streams = [_kiln._TextStream(tokenizer, stops) for _ in items]  # checks the stop strings first
+        texts = {self._add(p, tokenizer, params): text for p, text in zip(items, streams)}
+        idle = False
+        while not idle:
+            idle = self.step()
+            for r, text in texts.items():
+                for token in ([] if text.stopped else self.poll(r)[0]):
+                    text.push(token)
+                    if text.stopped:
+                        self.cancel(r)
+                        break
+        out = [text.text if text.stopped else text.text + text.finish() for text in texts.values()]
         return out[0] if single else out
 
     def _add(self, prompt, tokenizer, params):
@@ -154,26 +182,18 @@ def _is_text(prompt):
     return isinstance(prompt, (str, bytes))
 
 
-class _TextPieces:
-    """A request's text piece by piece, as llm::StreamingDecoder does it for `kiln serve`: the
-    whole token list decoded again at every token (SentencePiece decodes a piece differently
-    at the start of a text), and only what follows the text already out is returned, a trailing
-    U+FFFD (a character whose bytes have not all come) held back until later tokens complete it."""
-
-    def __init__(self, tokenizer):
-        self._tokenizer, self._ids, self._out = tokenizer, [], ""
-
-    def push(self, token):
-        self._ids.append(token)
-        return self._take(self._tokenizer.decode(self._ids).rstrip("\ufffd"))
-
-    def rest(self):
-        return self._take(self._tokenizer.decode(self._ids))
-
-    def _take(self, text):
-        piece = text[len(self._out):]
-        self._out += piece
-        return piece
+def _stop_strings(stop, text, tokenizer):
+    """`stop` as a list of str (a str alone is one); stop strings need text prompts and a tokenizer."""
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if not all(isinstance(s, str) for s in stops):
+        raise TypeError("stop must be a str or a list of str")
+    if stops and not text:
+        raise ValueError("stop strings need text prompts (and tokenizer=); for token-id prompts give stop_tokens")
+    if stops and tokenizer is None:
+        raise ValueError("stop strings need tokenizer=kiln.Tokenizer(path)")
+    return stops
 
 
 # The low-level modules (kiln.rt, kiln.mdl, ...) live in the native module; make

@@ -5,6 +5,12 @@
 
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "capi/api_llm_tokenizer.h"
+#include "llm/text_stream.h"
 #include "python/src/binders.h"
 #include "python/src/errors.h"
 
@@ -14,6 +20,42 @@ namespace {
 void check(kilnError e, const char* call) {
   if (e != KILN_SUCCESS) throw_api_error(e, call);
 }
+
+// kiln._kiln._TextStream: one generated sequence's text with stop strings, llm::TextStream (the
+// implementation kiln serve and kiln generate use) over a kiln.Tokenizer, for LlmEngine.stream()
+// and generate() (python/kiln/__init__.py). It keeps the tokenizer object alive, and checks it
+// is still open before each call (a closed tokenizer's model is gone).
+class LlmTextStream {
+ public:
+  LlmTextStream(py::object tokenizer, std::vector<std::string> stop_strings) : owner_(std::move(tokenizer)) {
+    const kiln::llm::Tokenizer& tok = model();
+    auto stream = kiln::llm::TextStream::create(tok, std::move(stop_strings));
+    if (!stream.ok()) throw_error(KILN_ERROR_INVALID_PARAM, "stop: " + stream.status().message());
+    stream_.emplace(std::move(*stream));
+  }
+  std::pair<py::str, bool> push(int64_t token) {
+    model();
+    auto step = stream_->push(token);
+    if (!step.ok()) throw_status(step.status());
+    return {py::str(step->text), step->stopped};
+  }
+  py::str finish() {
+    model();
+    auto rest = stream_->finish();
+    if (!rest.ok()) throw_status(rest.status());
+    return py::str(*rest);
+  }
+  bool stopped() const { return stream_->stopped(); }
+  size_t tokens() const { return stream_->tokens(); }
+  py::str text() const { return py::str(stream_->text()); }
+
+ private:
+  const kiln::llm::Tokenizer& model() const {
+    return *owner_.cast<const LlmTokenizer&>().handle()->tokenizer;  // kiln.Error once closed
+  }
+  py::object owner_;
+  std::optional<kiln::llm::TextStream> stream_;
+};
 
 }  // namespace
 
@@ -107,6 +149,16 @@ void bind_llm_tokenizer(py::module_& m) {
         t.close();
         return false;
       });
+  py::class_<LlmTextStream>(m, "_TextStream",
+                            "A generated sequence's text piece by piece, ended by stop strings (llm::TextStream): "
+                            "whole characters only, nothing that may still become part of a stop string.")
+      .def(py::init<py::object, std::vector<std::string>>(), py::arg("tokenizer"), py::arg("stop") = std::vector<std::string>())
+      .def("push", &LlmTextStream::push, py::arg("token"),
+           "(text that became final with the token, whether a stop string completed)")
+      .def("finish", &LlmTextStream::finish, "The text held back, at the end of the sequence.")
+      .def_property_readonly("stopped", &LlmTextStream::stopped)
+      .def_property_readonly("tokens", &LlmTextStream::tokens, "Tokens pushed up to the stop (all while none).")
+      .def_property_readonly("text", &LlmTextStream::text, "The text let out so far.");
 }
 
 }  // namespace kiln::python

@@ -7,14 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "capi/api_llm_tokenizer.h"
+
 #include "capi/api_guard.h"
 #include "capi/api_internal.h"
 #include "kiln/llm.h"
 #include "llm/tokenizer.h"
-
-struct kilnllmTokenizer {
-  std::unique_ptr<kiln::llm::Tokenizer> tokenizer;
-};
 
 namespace {
 
@@ -164,7 +162,16 @@ kilnError kilnllmAddTextRequest(kilnllmEngine* engine, const kilnllmTokenizer* t
   // re-entered: the runtime lock it takes must not be taken twice by one thread).
   std::vector<int64_t> prompt, stops;
   kilnllmRequestParams p;
+  // The engine's vocabulary, for the check every tokenizer-and-model pairing makes
+  // (llm::check_tokenizer_fits); its errors (a NULL or dead engine) are this call's.
+  kilnllmModelInfo info;
+  info.size = sizeof(info);
+  if (kilnError e = kilnllmGetModelInfo(engine, &info); e != KILN_SUCCESS) {
+    const std::string why = kilnGetRecentErrMsg();  // copied: fail() rewrites the buffer
+    return fail(e, "%s: %s", api, why.c_str());
+  }
   kilnError err = with_tokenizer(api, tokenizer, [&](const Tokenizer& tok) -> kilnError {
+    if (kiln::Status fits = kiln::llm::check_tokenizer_fits(tok, info.vocab); !fits.ok()) return fail_with(api, fits);
     if (text == nullptr) return fail(KILN_ERROR_INVALID_PARAM, "%s: text is NULL", api);
     if (params != nullptr && params->size != sizeof(kilnllmRequestParams))
       return fail(KILN_ERROR_INVALID_PARAM, "%s: params->size is %zu, not sizeof(kilnllmRequestParams) = %zu (set it, "

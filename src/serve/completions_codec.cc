@@ -11,6 +11,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr size_t kMaxStopStrings = 4;  // OpenAI's limit
+
 bool is_int64(const json& j) {
   return j.is_number_integer() &&
          (!j.is_number_unsigned() || j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
@@ -39,6 +41,26 @@ Expected<std::vector<int64_t>> token_ids(const json& j, const std::string& what)
     ids.push_back(j[i].get<int64_t>());
   }
   return ids;
+}
+
+// OpenAI's text stop sequences: a string or a list of up to 4, none empty (an empty one would
+// end every choice before its first token).
+Expected<std::vector<std::string>> stop_strings(const json& v) {
+  if (v.is_string()) {
+    if (v.get<std::string>().empty()) return invalid_argument("'stop' is an empty string");
+    return std::vector<std::string>{v.get<std::string>()};
+  }
+  if (v.size() > kMaxStopStrings)
+    return invalid_argument("'stop' has %zu strings, at most %zu are allowed", v.size(), kMaxStopStrings);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string())
+      return invalid_argument("'stop'[%zu] is %s: a list of stop sequences holds texts only, or token ids only", i,
+                              json_brief(v[i]).c_str());
+    if (v[i].get<std::string>().empty()) return invalid_argument("'stop'[%zu] is an empty string", i);
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
 }
 
 json envelope(const CompletionHeader& h) {
@@ -116,9 +138,9 @@ Expected<CompletionRequest> parse_completion_request(const std::string& body) {
       }
     } else if (key == "stop") {
       if (v.is_null()) continue;
-      if (v.is_string() || (v.is_array() && !v.empty() && v[0].is_string()))
-        return invalid_argument("'stop' is text: stop sequences are not supported, give token ids (integers)");
-      if (is_int64(v)) {
+      if (v.is_string() || (v.is_array() && !v.empty() && v[0].is_string())) {
+        KILN_ASSIGN_OR_RETURN(r.params.stop_strings, stop_strings(v));
+      } else if (is_int64(v)) {
         r.params.stop.push_back(v.get<int64_t>());
       } else {
         KILN_ASSIGN_OR_RETURN(r.params.stop, token_ids(v, "'stop'"));

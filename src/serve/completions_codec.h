@@ -1,8 +1,8 @@
 // OpenAI's completions protocol (POST /v1/completions): prompts as text (encoded by the model's
-// tokenizer, LlmModel::prepare) or token ids, stop tokens as ids, answers carrying `token_ids`
-// beside `text` (empty for a model without a tokenizer). Parsing is strict: an unknown field, a
-// value of the wrong type or out of range, text stop sequences are invalid_argument naming the
-// field.
+// tokenizer, LlmModel::prepare) or token ids, stop sequences as text (up to 4) or token ids,
+// answers carrying `token_ids` beside `text` (empty for a model without a tokenizer). Parsing is
+// strict: an unknown field, a value of the wrong type or out of range is invalid_argument naming
+// the field.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct CompletionRequest {
 // Parses a request body: {"model", "prompt" (text, a list of texts, token ids, or a list of
 // token-id lists),
 // "max_tokens" (default 16), "temperature" (default 1; 0 is greedy), "top_p", "top_k",
-// "seed", "stop" (token id or ids), "ignore_eos" (vLLM's), "stream", and "n"/"best_of" 1, "echo" false, "logprobs"
+// "seed", "stop" (a text, up to 4 texts, a token id or token ids), "ignore_eos" (vLLM's), "stream", and "n"/"best_of" 1, "echo" false, "logprobs"
 // null, "user" accepted as OpenAI clients send them}.
 Expected<CompletionRequest> parse_completion_request(const std::string& body);
 

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "llm/streaming_decoder.h"
 #include "serve/affinity.h"
 #include "serve/completions_codec.h"
 #include "serve/http_connection.h"
@@ -299,17 +298,11 @@ struct HttpServer::Impl {
           finished[i] = !choices[i].finish_reason.empty();
         }
       }
-      // Each choice's text (stop tokens are not in its tokens). An id the tokenizer does not
-      // have (a model's vocabulary larger than its tokenizer's) fails the completion, naming it.
+      // Each choice's text, made as its tokens came (LlmModel: cut before a stop string). An id
+      // the tokenizer does not have (a model's vocabulary larger than its tokenizer's) failed
+      // the completion, naming it.
       std::vector<std::string> texts;
-      for (size_t i = 0; s.ok() && m->tokenizer() != nullptr && i < n; ++i) {
-        Expected<std::string> text = m->tokenizer()->decode(choices[i].tokens);
-        if (text.ok()) {
-          texts.push_back(std::move(*text));
-        } else {
-          s = internal_error("choice %zu's text: %s", i, text.status().message().c_str());
-        }
-      }
+      for (size_t i = 0; s.ok() && m->tokenizer() != nullptr && i < n; ++i) texts.push_back(choices[i].text);
       if (!s.ok()) {
         ++counters.failures;
         return fail(http_status(s) == 503 ? 503 : 500, s.to_string());
@@ -321,22 +314,20 @@ struct HttpServer::Impl {
     }
     // Server-sent events: one per token as the engine generates it, one per choice's end, then
     // "data: [DONE]". An error after the first event can only be sent as an event.
-    // With a tokenizer each event carries the text its token completed, decoded incrementally
-    // per choice (llm::StreamingDecoder: a character split over byte tokens comes whole), and
-    // the choice's last event the text held back until then.
+    // With a tokenizer each event carries the text its token completed (LlmModel decodes it as
+    // the tokens come, llm::TextStream: a character split over byte tokens comes whole, text
+    // that may begin a stop string waits), and the choice's last event the text held back
+    // until then.
     struct Stream {
       std::shared_ptr<Completion> completion;
       CompletionHeader header;
       std::vector<size_t> sent;
       std::vector<bool> finished;
-      std::shared_ptr<LlmModel> model;  // keeps the tokenizer the decoders read
-      std::vector<llm::StreamingDecoder> decoders;  // per choice; none without a tokenizer
       bool ok = true;
       bool counted = false;  // in the model's requests or failures
     };
     auto stream = std::make_shared<Stream>(
-        Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false), m, {}});
-    if (m->tokenizer() != nullptr) stream->decoders.assign(n, llm::StreamingDecoder(*m->tokenizer()));
+        Stream{completion, header, std::vector<size_t>(n, 0), std::vector<bool>(n, false)});
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
@@ -346,24 +337,21 @@ struct HttpServer::Impl {
           bool done = false;
           Status st = stream->completion->wait_for_update(stream->sent, stream->finished, &choices, &done);
           std::string events;
-          // The text of token `t` of choice `i` (empty without a tokenizer); a failure ends the
-          // stream with an error event.
-          auto text_of = [&](size_t i, const int64_t* token) -> std::string {
-            if (stream->decoders.empty() || !st.ok()) return {};
-            Expected<std::string> piece = token ? stream->decoders[i].push(*token) : stream->decoders[i].finish();
-            if (piece.ok()) return std::move(*piece);
-            st = internal_error("choice %zu's text: %s", i, piece.status().message().c_str());
-            return {};
+          // The text of choice `c` from byte `from` (`to`: its end when npos); empty without a
+          // tokenizer.
+          auto text_of = [](const Completion::Choice& c, size_t from, size_t to) {
+            return from >= c.text.size() ? std::string() : c.text.substr(from, to == std::string::npos ? to : to - from);
           };
           for (size_t i = 0; i < choices.size() && st.ok(); ++i) {
-            for (size_t t = stream->sent[i]; t < choices[i].tokens.size() && st.ok(); ++t) {
-              const std::string text = text_of(i, &choices[i].tokens[t]);
-              if (st.ok()) events += encode_completion_event(stream->header, i, {choices[i].tokens[t]}, text, "");
+            const Completion::Choice& c = choices[i];
+            for (size_t t = stream->sent[i]; t < c.tokens.size(); ++t) {
+              const std::string text = text_of(c, t == 0 ? 0 : c.text_end[t - 1], c.text_end[t]);
+              events += encode_completion_event(stream->header, i, {c.tokens[t]}, text, "");
             }
-            stream->sent[i] = choices[i].tokens.size();
-            if (st.ok() && !choices[i].finish_reason.empty() && !stream->finished[i]) {
-              const std::string rest = text_of(i, nullptr);
-              if (st.ok()) events += encode_completion_event(stream->header, i, {}, rest, choices[i].finish_reason);
+            stream->sent[i] = c.tokens.size();
+            if (!c.finish_reason.empty() && !stream->finished[i]) {
+              const std::string rest = text_of(c, c.text_end.empty() ? 0 : c.text_end.back(), std::string::npos);
+              events += encode_completion_event(stream->header, i, {}, rest, c.finish_reason);
               stream->finished[i] = true;
             }
           }

@@ -46,10 +46,8 @@ Expected<std::shared_ptr<LlmModel>> LlmModel::load(const ModelFiles& files, Metr
     const std::filesystem::path path = std::filesystem::path(files.model_path) / files.config.llm.tokenizer;
     KILN_ASSIGN_OR_RETURN(tokenizer, llm::Tokenizer::load(path.string()), "model '%s': config.json llm.tokenizer",
                           files.name.c_str());
-    if (tokenizer->vocab_size() > decoder->config().vocab)
-      return invalid_argument("model '%s': the tokenizer's vocabulary (%lld) is larger than the model's (%lld): not "
-                              "this model's tokenizer", files.name.c_str(), (long long)tokenizer->vocab_size(),
-                              (long long)decoder->config().vocab);
+    KILN_RETURN_IF_ERROR(llm::check_tokenizer_fits(*tokenizer, decoder->config().vocab), "model '%s'",
+                         files.name.c_str());
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(std::move(decoder), options),
                         "model '%s'", files.name.c_str());
@@ -76,10 +74,10 @@ LlmModel::LlmModel(ModelFiles files, std::unique_ptr<llm::Engine> engine, std::u
 LlmModel::~LlmModel() { shutdown(); }
 
 Status LlmModel::prepare(CompletionParams* p) const {
-  if (!p->texts.empty() && tokenizer_ == nullptr)
-    return invalid_argument("'prompt' is text, but model '%s' has no tokenizer: name a SentencePiece model in its "
+  if ((!p->texts.empty() || !p->stop_strings.empty()) && tokenizer_ == nullptr)
+    return invalid_argument("'%s' is text, but model '%s' has no tokenizer: name a SentencePiece model in its "
                             "config.json (\"llm\": {\"tokenizer\": \"tokenizer.model\"}), or give token ids",
-                            files_.name.c_str());
+                            p->texts.empty() ? "stop" : "prompt", files_.name.c_str());
   for (size_t i = 0; i < p->texts.size(); ++i) {
     Expected<std::vector<int64_t>> ids = tokenizer_->encode(p->texts[i]);
     if (!ids.ok())
@@ -147,6 +145,14 @@ void LlmModel::admit(const std::shared_ptr<Completion>& c) {
     return;
   }
   for (size_t i = 0; i < ids.size(); ++i) requests_[ids[i]] = {c, i};
+  if (tokenizer_ != nullptr) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      // The stop strings were checked by the codec (none empty), so this cannot fail.
+      Expected<llm::TextStream> stream = llm::TextStream::create(*tokenizer_, p.stop_strings);
+      KILN_CHECK(stream.ok());
+      c->streams_.push_back(std::move(*stream));
+    }
+  }
   std::lock_guard lock(c->mutex_);
   c->admitted_ = true;
   c->cv_.notify_all();
@@ -160,15 +166,57 @@ void LlmModel::on_token(int64_t request, int64_t token) {
   ++metrics_.generated_tokens;
   std::lock_guard lock(c->mutex_);
   Completion::Choice& choice = c->choices_[index];
+  // Ended by a stop string earlier in this step: the engine is told after it (drive()).
+  if (!choice.finish_reason.empty() || !c->error_.ok()) return;
   // The engine retires a request after its stop token or its last token (engine.h accept()).
   if (std::find(p.stop.begin(), p.stop.end(), token) != p.stop.end()) {
     choice.finish_reason = "stop";
   } else {
     choice.tokens.push_back(token);
-    if (static_cast<int64_t>(choice.tokens.size()) >= p.max_tokens) choice.finish_reason = "length";
+    add_text(*c, index, &token);
+    if (!choice.finish_reason.empty()) text_stopped_.push_back(request);
+    if (choice.finish_reason.empty() && static_cast<int64_t>(choice.tokens.size()) >= p.max_tokens)
+      choice.finish_reason = "length";
   }
-  if (!choice.finish_reason.empty()) ++c->done_;
+  if (!choice.finish_reason.empty()) {
+    add_text(*c, index, nullptr);
+    ++c->done_;
+  }
   c->cv_.notify_all();
+}
+
+void LlmModel::add_text(Completion& c, size_t index, const int64_t* token) {
+  Completion::Choice& choice = c.choices_[index];
+  if (c.streams_.empty() || !c.error_.ok()) {
+    if (token != nullptr) choice.text_end.push_back(choice.text.size());
+    return;
+  }
+  llm::TextStream& stream = c.streams_[index];
+  Status failed;
+  if (token != nullptr) {
+    Expected<llm::TextStream::Step> step = stream.push(*token);
+    if (step.ok()) {
+      choice.text += step->text;
+      if (step->stopped) choice.finish_reason = "stop";
+    } else {
+      failed = step.status();
+    }
+    choice.text_end.push_back(choice.text.size());
+  } else {
+    Expected<std::string> rest = stream.finish();
+    if (rest.ok()) {
+      choice.text += *rest;
+      if (stream.stopped()) choice.finish_reason = "stop";
+    } else {
+      failed = rest.status();
+    }
+  }
+  if (!failed.ok()) {
+    // A token the tokenizer does not have (a model's vocabulary larger than its tokenizer's):
+    // the completion fails naming it, and its requests stop.
+    c.error_ = internal_error("choice %zu's text: %s", index, failed.message().c_str());
+    c.cancelled_ = true;
+  }
 }
 
 void LlmModel::fail_all(const Status& error) {
@@ -248,6 +296,11 @@ void LlmModel::drive() {
       Status s = engine_->step();
       if (!s.ok()) fail_all(s);
     }
+    // Choices whose text reached a stop string end now (their completion sees them finished
+    // already); the loop above forgets them next.
+    for (int64_t id : text_stopped_)
+      if (requests_.count(id)) (void)engine_->cancel(id);  // a no-op for one that finished
+    text_stopped_.clear();
     publish_stats();
   }
 }

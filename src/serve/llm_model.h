@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "llm/engine.h"
+#include "llm/text_stream.h"
 #include "llm/tokenizer.h"
 #include "serve/metrics.h"
 #include "serve/model_config.h"
@@ -37,6 +38,9 @@ struct CompletionParams {
   int64_t max_tokens = 16;
   llm::SamplingOptions sampling;  // OpenAI's default temperature is 1
   std::vector<int64_t> stop;      // token ids that end a choice (not returned)
+  // Text stop sequences (OpenAI's "stop": "text"): a choice ends once its text holds one; its
+  // text stops before it (llm::TextStream). Needs the model's tokenizer.
+  std::vector<std::string> stop_strings;
   bool ignore_eos = false;        // vLLM's: do not stop at the tokenizer's </s>
   bool stream = false;
 };
@@ -51,6 +55,11 @@ class Completion {
   struct Choice {
     std::vector<int64_t> tokens;  // generated, stop tokens excluded
     std::string finish_reason;    // empty while generating; "length" or "stop"
+    // With a tokenizer: the text so far (final: whole characters, never a part of a stop
+    // string), and its length after each token of `tokens` (a token may complete no text); the
+    // text past text_end.back() came with the choice's end. Empty without a tokenizer.
+    std::string text;
+    std::vector<size_t> text_end;
   };
   // Blocks until the driver admitted or refused the completion: the refusal (the engine's
   // reason, for the prompt it names) or OK.
@@ -74,6 +83,8 @@ class Completion {
   Status error_;  // admission refused, or the engine failed
   std::vector<Choice> choices_;
   int64_t done_ = 0;  // choices finished
+  // Driver thread only: each choice's text as its tokens come (with a tokenizer).
+  std::vector<llm::TextStream> streams_;
 };
 
 class LlmModel {
@@ -93,8 +104,8 @@ class LlmModel {
 
   // Before submit, on the HTTP thread: encodes text prompts (<s> in front) into token ids,
   // and with a tokenizer adds its </s> to the stop tokens unless ignore_eos. invalid_argument
-  // for a text prompt when the model has no tokenizer (naming the config field), or for text
-  // the tokenizer refuses.
+  // for a text prompt or text stop sequences when the model has no tokenizer (naming the config
+  // field), or for text the tokenizer refuses.
   Status prepare(CompletionParams* params) const;
 
   // Queues a completion for the driver: resource_exhausted when max_queue_size completions
@@ -110,6 +121,10 @@ class LlmModel {
   // Driver thread only: admits one completion's prompts into the engine (all or none).
   void admit(const std::shared_ptr<Completion>& c);
   void on_token(int64_t request, int64_t token);
+  // Driver thread only, under the completion's lock: a choice's text with its new token (or its
+  // end: token null). A stop string ends the choice; a token the tokenizer lacks fails the
+  // completion.
+  void add_text(Completion& c, size_t index, const int64_t* token);
   // Driver thread only: fails every completion in progress with `error` and stops its requests.
   void fail_all(const Status& error);
   // Driver thread only (or before it starts): the engine's KV and sequence counts to the metrics.
@@ -125,6 +140,8 @@ class LlmModel {
   std::deque<std::shared_ptr<Completion>> inbox_;
   size_t in_progress_ = 0;  // submitted, not yet finished
   bool stopping_ = false;
+  // Driver thread only: requests whose text reached a stop string, cancelled after the step.
+  std::vector<int64_t> text_stopped_;
   // Driver thread only: engine request id -> (completion, choice index).
   std::map<int64_t, std::pair<std::shared_ptr<Completion>, size_t>> requests_;
   std::thread driver_;

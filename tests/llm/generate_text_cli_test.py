@@ -4,7 +4,9 @@ SentencePiece model (tests/llm/make_test_data.py): a --prompt is encoded as Sent
 own Python binding encodes it (with <s> in front) and continued as PyTorch's greedy decode
 continues those ids (the torch module rebuilt from the exporter's seed); the printed text is
 what the binding decodes the generated ids to, streamed for one request and per request for
-several; bad input is a one-line error (exit 2 for usage, 1 otherwise).
+several; --stop sequences end the text before them as OpenAI's semantics give it from those
+ids; a tokenizer larger than the model's vocabulary is refused naming both sizes; bad input is a
+one-line error (exit 2 for usage, 1 otherwise).
 
 usage: generate_text_cli_test.py KILN_BINARY DATA_DIR
 """
@@ -75,6 +77,50 @@ class GenerateText(unittest.TestCase):
         texts = requests_of(r.stdout)
         self.assertEqual(texts[0], sp.decode(until_eos(p["tokens"][:8], sp.eos_id())))
         self.assertEqual(texts[1], sp.decode(until_eos(q["tokens"][:8], sp.eos_id())))
+
+    def test_stop_sequences_end_the_text_before_them(self):
+        # llama-tiny (whose random weights write varied text; gpt2-tiny's repeat one piece) with the
+        # 512-piece byte-fallback tokenizer (its vocabulary, so every id decodes):
+        # PyTorch's greedy ids up to </s>, the binding's text of each prefix, and stop strings cut
+        # from that text across token boundaries; the printed text stops before the earliest one
+        # and generation ends at the token that completes it (--print-ids).
+        import sentencepiece as spm
+        import torch
+        import export_decoder as ed
+        tok = os.path.join(DATA, "tokenizer_bytes", "tokenizer.model")
+        sp = spm.SentencePieceProcessor(model_file=tok)
+        torch.set_num_threads(1)
+        model, c = ed.build("llama-tiny", 1234)  # the fixture exports llama-tiny with seed 1234
+        for prompt in (PROMPT, "1234 + 56.78", "In the beginning", "Zürich"):
+            ids = until_eos(ed.greedy_reference(model, c, [sp.bos_id()] + sp.encode(prompt), 24)[0], sp.eos_id())
+            whole = sp.decode(ids)
+            if len(ids) >= 12 and len(set(whole)) >= 6:
+                break
+        self.assertTrue(len(ids) >= 12 and len(set(whole)) >= 6, "no prompt continues in varied text for 12 tokens")
+        prefix = [sp.decode(ids[:k]) for k in range(len(ids) + 1)]
+        mid = len(prefix[6])
+        stops = [whole[mid - 2:mid + 3], whole[len(prefix[9]):len(prefix[9]) + 2]]
+        cut = min(whole.find(s) for s in stops)
+        k = next(k for k in range(len(ids) + 1) if any(s in prefix[k] for s in stops))
+        self.assertGreater(cut, 0, (stops, whole))
+        args = [os.path.join(DATA, "llama-tiny"), "--tokenizer", tok, "--prompt", prompt, "--max-new-tokens", 24,
+                "--stop", stops[1], "--stop", stops[0]]
+        self.assertEqual(requests_of(generate(*args).stdout)[0], whole[:cut])  # streamed
+        self.assertEqual(ids_of(generate(*args, "--print-ids").stdout), ids[:k])
+        # Two requests (printed after the run): each stops on its own.
+        texts = requests_of(generate(*args, "--prompt", prompt).stdout)
+        self.assertEqual((texts[0], texts[1]), (whole[:cut], whole[:cut]))
+        # A stop string that never comes: the whole text.
+        self.assertEqual(requests_of(generate(*args[:-4], "--stop", "never in it").stdout)[0], whole)
+        r = generate(os.path.join(DATA, "gpt2-tiny"), "--prompt-ids", "1,2", "--stop", "x", code=2)
+        self.assertIn("--stop needs a tokenizer", r.stderr)
+        r = generate(os.path.join(DATA, "gpt2-tiny"), "--tokenizer", tok, "--prompt", "x", "--stop", "", code=2)
+        self.assertIn("must not be empty", r.stderr)
+
+    def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(self):
+        r = generate(os.path.join(DATA, "gpt2-tiny"), "--tokenizer", os.path.join(DATA, "tokenizer_large", "tokenizer.model"),
+                     "--prompt", "x", code=1)
+        self.assertIn("the tokenizer's vocabulary (700) is larger than the model's (512)", r.stderr)
 
     def test_bad_input(self):
         model = os.path.join(DATA, "gpt2-tiny")

@@ -272,4 +272,31 @@ TEST(LlmCApiTokenizerEngine, TextRequestGeneratesWhatItsIdsDo) {
   std::printf("%d of %zu text requests ended at </s>\n", stopped, pairs.size());
 }
 
+// A tokenizer with more pieces (700) than the model has token ids (gpt2-tiny's 512) is not the
+// model's: a text request with it is refused naming both sizes, and queues nothing.
+TEST(LlmCApiTokenizerEngine, ATokenizerLargerThanTheModelsVocabularyIsRefused) {
+  kilnllmEngine* engine = nullptr;
+  ASSERT_EQ(kilnllmCreateEngine((data_dir() + "/gpt2-tiny").c_str(), nullptr, &engine), KILN_SUCCESS)
+      << kilnGetRecentErrMsg();
+  kilnllmTokenizer* large = load("tokenizer_large");
+  ASSERT_TRUE(large);
+  EXPECT_EQ(get(kilnllmTokenizerVocabSize, large), 700);
+  int64_t id = -1;
+  EXPECT_EQ(kilnllmAddTextRequest(engine, large, "And God said", nullptr, &id), KILN_ERROR_INVALID_PARAM);
+  EXPECT_TRUE(message_has("kilnllmAddTextRequest")) << kilnGetRecentErrMsg();
+  EXPECT_TRUE(message_has("the tokenizer's vocabulary (700) is larger than the model's (512)")) << kilnGetRecentErrMsg();
+  EXPECT_EQ(id, -1);
+  kilnllmStats stats;
+  stats.size = sizeof(stats);
+  ASSERT_EQ(kilnllmGetStats(engine, &stats), KILN_SUCCESS);
+  EXPECT_EQ(stats.waiting, 0);
+  // The same engine takes a tokenizer of its size.
+  kilnllmTokenizer* fits = load("tokenizer_bytes");
+  ASSERT_TRUE(fits);
+  EXPECT_EQ(kilnllmAddTextRequest(engine, fits, "And God said", nullptr, &id), KILN_SUCCESS) << kilnGetRecentErrMsg();
+  EXPECT_EQ(kilnllmDestroyTokenizer(large), KILN_SUCCESS);
+  EXPECT_EQ(kilnllmDestroyTokenizer(fits), KILN_SUCCESS);
+  EXPECT_EQ(kilnllmDestroyEngine(engine), KILN_SUCCESS);
+}
+
 }  // namespace

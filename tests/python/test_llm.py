@@ -262,3 +262,73 @@ def test_text_generation_equals_pytorch_on_the_tokenizers_ids(decoder, tokenizer
             engine.add_text_request(b"\xc3(", tok)
         # The engine still runs the next text request exactly.
         assert engine.generate(TEXTS[2], tokenizer=tok, max_new_tokens=steps) == sp.decode(want[2])
+
+
+@pytest.fixture(scope="module")
+def llama_decoder(tmp_path_factory):
+    """llama-tiny (seed 1234): its random weights write varied text, where gpt2-tiny's repeat one piece."""
+    out = tmp_path_factory.mktemp("llm") / "llama-tiny"
+    subprocess.run([sys.executable, str(REPO / "bench" / "llm" / "export_decoder.py"), "llama-tiny", str(out),
+                    "--no-past-kv"], check=True, stdout=subprocess.DEVNULL)
+    return str(out)
+
+
+def test_stop_strings_end_the_text_before_them(llama_decoder, tokenizer_model):
+    """stop= (OpenAI's stop sequences, through llm::TextStream): PyTorch's greedy ids of a text prompt
+    and the binding's text of each prefix give the expected cut: the text before the earliest stop
+    string, generation ended at the token that completes it; stream() never yields text that turns
+    out to be part of a stop string; a stop string that never comes changes nothing."""
+    import sentencepiece as spm
+    import torch
+    sys.path.insert(0, str(REPO / "bench" / "llm"))
+    import export_decoder as ed
+    sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
+    torch.set_num_threads(1)
+    model, c = ed.build("llama-tiny", 1234)
+    steps = 24
+    for text in TEXTS:
+        ids, _ = ed.greedy_reference(model, c, [sp.bos_id()] + sp.encode(text), steps)
+        ids = ids[:ids.index(sp.eos_id())] if sp.eos_id() in ids else ids
+        whole = sp.decode(ids)
+        if len(ids) >= 12 and len(set(whole)) >= 6:
+            break
+    assert len(ids) >= 12 and len(set(whole)) >= 6, "no test prompt continues in varied text for 12 tokens"
+    prefix = [sp.decode(ids[:k]) for k in range(len(ids) + 1)]
+    mid = len(prefix[6])
+    stops = [whole[len(prefix[9]):len(prefix[9]) + 2], whole[mid - 2:mid + 3]]
+    cut = min(whole.find(s) for s in stops)
+    assert cut > 0, (stops, whole)
+    k = next(k for k in range(len(ids) + 1) if any(s in prefix[k] for s in stops))
+    tok = kiln.Tokenizer(tokenizer_model)
+    with kiln.LlmEngine(llama_decoder, max_batch=4, threads=1) as engine:
+        assert engine.generate(text, tokenizer=tok, stop=stops, max_new_tokens=steps) == whole[:cut]
+        # Batched with a request that has no stop in its text: each ends on its own.
+        other = TEXTS[(TEXTS.index(text) + 1) % len(TEXTS)]
+        out = engine.generate([text, other], tokenizer=tok, stop=stops, max_new_tokens=steps)
+        other_ids, _ = ed.greedy_reference(model, c, [sp.bos_id()] + sp.encode(other), steps)
+        other_ids = other_ids[:other_ids.index(sp.eos_id())] if sp.eos_id() in other_ids else other_ids
+        other_text = sp.decode(other_ids)
+        other_cut = min([other_text.find(s) for s in stops if s in other_text] or [len(other_text)])
+        assert out == [whole[:cut], other_text[:other_cut]]
+        pieces = list(engine.stream(text, tokenizer=tok, stop=stops, max_new_tokens=steps))
+        joined = ""
+        for p in pieces:
+            joined += p
+            assert whole[:cut].startswith(joined), (pieces, whole[:cut])
+        assert joined == whole[:cut]
+        # Generation ended at the token that completed the stop string (the request is cancelled
+        # after the step that made it, which may have made one more).
+        delivered = []
+        engine.on_token(lambda request, token, is_last: delivered.append(token))
+        assert engine.generate(text, tokenizer=tok, stop=stops, max_new_tokens=steps) == whole[:cut]
+        assert k <= len(delivered) <= k + 1 < steps and delivered[:k] == ids[:k], (delivered, k)
+        engine.on_token(None)
+        assert engine.generate(text, tokenizer=tok, stop="never in it", max_new_tokens=steps) == whole
+        with pytest.raises(kiln.Error, match="empty"):
+            engine.generate(text, tokenizer=tok, stop=["x", ""])
+        with pytest.raises(ValueError, match="text prompts"):
+            engine.generate([[1, 2]], tokenizer=tok, stop="x")
+        with pytest.raises(ValueError, match="needs? tokenizer"):
+            engine.generate(text, stop="x")
+        # The engine still runs exactly afterwards (nothing left queued by the refusals).
+        assert engine.generate(text, tokenizer=tok, max_new_tokens=steps) == whole

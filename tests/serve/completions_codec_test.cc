@@ -52,6 +52,19 @@ TEST(CompletionsCodecTest, TextPromptsAreKeptForTheModelsTokenizer) {
   EXPECT_EQ(r->params.texts, (std::vector<std::string>{"a", ""}));
 }
 
+TEST(CompletionsCodecTest, TextStopSequencesAreAStringOrUpToFour) {
+  auto r = parse_completion_request(R"({"model":"m","prompt":"a","stop":"\n\n"})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.stop_strings, (std::vector<std::string>{"\n\n"}));
+  EXPECT_TRUE(r->params.stop.empty());
+  r = parse_completion_request(R"({"model":"m","prompt":[1],"stop":["END","\u6771\u4eac","x","y"]})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.stop_strings, (std::vector<std::string>{"END", "\xE6\x9D\xB1\xE4\xBA\xAC", "x", "y"}));
+  r = parse_completion_request(R"({"model":"m","prompt":[1],"stop":null})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->params.stop_strings.empty());
+}
+
 TEST(CompletionsCodecTest, MalformedRequestsNameTheField) {
   expect_refused("{", "not valid JSON");
   expect_refused("3", "not a JSON object");
@@ -67,8 +80,11 @@ TEST(CompletionsCodecTest, MalformedRequestsNameTheField) {
   expect_refused(R"({"model":"m","prompt":[1],"temperature":2.5})", "'temperature'");
   expect_refused(R"({"model":"m","prompt":[1],"top_p":0})", "'top_p' is 0");
   expect_refused(R"({"model":"m","prompt":[1],"seed":-1})", "'seed'");
-  expect_refused(R"({"model":"m","prompt":[1],"stop":["x"]})", "stop sequences are not supported");
-  expect_refused(R"({"model":"m","prompt":[1],"stop":"x"})", "stop sequences are not supported");
+  expect_refused(R"({"model":"m","prompt":[1],"stop":["a","b","c","d","e"]})", "'stop' has 5 strings, at most 4");
+  expect_refused(R"({"model":"m","prompt":[1],"stop":""})", "'stop' is an empty string");
+  expect_refused(R"({"model":"m","prompt":[1],"stop":["x",""]})", "'stop'[1] is an empty string");
+  expect_refused(R"({"model":"m","prompt":[1],"stop":["x",7]})", "'stop'[1] is 7: a list of stop sequences holds texts");
+  expect_refused(R"({"model":"m","prompt":[1],"stop":[7,"x"]})", "'stop'[1]");
   expect_refused(R"({"model":"m","prompt":[1],"stream":1})", "'stream'");
   expect_refused(R"({"model":"m","prompt":[1],"best_of":3})", "only 1");
   expect_refused(R"({"model":"m","prompt":[1],"logprobs":2})", "only null");

@@ -292,7 +292,7 @@ class CompletionsTest(unittest.TestCase):
             ({**ok, "max_tokens": 600}, 400, "context"),
             ({**ok, "temperature": -1}, 400, "temperature"),
             ({**ok, "stream": "yes"}, 400, "stream"),
-            ({**ok, "stop": "END"}, 400, "stop sequences are not supported"),
+            ({**ok, "stop": "END"}, 400, "has no tokenizer"),
             ({**ok, "n": 2}, 400, "only 1"),
             ({**ok, "frequency_penalty": 1}, 400, "unknown field 'frequency_penalty'"),
             ({**ok, "model": "linear"}, 400, "not a decoder"),

@@ -6,7 +6,9 @@ tests' tiny decoders and the fixture's 512-piece byte-fallback SentencePiece mod
 </s> (finish_reason "stop", </s> not returned) or max_tokens; `text` is what the binding decodes
 from the returned ids, streamed in pieces that never split a character and join to it; token-id
 prompts give the same; `kiln generate --prompt` the same ids. A model without a tokenizer
-answers a text prompt 400 naming the missing tokenizer; a missing or corrupt tokenizer stops the
+answers a text prompt 400 naming the missing tokenizer; text stop sequences end a choice before
+them (text, token ids and finish_reason as OpenAI's semantics give them from PyTorch's ids and
+the binding's text, streamed without ever sending part of a stop string); a missing or corrupt tokenizer stops the
 start naming it; a generated id past a smaller tokenizer's vocabulary is a 500 naming it.
 
 usage: completions_text_test.py KILN_BINARY LLM_DATA_DIR WORK_DIR
@@ -134,6 +136,55 @@ class CompletionsTextTest(unittest.TestCase):
         (c,) = json.loads(self.complete({"model": "gpt2-text", "prompt": TEXTS[0], "max_tokens": 24,
                                          "temperature": 0, "ignore_eos": True}))["choices"]
         self.assertEqual((c["token_ids"], c["finish_reason"], c["text"]), (ids, "length", self.sp.decode(ids)))
+
+    def test_text_stop_sequences_end_the_choice_before_them(self):
+        # PyTorch's 24 greedy ids (</s> not a stop: ignore_eos) and the binding's text of each prefix;
+        # stop strings cut from that text across token boundaries (OpenAI's semantics: the text
+        # before the earliest stop string, finish_reason "stop", generation ends at the token that
+        # completes it).
+        # llama-tiny: its random weights write varied text (gpt2-tiny's repeat one piece).
+        for prompt in TEXTS:
+            ids = pytorch_greedy("llama-tiny", [self.sp.bos_id()] + self.sp.encode(prompt), 24)
+            whole = self.sp.decode(ids)
+            if len(set(whole)) >= 6:
+                break
+        prefix = [self.sp.decode(ids[:k]) for k in range(len(ids) + 1)]
+        mid = len(prefix[6])
+        spanning = whole[mid - 2:mid + 3]  # ends inside a later token than it starts in
+        self.assertGreaterEqual(len(spanning.strip()), 2, whole)
+        self.assertGreater(whole.find(spanning), 0, whole)
+        cases = [(spanning, [spanning]),
+                 (whole[len(prefix[9]):len(prefix[9]) + 3], ["never in it", whole[len(prefix[9]):len(prefix[9]) + 3],
+                                                               spanning[1:]]),
+                 (None, ["never in it"])]
+        for first, stop in cases:
+            with self.subTest(stop=stop):
+                if first is None:
+                    want_text, want_ids, want_reason = whole, ids, "length"
+                else:
+                    cut = min(whole.find(s) for s in stop if s in whole)
+                    k = next(k for k in range(len(ids) + 1) if any(s in prefix[k] for s in stop))
+                    want_text, want_ids, want_reason = whole[:cut], ids[:k], "stop"
+                body = {"model": "llama-text", "prompt": prompt, "max_tokens": 24, "temperature": 0,
+                        "ignore_eos": True, "stop": stop if len(stop) > 1 else stop[0]}
+                (c,) = json.loads(self.complete(body))["choices"]
+                self.assertEqual((c["text"], c["token_ids"], c["finish_reason"]), (want_text, want_ids, want_reason))
+                events = ct.sse_events(self.complete({**body, "stream": True}))
+                (tokens,), (reason,) = ct.streamed_tokens(events)
+                self.assertEqual((tokens, reason), (want_ids, want_reason))
+                joined = ""
+                for e in events[:-1]:
+                    joined += json.loads(e)["choices"][0]["text"]
+                    # Never text that later turns out to be part of a stop string.
+                    self.assertTrue(want_text.startswith(joined), (joined, want_text))
+                self.assertEqual(joined, want_text)
+        # Stop strings need the model's tokenizer; more than 4, or an empty one, are refused.
+        err = json.loads(self.complete({"model": "gpt2-ids", "prompt": [1, 2], "stop": "x"}, 400))["error"]
+        self.assertIn("'stop' is text, but model 'gpt2-ids' has no tokenizer", err["message"])
+        self.assertIn("llm", err["message"])
+        err = json.loads(self.complete({"model": "gpt2-text", "prompt": "a", "stop": list("abcde")}, 400))["error"]
+        self.assertIn("at most 4", err["message"])
+        self.complete({"model": "gpt2-text", "prompt": "a", "stop": ""}, 400)
 
     def test_kiln_generate_gives_the_same_ids(self):
         r = subprocess.run([KILN, "generate", os.path.join(DATA, "gpt2-tiny"), "--tokenizer", sp_model(), "--prompt",
