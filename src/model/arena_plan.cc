@@ -1,5 +1,6 @@
-// The activation arena of a static graph: lifetimes as the runtime has them, offsets by
-// assign_offsets, and the loader's check of a plan read from a file.
+// The activation arena of a static graph: lifetimes as the runtime has them, the kernels'
+// workspaces live during their steps, offsets by assign_offsets, and the loader's check of a
+// plan read from a file.
 #include "model/arena_plan.h"
 
 #include <algorithm>
@@ -33,7 +34,16 @@ struct Places {
   std::unordered_map<const ir::Value*, size_t> reserved;
   std::vector<size_t> size;
   std::vector<int> first, last;
+  std::unordered_map<const ir::Node*, int> step_of;  // every node of the graph
+  // Nodes with a workspace need (kWorkspaceBytesAttr), in step order, and their places.
+  std::vector<std::pair<const ir::Node*, int>> workspaces;
 };
+
+// The workspace `node` asks for per run (kWorkspaceBytesAttr), 0 for none.
+int64_t workspace_need(const ir::Node& node) {
+  const ir::Attribute* a = node.attr(kWorkspaceBytesAttr);
+  return a && a->kind == ir::AttrKind::kInt && a->i > 0 ? a->i : 0;
+}
 
 // nullopt when the graph cannot be planned ahead; an error when a size overflows.
 Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
@@ -50,6 +60,7 @@ Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
   };
   for (int s = 0; s < end; ++s) {
     const ir::Node& node = *nodes[static_cast<size_t>(s)];
+    p.step_of[&node] = s;
     // Control flow runs its bodies on executors of their own, whose values the plan cannot hold;
     // Kiln's own nodes with a body (a fused element-wise expression) compute it in their kernel.
     const bool kiln_node = node.domain() == "kiln";
@@ -95,6 +106,16 @@ Expected<std::optional<Places>> find_places(const ir::Graph& graph) {
       p.first.push_back(s);
       p.last.push_back(s);
     }
+    if (const int64_t need = workspace_need(node); need > 0) {
+      size_t reserved = 0;
+      if (!reserved_bytes(static_cast<uint64_t>(need), &reserved))
+        return invalid_argument("node %s: a workspace of %lld bytes is too large", node.label().c_str(),
+                                static_cast<long long>(need));
+      p.workspaces.emplace_back(&node, static_cast<int>(p.size.size()));
+      p.size.push_back(reserved);  // live while its node runs only
+      p.first.push_back(s);
+      p.last.push_back(s);
+    }
   }
   for (const ir::Value* v : p.values)
     if (!read.count(v)) p.last[static_cast<size_t>(p.place[v])] = end;
@@ -123,6 +144,10 @@ Expected<std::optional<ArenaPlan>> plan_arena(const ir::Graph& graph) {
     const size_t k = static_cast<size_t>(places->place[v]);
     plan.values.push_back({v, offsets[k], places->size[k]});
   }
+  for (const auto& [node, place] : places->workspaces) {
+    const size_t k = static_cast<size_t>(place);
+    plan.workspaces.push_back({node, offsets[k], places->size[k]});
+  }
   return std::optional<ArenaPlan>(std::move(plan));
 }
 
@@ -133,8 +158,13 @@ Status check_arena_plan(const ir::Graph& graph, const ArenaPlan& plan) {
                      graph.name().c_str());
   struct Item {
     size_t offset, size;
-    int place;
+    int place;  // -1 for a workspace
     const ir::Value* value;
+    const ir::Node* node;  // a workspace's
+    int first, last;       // steps
+    std::string name() const {
+      return value ? "value '" + value->name() + "'" : "the workspace of node " + node->label();
+    }
   };
   std::vector<Item> items;
   std::unordered_set<const ir::Value*> seen;
@@ -156,26 +186,41 @@ Status check_arena_plan(const ir::Graph& graph, const ArenaPlan& plan) {
       return data_loss("value '%s' at [%zu, +%zu) lies outside the %zu-byte arena", name, pv.offset, pv.size,
                        plan.arena_bytes);
     total += pv.size;  // no overflow: each is at most arena_bytes, and values are fewer than 2^32
-    items.push_back({pv.offset, pv.size, it->second, pv.value});
+    const size_t k = static_cast<size_t>(it->second);
+    items.push_back({pv.offset, pv.size, it->second, pv.value, nullptr, places->first[k], places->last[k]});
+  }
+  std::unordered_set<const ir::Node*> with_workspace;
+  for (const PlannedWorkspace& pw : plan.workspaces) {
+    auto step = pw.node ? places->step_of.find(pw.node) : places->step_of.end();
+    if (step == places->step_of.end())
+      return data_loss("a planned workspace's node is not a node of graph '%s'", graph.name().c_str());
+    const char* name = pw.node->label().c_str();
+    if (!with_workspace.insert(pw.node).second) return data_loss("node %s has two planned workspaces", name);
+    if (pw.size == 0 || pw.offset % kArenaPlanAlignment != 0 || pw.size % kArenaPlanAlignment != 0)
+      return data_loss("the workspace of node %s: offset %zu or size %zu is not a positive multiple of %zu", name,
+                       pw.offset, pw.size, kArenaPlanAlignment);
+    if (pw.offset > plan.arena_bytes || pw.size > plan.arena_bytes - pw.offset)
+      return data_loss("the workspace of node %s at [%zu, +%zu) lies outside the %zu-byte arena", name, pw.offset,
+                       pw.size, plan.arena_bytes);
+    total += pw.size;  // as above: nodes are fewer than 2^32
+    items.push_back({pw.offset, pw.size, -1, nullptr, pw.node, step->second, step->second});
   }
   if (plan.arena_bytes > total)
-    return data_loss("the arena is %zu bytes, more than its %zu values' %zu bytes together", plan.arena_bytes,
-                     items.size(), total);
+    return data_loss("the arena is %zu bytes, more than its %zu values' and workspaces' %zu bytes together",
+                     plan.arena_bytes, items.size(), total);
   // Overlaps: sorted by offset, each item against those starting inside it.
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.offset < b.offset; });
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& a = items[i];
-    const size_t pa = static_cast<size_t>(a.place);
     for (size_t j = i + 1; j < items.size() && items[j].offset < a.offset + a.size; ++j) {
       const Item& b = items[j];
-      const size_t pb = static_cast<size_t>(b.place);
-      if (a.place == b.place && a.offset == b.offset && a.size == b.size) continue;  // a view and its base
-      const int from = std::max(places->first[pa], places->first[pb]);
-      const int to = std::min(places->last[pa], places->last[pb]);
+      if (a.place >= 0 && a.place == b.place && a.offset == b.offset && a.size == b.size)
+        continue;  // a view and its base
+      const int from = std::max(a.first, b.first);
+      const int to = std::min(a.last, b.last);
       if (from <= to)
-        return data_loss("values '%s' and '%s' are both live at step %d and overlap in the arena ([%zu, +%zu) and "
-                         "[%zu, +%zu))",
-                         a.value->name().c_str(), b.value->name().c_str(), from, a.offset, a.size, b.offset, b.size);
+        return data_loss("%s and %s are both live at step %d and overlap in the arena ([%zu, +%zu) and [%zu, +%zu))",
+                         a.name().c_str(), b.name().c_str(), from, a.offset, a.size, b.offset, b.size);
     }
   }
   return ok_status();

@@ -569,14 +569,17 @@ Status parse_buckets(const fb::Model& fm, GraphParser& parser, LoadedModel& m) {
 // A one-line error naming the file and the section at fault. Whatever the inner check
 // called it, a model that fails validation is a damaged file (data loss), unless the
 // loader ran out of memory.
-// The arena plan of the main graph (arena_plan.h), when the file has one: the version, every
-// value index, then check_arena_plan (ranges inside the arena, no two live values overlapping).
+// The arena plan of the main graph (arena_plan.h), when the file has one: the version (2, or 1
+// without workspaces), every value and node index, then check_arena_plan (ranges inside the
+// arena, no two live values or workspaces overlapping).
 Status parse_arena_plan(const fb::Model& fm, LoadedModel& m) {
   const fb::ArenaPlan* fp = fm.arena_plan();
   if (!fp) return ok_status();
-  if (fp->version() != kArenaPlanVersion)
-    return unsupported("version %u is not supported (this build reads version %u)", fp->version(),
-                       kArenaPlanVersion);
+  if (fp->version() != kArenaPlanVersion && fp->version() != kArenaPlanVersionWithoutWorkspaces)
+    return unsupported("version %u is not supported (this build reads versions %u and %u)", fp->version(),
+                       kArenaPlanVersionWithoutWorkspaces, kArenaPlanVersion);
+  if (fp->version() == kArenaPlanVersionWithoutWorkspaces && fp->workspaces())
+    return data_loss("a version %u plan carries workspaces", fp->version());
   if (m.bucket_kind != BucketKind::kNone) return data_loss("a model with shape buckets carries an arena plan");
   const auto& values = m.graph->values();
   const auto* fvalues = fp->values();
@@ -596,6 +599,22 @@ Status parse_arena_plan(const fb::Model& fm, LoadedModel& m) {
                        values[pv.value()]->name().c_str(), static_cast<ull>(pv.offset()),
                        static_cast<ull>(pv.size()), plan.arena_bytes);
     plan.values.push_back({values[pv.value()].get(), static_cast<size_t>(pv.offset()), static_cast<size_t>(pv.size())});
+  }
+  const auto& nodes = m.graph->nodes();
+  if (const auto* fws = fp->workspaces()) {
+    if (fws->size() > nodes.size())
+      return data_loss("the plan has %u workspaces, the graph %zu nodes", fws->size(), nodes.size());
+    for (uint32_t k = 0; k < fws->size(); ++k) {
+      const fb::PlannedWorkspace& pw = *fws->Get(k);
+      if (pw.node() >= nodes.size())
+        return data_loss("planned workspace %u: node index %u is out of range (%zu nodes)", k, pw.node(), nodes.size());
+      if (pw.offset() > plan.arena_bytes || pw.size() > plan.arena_bytes)
+        return data_loss("planned workspace %u (node %s) at [%llu, +%llu) lies outside the %zu-byte arena", k,
+                         nodes[pw.node()]->label().c_str(), static_cast<ull>(pw.offset()), static_cast<ull>(pw.size()),
+                         plan.arena_bytes);
+      plan.workspaces.push_back(
+          {nodes[pw.node()].get(), static_cast<size_t>(pw.offset()), static_cast<size_t>(pw.size())});
+    }
   }
   KILN_RETURN_IF_ERROR(check_arena_plan(*m.graph, plan));
   m.arena_plan = std::move(plan);

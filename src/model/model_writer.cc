@@ -482,12 +482,22 @@ Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::str
   std::unordered_map<const ir::Value*, uint32_t> index;
   for (const auto& v : graph.values()) index.emplace(v.get(), static_cast<uint32_t>(index.size()));
   std::vector<fb::PlannedValue> planned;
+  std::vector<fb::PlannedWorkspace> workspaces;
   if (plan) {
     for (const PlannedValue& pv : plan->values) {
       auto it = index.find(pv.value);
       if (it == index.end())
         return invalid_argument("while writing model '%s': a planned value is not a value of the graph", path.c_str());
       planned.emplace_back(it->second, pv.offset, pv.size);
+    }
+    std::unordered_map<const ir::Node*, uint32_t> step;
+    for (const auto& n : graph.nodes()) step.emplace(n.get(), static_cast<uint32_t>(step.size()));
+    for (const PlannedWorkspace& pw : plan->workspaces) {
+      auto it = step.find(pw.node);
+      if (it == step.end())
+        return invalid_argument("while writing model '%s': a planned workspace's node is not a node of the graph",
+                                path.c_str());
+      workspaces.emplace_back(it->second, pw.offset, pw.size);
     }
   }
   return write_laid_out(
@@ -497,7 +507,10 @@ Status write_model(const ir::Graph& graph, const ModelInfo& info, const std::str
         KILN_ASSIGN_OR_RETURN(auto graph_off, mb.graph(graph), "while writing model '%s'", path.c_str());
         fbs::Offset<fb::ArenaPlan> arena;
         if (plan)
-          arena = fb::CreateArenaPlan(fbb, kArenaPlanVersion, plan->arena_bytes, fbb.CreateVectorOfStructs(planned));
+          // Version 1 when there is no workspace: such a file stays readable by builds before 2.
+          arena = fb::CreateArenaPlan(fbb, workspaces.empty() ? kArenaPlanVersionWithoutWorkspaces : kArenaPlanVersion,
+                                      plan->arena_bytes, fbb.CreateVectorOfStructs(planned),
+                                      workspaces.empty() ? 0 : fbb.CreateVectorOfStructs(workspaces));
         InfoOffsets io = info_offsets(fbb, info);
         return fb::CreateModel(fbb, io.kiln_version, io.source_hash, io.source_name, io.producer, io.target_arch,
                                io.features, graph_off, 0, 0, 0, 0, cold_offset, arena);

@@ -1,6 +1,7 @@
 // The arena plan a .kiln carries (model/arena_plan.h): planned by the writer with the runtime's
-// lifetimes, read back as written, and a corrupt plan (a value outside the arena, two live
-// values overlapping, a bad index or version) refused at load with a message naming it.
+// lifetimes and the kernels' workspaces, read back as written, and a corrupt plan (a value or a
+// workspace outside the arena, two live ranges overlapping, a bad index or version) refused at
+// load with a message naming it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,9 +103,49 @@ TEST(ArenaPlanTest, GraphsWithOpenDimsCarryNoPlan) {
   EXPECT_FALSE(plan->has_value());
 }
 
-// Writes `plan` (made from the good one by `damage`) and loads it: a refusal containing `want`.
-void expect_refused(const std::function<void(ArenaPlan&)>& damage, const std::string& want) {
+// The chain with a 100-byte workspace need on r2 (a -> b), as `kiln compile` records it.
+std::unique_ptr<ir::Graph> chain_with_workspace() {
   auto g = chain();
+  for (const auto& n : g->nodes())
+    if (n->name() == "r2") n->attrs()[kWorkspaceBytesAttr] = ir::Attribute::from_int(100);
+  return g;
+}
+
+TEST(ArenaPlanTest, AWorkspaceIsLiveDuringItsNodeOnlyAndOverlapsNoValueOfThatStep) {
+  auto g = chain_with_workspace();
+  auto plan = plan_arena(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_TRUE(plan->has_value());
+  const ArenaPlan& p = **plan;
+  ASSERT_EQ(p.workspaces.size(), 1u);
+  const PlannedWorkspace& ws = p.workspaces[0];
+  EXPECT_EQ(ws.node->name(), "r2");
+  EXPECT_EQ(ws.size, 128u);  // 100 rounded up to 64
+  // r2 reads a and writes b: the workspace overlaps neither; the arena grows by it (512 + 128).
+  for (const char* name : {"a", "b"}) {
+    const PlannedValue* v = find(p, name);
+    EXPECT_TRUE(ws.offset + ws.size <= v->offset || v->offset + v->size <= ws.offset) << name;
+  }
+  EXPECT_EQ(p.arena_bytes, 640u);
+  EXPECT_TRUE(check_arena_plan(*g, p).ok());
+
+  // Written as version 2 and read back as written.
+  const std::string path = temp_dir() + "/chain_workspace.kiln";
+  ASSERT_TRUE(write_model(*g, ModelInfo{}, path).ok());
+  auto loaded = load_model(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_TRUE(loaded->arena_plan.has_value());
+  EXPECT_EQ(loaded->arena_plan->arena_bytes, 640u);
+  ASSERT_EQ(loaded->arena_plan->workspaces.size(), 1u);
+  EXPECT_EQ(loaded->arena_plan->workspaces[0].node->name(), "r2");
+  EXPECT_EQ(loaded->arena_plan->workspaces[0].offset, ws.offset);
+  EXPECT_EQ(loaded->arena_plan->workspaces[0].size, ws.size);
+}
+
+// Writes `plan` (made from the good one by `damage`) and loads it: a refusal containing `want`.
+void expect_refused(const std::function<void(ArenaPlan&)>& damage, const std::string& want,
+                    std::unique_ptr<ir::Graph> (*make)() = chain) {
+  auto g = make();
   auto planned = plan_arena(*g);
   ASSERT_TRUE(planned.ok() && planned->has_value());
   ArenaPlan plan = **planned;
@@ -150,6 +191,28 @@ TEST(ArenaPlanTest, ACorruptPlanIsRefusedAtLoad) {
           if (pv.value->name() == "a") pv.value = pv.value->producer()->input(0);  // x
       },
       "not an activation");
+}
+
+TEST(ArenaPlanTest, ACorruptWorkspaceIsRefusedAtLoad) {
+  // Over a, which r2 reads while its workspace is in use.
+  expect_refused([](ArenaPlan& p) { p.workspaces[0].offset = find(p, "a")->offset; }, "overlap in the arena",
+                 chain_with_workspace);
+  expect_refused([](ArenaPlan& p) { p.workspaces[0].offset = p.arena_bytes - 64; }, "outside the 640-byte arena",
+                 chain_with_workspace);
+  expect_refused([](ArenaPlan& p) { p.workspaces[0].offset += 8; }, "not a positive multiple of 64",
+                 chain_with_workspace);
+  expect_refused([](ArenaPlan& p) { p.workspaces[0].size = 0; }, "not a positive multiple of 64",
+                 chain_with_workspace);
+  expect_refused([](ArenaPlan& p) { p.workspaces.push_back(p.workspaces[0]); }, "two planned workspaces",
+                 chain_with_workspace);
+  // A workspace planned over a value of another step is fine; one over y, made by r3 while b's
+  // place is read, is not when placed on r3.
+  expect_refused(
+      [](ArenaPlan& p) {
+        p.workspaces[0].node = find(p, "y")->value->producer();
+        p.workspaces[0].offset = find(p, "y")->offset;
+      },
+      "overlap in the arena", chain_with_workspace);
 }
 
 }  // namespace
