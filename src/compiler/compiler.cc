@@ -279,11 +279,14 @@ Expected<CompiledModel> compile_imported(frontend::ImportResult imported, const 
   if (log_enabled(LogLevel::kDebug))
     KILN_LOG(kDebug, "%s: graph after the passes:\n%s", name.c_str(), ir::to_text(g).c_str());
   KILN_RETURN_IF_ERROR(ir::verify(g), "%s", name.c_str());
-  if (options.prepack_weights) {
-    KILN_ASSIGN_OR_RETURN(PrepackSummary packed, prepack_weights(g), "%s", name.c_str());
+  {
+    KILN_ASSIGN_OR_RETURN(PrepackSummary packed, prepack_weights(g, options.prepack_weights), "%s", name.c_str());
     if (packed.weights)
       out.notes.push_back(str_format("weights pre-packed for this CPU's kernels: %zu weights of %zu nodes, %.1f MB",
                                      packed.weights, packed.nodes, packed.bytes / 1e6));
+    if (packed.workspace_nodes)
+      out.notes.push_back(str_format("kernel workspaces planned into the arena: %zu nodes, the largest %.1f MB",
+                                     packed.workspace_nodes, packed.workspace_max_bytes / 1e6));
   }
   out.info.kiln_version = KILN_VERSION_STRING;
   out.info.source_hash = imported.source_hash;

@@ -113,10 +113,15 @@ struct PrepackSummary {
   size_t nodes = 0;    // nodes given packed weights
   size_t weights = 0;  // packed weights stored
   size_t bytes = 0;    // their bytes
+  size_t workspace_nodes = 0;      // nodes given a workspace need (model::kWorkspaceBytesAttr)
+  size_t workspace_max_bytes = 0;  // the largest
 };
-// Prepares each node's fast kernel and keeps the packings it makes of constant weights on the
-// node (kernels/prepacked_weights.h). Nodes with open dims are left to pack at run time.
-Expected<PrepackSummary> prepack_weights(ir::Graph& graph);
+// Prepares each node's fast kernel and, with `store_packs`, keeps the packings it makes of
+// constant weights on the node (kernels/prepacked_weights.h); records on each node the
+// workspace its kernel asks for per run (model::kWorkspaceBytesAttr, kernels/cpu/
+// lent_workspace.h), which the arena plan then places. Nodes with open dims are left to pack at
+// run time and get no workspace need.
+Expected<PrepackSummary> prepack_weights(ir::Graph& graph, bool store_packs = true);
 // Removes nodes none of whose outputs reach a graph output.
 int remove_dead_nodes(ir::Graph& graph);
 

@@ -3,12 +3,17 @@
 // the node, so that the .kiln carries the weights in the layout the kernel consumes and a load
 // neither packs nor copies them. Runs last, on the final graph, for the CPU compiling (the
 // layouts are those its kernels pick; a CPU that picks others packs at load, as without this).
+// The same preparation notes the workspace each kernel asks for per run (kernels/cpu/
+// lent_workspace.h), kept on the node for the arena plan (model/arena_plan.h).
+#include <algorithm>
 #include <cstring>
 
 #include "compiler/compiler.h"
 #include "core/logging.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/prepacked_weights.h"
+#include "model/arena_plan.h"
 
 namespace kiln::compiler {
 namespace {
@@ -33,17 +38,33 @@ Expected<Tensor> bytes_tensor(const void* data, size_t size) {
   return t;
 }
 
+// Records the workspace `kernel` (prepared under `need`) asks for per run on `node`.
+void keep_workspace_need(ir::Node& node, const kernels::Kernel* kernel, const kernels::WorkspaceNeedRecorder& need,
+                         PrepackSummary& summary) {
+  node.attrs().erase(model::kWorkspaceBytesAttr);
+  if (!kernel || need.bytes() == 0) return;
+  node.attrs()[model::kWorkspaceBytesAttr] = ir::Attribute::from_int(static_cast<int64_t>(need.bytes()));
+  ++summary.workspace_nodes;
+  summary.workspace_max_bytes = std::max(summary.workspace_max_bytes, need.bytes());
+  KILN_LOG(kDebug, "node %s: a %zu-byte workspace per run", node.label().c_str(), need.bytes());
+}
+
 }  // namespace
 
-Expected<PrepackSummary> prepack_weights(ir::Graph& graph) {
+Expected<PrepackSummary> prepack_weights(ir::Graph& graph, bool store_packs) {
   PrepackSummary summary;
   if (!kernels::fast_kernels_enabled()) return summary;
   for (const auto& n : graph.nodes()) {
     ir::Node& node = *n;
-    if (!static_node(node) || !has_initializer_input(node) || node.has_attr(kernels::kPrepackedAttr)) continue;
+    // Control flow and fused bodies ask for no workspace of the thread (and a fused body's
+    // kernel may build code: not worth preparing twice).
+    if (!static_node(node) || !node.subgraphs().empty()) continue;
+    const bool pack = store_packs && has_initializer_input(node) && !node.has_attr(kernels::kPrepackedAttr);
+    kernels::WorkspaceNeedRecorder need;
     kernels::PackRecorder recorder;
     std::unique_ptr<kernels::Kernel> kernel = kernels::select_kernel(node);
-    if (!kernel || recorder.packs().empty()) continue;
+    keep_workspace_need(node, kernel.get(), need, summary);
+    if (!pack || !kernel || recorder.packs().empty()) continue;
     ir::Attribute blobs, keys, inputs;
     blobs.kind = keys.kind = ir::AttrKind::kTensors;
     inputs.kind = ir::AttrKind::kInts;

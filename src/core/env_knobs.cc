@@ -108,6 +108,10 @@ const std::vector<EnvKnob>& env_knobs() {
        "0 stops lending each kernel run the free part of the arena plan's block for its workspace (for A/B "
        "measurements).",
        valid_switch},
+      {"KILN_ARENA_WORKSPACE", "0, 1", "1",
+       "0 ignores the kernel workspaces a .kiln's arena plan places (the free part of the arena is lent "
+       "instead; for A/B measurements).",
+       valid_switch},
       // runtime/malloc_policy.cc
       {"KILN_MALLOC_MMAP_THRESHOLD", "bytes, an integer 0..33554432", "131072",
        "glibc's mmap threshold, fixed at kilnInit so that large freed blocks go back to the system; 0 leaves "

@@ -221,11 +221,26 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
     consider(free_from, layout_block_->size());
     return {layout_block_->base() + best_begin, best_end - best_begin};
   }
-  // free_range(step) as a lender, asked when the step's kernel wants a workspace; empty
-  // without a plan or with KILN_ARENA_LOAN=0.
+  // The step's planned workspace (model/arena_plan.h) when it holds `bytes` and no value still
+  // out lies in it (a value the run keeps past its planned end: a view, a tensor someone kept),
+  // else free_range(step): a kernel that asks for more than `kiln compile` noted (more threads
+  // than at compile time) still borrows what is free. Empty before the block is laid out.
+  kernels::LentWorkspace planned_range(size_t step, size_t bytes) {
+    if (!layout_block_ || step >= layout_->workspace.size()) return {};
+    const ArenaLayout::Range& w = layout_->workspace[step];
+    if (w.size < bytes || !workspace_enabled()) return free_range(step);
+    for (uint32_t o : live_) {
+      const ArenaLayout::Entry& b = layout_->entries[o];
+      if (w.offset < b.offset + b.size && b.offset < w.offset + w.size) return free_range(step);
+    }
+    return {layout_block_->base() + w.offset, w.size, true};
+  }
+  // planned_range as a lender, asked when the step's kernel wants a workspace; empty without a
+  // plan or with KILN_ARENA_LOAN=0.
   kernels::WorkspaceLender lender(size_t step) {
     if (!layout_ || !loan_enabled()) return {};
-    return {[](void* pool, size_t s) { return static_cast<Pool*>(pool)->free_range(s); }, this, step};
+    return {[](void* pool, size_t s, size_t bytes) { return static_cast<Pool*>(pool)->planned_range(s, bytes); },
+            this, step};
   }
   void begin_step(size_t step) {
     // The planned outputs of the step before that no request took: its kernel made them itself.
@@ -622,6 +637,14 @@ class ExecutionState::Pool final : public ops::OutputRecycler {
   static bool loan_enabled() {
     static const bool enabled = [] {
       const char* v = std::getenv("KILN_ARENA_LOAN");
+      return !v || std::strcmp(v, "0") != 0;
+    }();
+    return enabled;
+  }
+  // KILN_ARENA_WORKSPACE=0 ignores the plan's workspaces (the free part is lent instead; A/B).
+  static bool workspace_enabled() {
+    static const bool enabled = [] {
+      const char* v = std::getenv("KILN_ARENA_WORKSPACE");
       return !v || std::strcmp(v, "0") != 0;
     }();
     return enabled;

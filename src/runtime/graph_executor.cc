@@ -195,6 +195,16 @@ Expected<std::shared_ptr<const ArenaLayout>> GraphExecutor::layout_arena(const m
   if (found != plan.values.size())
     return invalid_argument("the arena plan places %zu values, %zu of them outputs of graph '%s''s nodes",
                             plan.values.size(), found, graph_->name().c_str());
+  std::unordered_map<const ir::Node*, size_t> step_of;
+  for (size_t s = 0; s < steps_.size(); ++s) step_of[steps_[s].node] = s;
+  layout->workspace.resize(steps_.size());
+  for (const model::PlannedWorkspace& pw : plan.workspaces) {
+    auto it = step_of.find(pw.node);
+    if (it == step_of.end())
+      return invalid_argument("the arena plan has a workspace for node %s, not a step of graph '%s'",
+                              pw.node ? pw.node->label().c_str() : "?", graph_->name().c_str());
+    layout->workspace[it->second] = {pw.offset, pw.size};
+  }
   return std::shared_ptr<const ArenaLayout>(std::move(layout));
 }
 

@@ -21,7 +21,8 @@ namespace kiln::rt {
 class PlanMemory;
 
 // The .kiln's arena plan (model/arena_plan.h) in an executor's terms, made once per loaded
-// model by GraphExecutor::layout_arena: per step, the planned outputs in output order.
+// model by GraphExecutor::layout_arena: per step, the planned outputs in output order and the
+// planned workspace of the step's kernel (kernels/cpu/lent_workspace.h).
 struct ArenaLayout {
   struct Entry {
     size_t offset = 0;
@@ -32,6 +33,11 @@ struct ArenaLayout {
   size_t arena_bytes = 0;
   std::vector<Entry> entries;        // by step, then output index
   std::vector<uint32_t> step_begin;  // step s's entries: [step_begin[s], step_begin[s + 1])
+  struct Range {
+    size_t offset = 0;
+    size_t size = 0;  // 0: no workspace planned for the step
+  };
+  std::vector<Range> workspace;  // per step
 };
 
 // Resolves values of enclosing graphs by name for subgraph execution.

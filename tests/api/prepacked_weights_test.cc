@@ -3,6 +3,8 @@
 // compiled and written, then loaded and run through the C API. Outputs are checked against a
 // direct convolution computed here in double precision; the checks say where the weights came
 // from (the stored packing, a packing done at load, the originals in the mapped cold tail).
+// The same model's kernel workspaces, planned into the arena at compile time (model/arena_plan.h):
+// counted in kilnmdlQuerySize's work size and used by the run instead of per-thread blocks.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "compiler/compiler.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/prepacked_weights.h"
 #include "kiln/kiln.hpp"
@@ -236,6 +239,40 @@ TEST(PrepackedWeights, ADamagedColdTailFailsTheChecksum) {
     ASSERT_FALSE(loaded.ok());
     EXPECT_NE(loaded.status().message().find("checksum mismatch"), std::string::npos) << loaded.status().to_string();
   }
+}
+
+// Each convolution's workspace (its scratchpad and layout buffers) is planned into the arena: the
+// work size is the arena with it, and the run takes every workspace from its planned range, none
+// from a thread's own block, with outputs equal to the direct computation.
+TEST(PlannedWorkspaces, AreCountedInTheWorkSizeAndServeTheRun) {
+  const Weights w = random_weights();
+  const std::string path = compile(w, "two_convs_workspaces");
+  ASSERT_FALSE(path.empty());
+  auto loaded = kiln::model::load_model(path, kiln::model::LoadMode::kRead);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_TRUE(loaded->arena_plan.has_value());
+  const kiln::model::ArenaPlan& plan = *loaded->arena_plan;
+  ASSERT_GE(plan.workspaces.size(), 1u) << "the convolutions ask for a workspace on plain tensors";
+  size_t values_end = 0;
+  for (const kiln::model::PlannedValue& pv : plan.values) values_end = std::max(values_end, pv.offset + pv.size);
+  for (const kiln::model::PlannedWorkspace& ws : plan.workspaces) {
+    const kiln::ir::Attribute* need = ws.node->attr(kiln::model::kWorkspaceBytesAttr);
+    ASSERT_NE(need, nullptr) << ws.node->label();
+    EXPECT_GE(ws.size, static_cast<size_t>(need->i)) << ws.node->label();
+    EXPECT_LE(ws.offset + ws.size, plan.arena_bytes);
+  }
+  {
+    kiln::Runtime runtime;
+    size_t work = 0, weight = 0;
+    ASSERT_EQ(kilnmdlQuerySize(path.c_str(), &work, &weight), 0) << kilnGetRecentErrMsg();
+    EXPECT_EQ(work, plan.arena_bytes);
+  }
+
+  kiln::kernels::WorkspaceCounts& counts = kiln::kernels::workspace_counts();
+  const uint64_t planned = counts.planned, own = counts.own_block;
+  run_and_check(path, w);
+  EXPECT_EQ(counts.planned - planned, plan.workspaces.size());
+  EXPECT_EQ(counts.own_block - own, 0u);
 }
 
 // A model compiled without pre-packing has no cold tail and packs at load, as before.

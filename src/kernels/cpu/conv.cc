@@ -38,6 +38,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/bf16_layout.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -483,6 +484,7 @@ Expected<std::unique_ptr<Kernel>> prepare_conv(const ir::Node& node) {
       b.src_offset = onednn::align64(b.scratch_bytes);
       b.dst_offset = b.src_offset + onednn::align64(b.src.get_size());
       b.workspace_bytes = b.dst_offset + onednn::align64(b.dst.get_size());
+      note_workspace_need(b.workspace_bytes);  // run_nhwc's; the layout bridge notes its own
     } else {
       k->layouts.plan(pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size(), p.has_z);
     }

@@ -37,6 +37,7 @@
 
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/fused_activation.h"
@@ -421,6 +422,8 @@ Status MatMulKernel::build(const std::vector<AddendRoute>& routes, bool activati
                                     memory::format_tag::a);
       src_bf16_offset_ = onednn::align64(scratchpad_bytes_);
     }
+    // What run() asks thread_workspace for (the packed-GEMM path asks for nothing).
+    note_workspace_need(p.bf16 ? src_bf16_offset_ + onednn::align64(src_bf16_md_.get_size()) : scratchpad_bytes_);
     implementation_ = impl;
   } catch (const dnnl::error& e) {
     return unsupported("oneDNN: %s", e.what());

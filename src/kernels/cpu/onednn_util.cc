@@ -45,11 +45,16 @@ void* thread_workspace(size_t bytes) {
     ~Block() { free_huge_page_block(data, capacity); }
   };
   // A part of the model's arena the runtime lends this run (lent_workspace.h), when it is large
-  // enough: the planned activations' free space instead of memory of its own.
+  // enough: the node's planned workspace, or the activations' free space, instead of memory of
+  // its own.
   if (const WorkspaceLender& lender = t_workspace_lender; lender.lend) {
-    const LentWorkspace lent = lender.lend(lender.owner, lender.step);
-    if (lent.data && bytes <= lent.bytes) return lent.data;
+    const LentWorkspace lent = lender.lend(lender.owner, lender.step, bytes);
+    if (lent.data && bytes <= lent.bytes) {
+      (lent.planned ? workspace_counts().planned : workspace_counts().free_range).fetch_add(1, std::memory_order_relaxed);
+      return lent.data;
+    }
   }
+  workspace_counts().own_block.fetch_add(1, std::memory_order_relaxed);
   thread_local Block block;
   if (bytes <= block.capacity) return block.data;
   const size_t want = align64(std::max(bytes, block.capacity + block.capacity / 2));
@@ -356,6 +361,7 @@ void LayoutBridge::plan(const dnnl::memory::desc& primitive_src, const dnnl::mem
   src_offset = align64(scratch_bytes);
   dst_offset = src_offset + (reorder_src ? align64(src.get_size()) : 0);
   workspace_bytes = dst_offset + (reorder_dst ? align64(dst.get_size()) : 0);
+  note_workspace_need(workspace_bytes);  // what run() asks thread_workspace for
 }
 
 LayoutBridge::Bound LayoutBridge::bind(char* ws, const void* x, void* y) const {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 #include "ops/layout.h"
@@ -223,6 +224,7 @@ Expected<std::unique_ptr<Kernel>> prepare_pool(const ir::Node& node) {
       return unsupported("node %s: oneDNN offers only %s on NCHW", node.label().c_str(), k->impl.c_str());
     k->pool = dnnl::pooling_v2_forward(pd);
     k->scratch_bytes = pd.scratchpad_desc().get_size();
+    note_workspace_need(k->scratch_bytes);  // run()'s on plain layouts; the bridge notes its own
     if (k->channels_last) {
       k->layouts.user_src = memory::desc(onednn::to_dims(plan.x_dims), dt, tag);
       k->layouts.user_dst = memory::desc(onednn::to_dims(plan.y_dims), dt, tag);
