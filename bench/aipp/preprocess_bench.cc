@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aipp_rows.h"
 #include "kernels/kernel_registry.h"
 #include "kiln/kiln.h"
 #include "model/kiln_model.h"
@@ -203,6 +204,25 @@ int main(int argc, char** argv) {
     if (!s.ok()) die(s.to_string());
   };
 
+  // The kernel's row function alone, each output row written over the same three rows of an
+  // L1-sized buffer: what the rows cost without the output's traffic to memory (as kiln
+  // AippConv runs them into its strip buffer, with no convolution in between).
+  auto info = kiln::ops::aipp_node_info(*aipp_node);
+  if (!info.ok()) die(info.status().to_string());
+  namespace aipp_simd = kiln::kernels::aipp_simd;
+  const std::vector<aipp_simd::ImagePlan> plans = aipp_simd::make_plans(info->params);
+  const aipp_simd::RowsFn rows_fn = aipp_simd::select_rows();
+  std::vector<float> row_buffer(static_cast<size_t>(3) * w + 64);
+  auto run_rows = [&] {
+    aipp_simd::Job job = aipp_simd::make_job(info->out, image.tensor(), plans);
+    job.dst = row_buffer.data();
+    job.plane_floats = w, job.image_floats = 3 * w;
+    for (int y = 0; y < h; ++y) {
+      job.row0 = y, job.continues = y > 0;
+      rows_fn(job, y, y + 1);
+    }
+  };
+
   Loaded plain, fused;
   if (models.size() == 3) {
     plain = load(models[1]);
@@ -227,13 +247,16 @@ int main(int argc, char** argv) {
     return time_ms(fn);
   };
   // t_extra: per round, the fused network's time minus the plain one's, run back to back.
-  std::vector<double> t_cv, t_kernel, t_aipp, t_plain, t_fused, t_extra;
+  std::vector<double> t_cv, t_kernel, t_rows, t_rows2, t_aipp, t_plain, t_fused, t_extra;
   for (int r = 0; r < rounds + 5; ++r) {
     const bool keep = r >= 5;  // warm-up rounds
     double a = fresh(opencv_chain);
     double k = fresh(run_kernel);
+    double rw = fresh(run_rows);
+    double rw2 = time_ms(run_rows);
+    if (keep) t_rows2.push_back(rw2);
     double b = time_ms([&] { CHECK(kilnmdlExecute(aipp.id, aipp.in, aipp.out)); });
-    if (keep) t_cv.push_back(a), t_kernel.push_back(k), t_aipp.push_back(b);
+    if (keep) t_cv.push_back(a), t_kernel.push_back(k), t_rows.push_back(rw), t_aipp.push_back(b);
     if (models.size() == 3) {
       // Each network starts from scrubbed caches (its weights in memory, as after the rest of a
       // video pipeline's work) with only its input just written, and the two take turns going
@@ -258,6 +281,9 @@ int main(int argc, char** argv) {
   std::printf("preprocessing %dx%d NV12 -> %dx%d float32 CHW, 1 thread, median of %d rounds\n", W, H, w, h, rounds);
   std::printf("  opencv chain      %8.3f ms\n", cv_ms);
   std::printf("  kiln aipp kernel  %8.3f ms   (%.1fx faster)\n", kernel_ms, cv_ms / kernel_ms);
+  std::printf("  kiln aipp rows    %8.3f ms   (the row function, output rows into one L1 buffer)\n",
+              median(t_rows));
+  std::printf("  kiln aipp rows hot %8.3f ms\n", median(t_rows2));
   std::printf("  kiln aipp model   %8.3f ms   (%.1fx faster; + the runtime's call and output copy)\n", aipp_ms,
               cv_ms / aipp_ms);
   if (models.size() == 3) {

@@ -72,31 +72,6 @@ HWY_INLINE VI gather(const uint8_t* base, VI offsets) {
   return hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
-HWY_INLINE VI window_bytes(const uint8_t* row, const ByteWindows& w) {
-  const uint8_t* a = row + w.win[0];
-  __m512i r = _mm512_maskz_permutex2var_epi8(w.mask[0], _mm512_loadu_si512(a),
-                                             _mm512_loadu_si512(w.idx[0]), _mm512_loadu_si512(a + 64));
-  if (w.mask[1]) {
-    const uint8_t* b = row + w.win[1];
-    r = _mm512_or_si512(r, _mm512_maskz_permutex2var_epi8(w.mask[1], _mm512_loadu_si512(b),
-                                                          _mm512_loadu_si512(w.idx[1]), _mm512_loadu_si512(b + 64)));
-  }
-  return VI{r};
-}
-#endif
-
-// Four bytes per lane of `row`: at the byte offsets, or from the plan's byte windows of
-// region columns [x, x + 16).
-HWY_INLINE VI lane_bytes(const ImagePlan& p, const uint8_t* row, const std::vector<ByteWindows>& windows,
-                         VI offsets, int64_t x) {
-#if HWY_TARGET == HWY_AVX3_DL
-  if (p.byte_windows) return window_bytes(row, windows[static_cast<size_t>(x / 16)]);
-#endif
-  (void)p, (void)windows, (void)x;
-  return gather(row, offsets);
-}
-
 // The channels (before CSC) of source pixels x0 (a) and x0 + 1 (b) of row y, per lane.
 struct Pair {
   VF a[4], b[4];
@@ -110,7 +85,7 @@ constexpr int part_first(Part part) { return part == Part::kChroma ? 1 : 0; }
 constexpr int part_end(Part part, int channels) { return part == Part::kLuma ? 1 : part == Part::kChroma ? 3 : channels; }
 
 template <ops::AippFormat kFormat, Part kPart = Part::kAll>
-HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI x0, int64_t x, Pair& r) {
+HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI x0, Pair& r) {
   const DI di;
   const DF df;
   const int64_t w = p.src_w, h = p.src_h;
@@ -121,11 +96,11 @@ HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI
       const uint8_t* yrow = img + y * w;
       const uint8_t* uvrow = img + h * w + (kFormat == ops::AippFormat::kYuv420sp ? (y / 2) : y) * w;
       if (kPart != Part::kChroma) {
-        const VI yy = lane_bytes(p, yrow, p.y_windows, x0, x);
+        const VI yy = gather(yrow, x0);
         r.a[0] = byte_of(yy, 0), r.b[0] = byte_of(yy, 1);
       }
       if (kPart != Part::kLuma) {
-        const VI uv = lane_bytes(p, uvrow, p.uv_windows, hn::AndNot(one, x0), x);  // U V of x0's pair, then the next
+        const VI uv = gather(uvrow, hn::AndNot(one, x0));  // U V of x0's pair, then the next
         const auto odd = hn::RebindMask(df, hn::Eq(hn::And(x0, one), one));
         const VF u0 = byte_of(uv, 0), v0 = byte_of(uv, 1), u1 = byte_of(uv, 2), v1 = byte_of(uv, 3);
         // x0 even: both pixels use pair 0; x0 odd: x0 uses pair 0, x0 + 1 pair 1.
@@ -180,43 +155,46 @@ HWY_INLINE void fetch_pair(const ImagePlan& p, const uint8_t* img, int32_t y, VI
   }
 }
 
-// Step 3 on one pixel's channels, in place: sum_j M[r][j] * in_j + (ob_r - sum_j M[r][j] ib_j),
-// the input biases folded into the output bias at plan time.
-// The CSC constants as vectors, set once per row (the compiler cannot keep them in registers
+// Steps 4 and 5 on one pixel's channels, in place, folded at plan time (ImagePlan::csc_m):
+// out_r = clamp(sum_j csc_m[3r + j] (in_j - ib_j) + csc_b[r], csc_lo[r], csc_hi[r]). The
+// same value as clamping to [0, 255] and then normalising, in three FMAs and a clamp per
+// channel instead of four FMAs and a clamp (float32 rounds differently, by about 1e-7 of the
+// channel's range: docs/aipp.md). The input biases are subtracted first, not folded into the
+// output bias: the terms summed stay near the data's own size (a folded BT.601 bias doubles
+// them, and the float32 rounding of the sum with them).
+// The constants as vectors, set once per row (the compiler cannot keep them in registers
 // across the row's stores by itself: they might alias).
 struct CscVectors {
-  VF m[9], ib[3], ob[3];
+  VF m[9], ib[3], b[3], lo[3], hi[3];
   explicit CscVectors(const ImagePlan& p) {
     const DF df;
-    for (int i = 0; i < 9; ++i) m[i] = hn::Set(df, p.m[i]);
-    for (int r = 0; r < 3; ++r) ib[r] = hn::Set(df, p.ib[r]), ob[r] = hn::Set(df, p.ob[r]);
+    for (int i = 0; i < 9; ++i) m[i] = hn::Set(df, p.csc_m[i]);
+    for (int r = 0; r < 3; ++r) {
+      ib[r] = hn::Set(df, p.ib[r]), b[r] = hn::Set(df, p.csc_b[r]);
+      lo[r] = hn::Set(df, p.csc_lo[r]), hi[r] = hn::Set(df, p.csc_hi[r]);
+    }
   }
 };
 
-// Step 4 on one pixel's channels, in place. The input biases are subtracted first, not
-// folded into the output bias: the terms summed stay near the data's own size (a folded
-// BT.601 bias doubles them, and the float32 rounding of the sum with them).
-HWY_INLINE void csc(const CscVectors& k, VF c[4]) {
-  const DF df;
-  const VF lo = hn::Zero(df), hi = hn::Set(df, 255.0f);
+HWY_INLINE void csc_normalised(const CscVectors& k, VF c[4]) {
   const VF d0 = hn::Sub(c[0], k.ib[0]), d1 = hn::Sub(c[1], k.ib[1]), d2 = hn::Sub(c[2], k.ib[2]);
   VF out[3];
   for (int r = 0; r < 3; ++r) {
-    VF s = hn::MulAdd(k.m[r * 3 + 2], d2, k.ob[r]);
+    VF s = hn::MulAdd(k.m[r * 3 + 2], d2, k.b[r]);
     s = hn::MulAdd(k.m[r * 3 + 1], d1, s);
     s = hn::MulAdd(k.m[r * 3 + 0], d0, s);
-    out[r] = hn::Min(hn::Max(s, lo), hi);
+    out[r] = hn::Min(hn::Max(s, k.lo[r]), k.hi[r]);
   }
   c[0] = out[0], c[1] = out[1], c[2] = out[2];
 }
 
-void csc_scalar(const ImagePlan& p, float v[4]) {
+void csc_normalised_scalar(const ImagePlan& p, float v[4]) {
   const float d[3] = {v[0] - p.ib[0], v[1] - p.ib[1], v[2] - p.ib[2]};
   for (int r = 0; r < 3; ++r) {
-    float s = p.ob[r] + p.m[r * 3 + 2] * d[2];
-    s += p.m[r * 3 + 1] * d[1];
-    s += p.m[r * 3 + 0] * d[0];
-    v[r] = std::min(std::max(s, 0.0f), 255.0f);
+    float s = p.csc_b[r] + p.csc_m[r * 3 + 2] * d[2];
+    s += p.csc_m[r * 3 + 1] * d[1];
+    s += p.csc_m[r * 3 + 0] * d[0];
+    v[r] = std::min(std::max(s, p.csc_lo[r]), p.csc_hi[r]);
   }
 }
 
@@ -235,7 +213,7 @@ HWY_NOINLINE void hrow_vectors(const ImagePlan& p, const uint8_t* img, int32_t y
     const VI x0 = hn::LoadU(di, x0s + x);
     const VF wx = hn::LoadU(df, wxs + x);
     Pair px;
-    fetch_pair<kFormat, kPart>(p, img, y, x0, x, px);
+    fetch_pair<kFormat, kPart>(p, img, y, x0, px);
     // kChannels a constant: px stays in registers.
     for (int c = part_first(kPart); c < part_end(kPart, kChannels); ++c)
       hn::StoreU(hn::MulAdd(wx, hn::Sub(px.b[c], px.a[c]), px.a[c]), df, h + c * stride + x);
@@ -250,9 +228,74 @@ void hrow_channels(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_
   return hrow_vectors<kFormat, 3>(p, img, y, x_end, h, stride);
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// The semi-planar rows on AVX-512 VBMI (ImagePlan::byte_windows): per 16 region columns, each
+// tap's bytes with one vpermt2b per window straight into the lanes' low bytes (ByteWindows),
+// converted with no shift or mask. Luma: 2 permutes, 2 conversions and the blend per vector
+// (a gather and a byte split before: about half the instructions).
+
+// Lanes' bytes `row[win + idx]` of window k of w (0 where the lane reads the other window).
+HWY_INLINE __m512i window_lanes(const uint8_t* row, const ByteWindows& w, int k, __m512i idx) {
+  const uint8_t* a = row + w.win[k];
+  return _mm512_maskz_permutex2var_epi8(w.mask[k], _mm512_loadu_si512(a), idx, _mm512_loadu_si512(a + 64));
+}
+
+// One row's taps through the windows. Luma (one output): h[x] = Y[x0] + wx (Y[x0 + 1] - Y[x0]).
+// Chroma (two outputs, U V pairs): pixel x0 takes the pair at byte x0 & ~1, pixel x0 + 1 the
+// pair at (x0 + 1) & ~1; a pair's first byte goes to out[0], its second to out[1].
+template <bool kChroma>
+HWY_NOINLINE void window_row(const ImagePlan& p, const ByteWindows* HWY_RESTRICT windows, const uint8_t* row,
+                             int64_t x_end, float* HWY_RESTRICT out0, float* HWY_RESTRICT out1) {
+  constexpr int kOuts = kChroma ? 2 : 1;
+  const int32_t* HWY_RESTRICT x0s = p.x0.data();
+  const float* HWY_RESTRICT wxs = p.wx.data();
+  float* const out[2] = {out0, out1};
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int64_t x = 0; x < x_end; x += 16) {
+    const ByteWindows& w = windows[x / 16];
+    const __m512i x0 = _mm512_loadu_si512(x0s + x);
+    __m512i taps[2 * kOuts];  // output o: taps 2o (x0) and 2o + 1 (x0 + 1)
+    for (int k = 0; k < (w.mask[1] ? 2 : 1); ++k) {
+      const __m512i d = _mm512_sub_epi32(x0, _mm512_set1_epi32(w.win[k]));
+      __m512i idx[2 * kOuts];
+      if constexpr (kChroma) {
+        // win is even: (x0 - win) & ~1 is the pair's index in the window.
+        const __m512i pa = _mm512_andnot_si512(one, d), pb = _mm512_andnot_si512(one, _mm512_add_epi32(d, one));
+        idx[0] = pa, idx[1] = pb, idx[2] = _mm512_or_si512(pa, one), idx[3] = _mm512_or_si512(pb, one);
+      } else {
+        idx[0] = d, idx[1] = _mm512_add_epi32(d, one);
+      }
+      for (int t = 0; t < 2 * kOuts; ++t) {
+        const __m512i lanes = window_lanes(row, w, k, idx[t]);
+        taps[t] = k == 0 ? lanes : _mm512_or_si512(taps[t], lanes);
+      }
+    }
+    const __m512 wx = _mm512_loadu_ps(wxs + x);
+    for (int o = 0; o < kOuts; ++o) {
+      const __m512 a = _mm512_cvtepi32_ps(taps[2 * o]), b = _mm512_cvtepi32_ps(taps[2 * o + 1]);
+      _mm512_storeu_ps(out[o] + x, _mm512_fmadd_ps(wx, _mm512_sub_ps(b, a), a));
+    }
+  }
+}
+#endif
+
 void hrow_vector_span(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_end, int channels, Part part,
                       float* h, int64_t stride) {
   using F = ops::AippFormat;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (p.byte_windows) {  // semi-planar, three channels
+    const int64_t w = p.src_w;
+    const int64_t chroma_row = p.format == F::kYuv420sp ? y / 2 : y;
+    if (part != Part::kChroma) window_row<false>(p, p.y_windows.data(), img + y * w, x_end, h, nullptr);
+    if (part != Part::kLuma) {
+      // rbuv_swap: the pair is V U, its first byte channel 2.
+      float* u = h + stride, *v = h + 2 * stride;
+      if (p.rbuv_swap) std::swap(u, v);
+      window_row<true>(p, p.uv_windows.data(), img + (p.src_h + chroma_row) * w, x_end, u, v);
+    }
+    return;
+  }
+#endif
   // The parts are split for 4:2:0 only, which has three channels.
   if (part == Part::kLuma) return hrow_vectors<F::kYuv420sp, 3, Part::kLuma>(p, img, y, x_end, h, stride);
   if (part == Part::kChroma) return hrow_vectors<F::kYuv420sp, 3, Part::kChroma>(p, img, y, x_end, h, stride);
@@ -380,31 +423,38 @@ HWY_NOINLINE void region_row_t(const ImagePlan& p, const float* const* top, cons
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const VF wy = hn::Set(df, w);
   const CscVectors k(p);
+  // With CSC, channels 0-2 are normalised inside csc_normalised; the alpha channel and every
+  // channel without CSC here.
+  constexpr int kNormFirst = kCsc ? 3 : 0;
   VF scale[kC], bias[kC];
+  const float* t[kC];
+  const float* b[kC];
   float* dst[kC];
   for (int c = 0; c < kC; ++c) {
     scale[c] = hn::Set(df, p.scale[c]), bias[c] = hn::Set(df, p.bias[c]);
-    dst[c] = out[c] + p.left;
+    t[c] = top[c], b[c] = bot[c], dst[c] = out[c] + p.left;
   }
+  const int64_t rw = p.rw;
   int64_t x = 0;
-  for (; x + lanes <= p.rw; x += lanes) {
+  for (; x + lanes <= rw; x += lanes) {
     VF v[4];
     for (int c = 0; c < kC; ++c) {
-      const VF vt = hn::LoadU(df, top[c] + x);
-      v[c] = hn::MulAdd(wy, hn::Sub(hn::LoadU(df, bot[c] + x), vt), vt);
+      const VF vt = hn::LoadU(df, t[c] + x);
+      v[c] = hn::MulAdd(wy, hn::Sub(hn::LoadU(df, b[c] + x), vt), vt);
     }
-    if constexpr (kCsc) csc(k, v);
+    if constexpr (kCsc) csc_normalised(k, v);
+    for (int c = kNormFirst; c < kC; ++c) v[c] = hn::MulAdd(v[c], scale[c], bias[c]);
     for (int c = 0; c < kC; ++c) {
-      const VF r = hn::MulAdd(v[c], scale[c], bias[c]);
-      if constexpr (kStream) hn::Stream(r, df, dst[c] + x);
-      else hn::StoreU(r, df, dst[c] + x);
+      if constexpr (kStream) hn::Stream(v[c], df, dst[c] + x);
+      else hn::StoreU(v[c], df, dst[c] + x);
     }
   }
-  for (; x < p.rw; ++x) {
+  for (; x < rw; ++x) {
     float v[4];
-    for (int c = 0; c < kC; ++c) v[c] = top[c][x] + w * (bot[c][x] - top[c][x]);
-    if constexpr (kCsc) csc_scalar(p, v);
-    for (int c = 0; c < kC; ++c) dst[c][x] = v[c] * p.scale[c] + p.bias[c];
+    for (int c = 0; c < kC; ++c) v[c] = t[c][x] + w * (b[c][x] - t[c][x]);
+    if constexpr (kCsc) csc_normalised_scalar(p, v);
+    for (int c = kNormFirst; c < kC; ++c) v[c] = v[c] * p.scale[c] + p.bias[c];
+    for (int c = 0; c < kC; ++c) dst[c][x] = v[c];
   }
 }
 
@@ -550,6 +600,14 @@ ImagePlan make_plan(const ops::AippParams& p, const ops::AippBatchParams& b) {
     plan.scale[c] = b.var_reci[c];
     plan.bias[c] = -(b.mean[c] + b.min[c]) * b.var_reci[c];
   }
+  // clamp(v, 0, 255) * scale + bias = clamp(v * scale + bias, the ends 0 and 255 mapped the
+  // same way, in order): scale may be negative or 0.
+  for (int r = 0; r < 3; ++r) {
+    for (int j = 0; j < 3; ++j) plan.csc_m[r * 3 + j] = plan.m[r * 3 + j] * plan.scale[r];
+    plan.csc_b[r] = plan.ob[r] * plan.scale[r] + plan.bias[r];
+    const float end0 = plan.bias[r], end255 = 255.0f * plan.scale[r] + plan.bias[r];
+    plan.csc_lo[r] = std::min(end0, end255), plan.csc_hi[r] = std::max(end0, end255);
+  }
   axis_taps(cx, cw, plan.rw, b.resize, &plan.x0, &plan.wx);
   axis_taps(cy, ch, plan.rh, b.resize, &plan.y0, &plan.wy);
   // axis_taps gives a 1-pixel axis the tap 0 with weight 0.
@@ -558,25 +616,20 @@ ImagePlan make_plan(const ops::AippParams& p, const ops::AippBatchParams& b) {
   return plan;
 }
 
-// Windows for 16 lanes whose lane i needs row bytes first[i] + k, k < bytes_per_lane (into
-// result bytes 4i + k). One window when the bytes span under 128, else one per half; false
-// when a half spans more (a downscale over ~14x: gathers then).
-bool lane_windows(const int32_t* first, int bytes_per_lane, int32_t row_bytes, aipp_simd::ByteWindows* w) {
+// Windows for 16 lanes whose lane i needs row bytes first[i] .. first[i] + span - 1 (the taps'
+// bytes, read at run time with indices relative to the window). One window when the bytes span
+// under 128, else one per half; false when a half spans more (a downscale over ~14x: gathers
+// then).
+bool lane_windows(const int32_t* first, int span, int32_t row_bytes, aipp_simd::ByteWindows* w) {
   auto fill = [&](int slot, int lane_begin, int lane_end) {
     int32_t lo = first[lane_begin], hi = first[lane_begin];
     for (int i = lane_begin; i < lane_end; ++i) lo = std::min(lo, first[i]), hi = std::max(hi, first[i]);
-    hi += bytes_per_lane - 1;
+    hi += span - 1;
     if (hi - lo >= 128) return false;
-    // The window stays inside the row: 128 bytes from win.
-    const int32_t win = std::max(0, std::min(lo, row_bytes - 128));
-    w->win[slot] = win;
-    for (int i = lane_begin; i < lane_end; ++i)
-      for (int k = 0; k < bytes_per_lane; ++k) {
-        // A byte past the row's end (the chroma pair after the last one, never used) wraps
-        // inside the window: any readable byte will do.
-        w->idx[slot][4 * i + k] = static_cast<uint8_t>((first[i] + k - win) & 127);
-        w->mask[slot] |= uint64_t{1} << (4 * i + k);
-      }
+    // The window stays inside the row: 128 bytes from win. The bytes read are inside the row
+    // too, so at most win + 127 either way. Even for chroma rows (lo and row_bytes are).
+    w->win[slot] = std::max(0, std::min(lo, row_bytes - 128));
+    for (int i = lane_begin; i < lane_end; ++i) w->mask[slot] |= uint64_t{1} << (4 * i);
     return true;
   };
   if (fill(0, 0, 16)) return true;
@@ -594,6 +647,7 @@ void make_byte_windows(ImagePlan& plan) {
     const int32_t* x0 = plan.x0.data() + c * 16;
     int32_t pair[16];
     for (int i = 0; i < 16; ++i) pair[i] = x0[i] & ~1;
+    // Luma: x0 and x0 + 1. Chroma: U V of x0's pair and of x0 + 1's (the same or the next).
     if (!lane_windows(x0, 2, plan.src_w, &plan.y_windows[static_cast<size_t>(c)]) ||
         !lane_windows(pair, 4, plan.src_w, &plan.uv_windows[static_cast<size_t>(c)])) {
       plan.y_windows.clear();

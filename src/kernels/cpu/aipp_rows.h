@@ -12,14 +12,15 @@
 
 namespace kiln::kernels::aipp_simd {
 
-// AVX-512 VBMI replacement of a 32-bit gather for one vector of 16 lanes: bytes picked from
-// one or two 128-byte windows of a row with vpermt2b (byte 4i + k of the result is row byte
-// win + idx[4i + k]; masked-off bytes are zero). Column taps are the same for every row, so
-// the index vectors are made once per plan (make_byte_windows).
+// AVX-512 VBMI replacement of a 32-bit gather for one vector of 16 lanes: each lane's byte
+// comes from one of one or two 128-byte windows of a row, picked with vpermt2b straight into
+// the lane's low byte (index: the lane's row byte minus `win`, computed from the column taps
+// at run time; the lane's other three bytes zeroed by the mask), so a lane is the byte's value
+// with no shift or mask before its conversion to float. The windows depend on the column taps
+// only, the same for every row: made once per plan (make_byte_windows).
 struct ByteWindows {
   int32_t win[2] = {0, 0};
-  uint64_t mask[2] = {0, 0};
-  uint8_t idx[2][64] = {};
+  uint64_t mask[2] = {0, 0};  // bit 4i: lane i reads window k; mask[1] 0: one window
 };
 
 // One image's parameters, decoded into what the row loop reads.
@@ -32,6 +33,10 @@ struct ImagePlan {
   float padding_value = 0;
   float m[9] = {}, ib[3] = {}, ob[3] = {};  // CSC: matrix / 256, input and output biases
   float scale[4] = {1, 1, 1, 1}, bias[4] = {};  // DTC as v * scale + bias
+  // CSC and DTC folded into one for the row loop: channel r < 3 is
+  // clamp(sum_j csc_m[3r + j] (in_j - ib_j) + csc_b[r], csc_lo[r], csc_hi[r]), the matrix and the
+  // output bias scaled by `scale`, the clamp to [0, 255] moved through the DTC.
+  float csc_m[9] = {}, csc_b[3] = {}, csc_lo[3] = {}, csc_hi[3] = {};
   std::vector<int32_t> x0;  // per column of the region: absolute source column of the left tap
   std::vector<float> wx;    // weight of the right tap
   std::vector<int32_t> y0;
@@ -40,8 +45,8 @@ struct ImagePlan {
   // one column: x0 with weight 0 on a second tap that is x0 itself.
   bool taps2_x = true, taps2_y = true;
   ops::AippParams fetch_view;  // what ops::aipp_fetch_pixel reads (the scalar path)
-  // Semi-planar YUV on AVX-512 VBMI: per vector of 16 region columns, the Y bytes (x0, x0+1)
-  // and the chroma bytes (the pair of x0 and the next) without gathers.
+  // Semi-planar YUV on AVX-512 VBMI: per vector of 16 region columns, the windows of the Y
+  // bytes (x0, x0+1) and of the chroma bytes (the pairs of x0 and x0+1), no gathers.
   bool byte_windows = false;
   std::vector<ByteWindows> y_windows, uv_windows;
 };
