@@ -228,6 +228,9 @@ void hrow_channels(const ImagePlan& p, const uint8_t* img, int32_t y, int64_t x_
   return hrow_vectors<kFormat, 3>(p, img, y, x_end, h, stride);
 }
 
+// The target that reads semi-planar rows through ImagePlan::byte_windows.
+constexpr bool kWindowTarget = HWY_TARGET == HWY_AVX3_DL;
+
 #if HWY_TARGET == HWY_AVX3_DL
 // The semi-planar rows on AVX-512 VBMI (ImagePlan::byte_windows): per 16 region columns, each
 // tap's bytes with one vpermt2b per window straight into the lanes' low bytes (ByteWindows),
@@ -255,6 +258,21 @@ HWY_NOINLINE void window_row(const ImagePlan& p, const ByteWindows* HWY_RESTRICT
     const ByteWindows& w = windows[x / 16];
     const __m512i x0 = _mm512_loadu_si512(x0s + x);
     __m512i taps[2 * kOuts];  // output o: taps 2o (x0) and 2o + 1 (x0 + 1)
+    if (!w.blend) {
+      // Every weight 0 (an integer downscale: 1920 -> 640): the value of x0, exactly what the
+      // blend gives, from half the permutes.
+      for (int o = 0; o < kOuts; ++o) {
+        __m512i a = _mm512_setzero_si512();
+        for (int k = 0; k < (w.mask[1] ? 2 : 1); ++k) {
+          const __m512i d = _mm512_sub_epi32(x0, _mm512_set1_epi32(w.win[k]));
+          __m512i idx = d;
+          if constexpr (kChroma) idx = o == 0 ? _mm512_andnot_si512(one, d) : _mm512_or_si512(d, one);
+          a = _mm512_or_si512(a, window_lanes(row, w, k, idx));
+        }
+        _mm512_storeu_ps(out[o] + x, _mm512_cvtepi32_ps(a));
+      }
+      continue;
+    }
     for (int k = 0; k < (w.mask[1] ? 2 : 1); ++k) {
       const __m512i d = _mm512_sub_epi32(x0, _mm512_set1_epi32(w.win[k]));
       __m512i idx[2 * kOuts];
@@ -402,7 +420,9 @@ struct RowCache {
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
     // Vectors where every gather or window load stays inside the buffer (8 bytes of slack).
     int64_t x = 0;
-    if (p.taps2_x && img + bytes_through_row(p, std::min(y + 1, p.src_h - 1)) + 8 <= buffer_end) {
+    // The byte windows read inside their row: no slack needed.
+    if (p.taps2_x && ((kWindowTarget && p.byte_windows) ||
+                      img + bytes_through_row(p, std::min(y + 1, p.src_h - 1)) + 8 <= buffer_end)) {
       x = p.rw / lanes * lanes;
       hrow_vector_span(p, img, y, x, channels, part, h, stride);
     }
@@ -654,6 +674,12 @@ void make_byte_windows(ImagePlan& plan) {
       plan.uv_windows.clear();
       return;
     }
+  }
+  // Chunks whose weights are all 0 read one tap (window_row).
+  for (int64_t c = 0; c < chunks; ++c) {
+    bool blend = false;
+    for (int i = 0; i < 16; ++i) blend = blend || plan.wx[static_cast<size_t>(c * 16 + i)] != 0.0f;
+    plan.y_windows[static_cast<size_t>(c)].blend = plan.uv_windows[static_cast<size_t>(c)].blend = blend;
   }
   plan.byte_windows = true;
 }

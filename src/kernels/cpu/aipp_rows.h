@@ -21,6 +21,7 @@ namespace kiln::kernels::aipp_simd {
 struct ByteWindows {
   int32_t win[2] = {0, 0};
   uint64_t mask[2] = {0, 0};  // bit 4i: lane i reads window k; mask[1] 0: one window
+  bool blend = true;          // false: every lane's right-tap weight is 0 (the left tap's value)
 };
 
 // One image's parameters, decoded into what the row loop reads.
