@@ -108,6 +108,12 @@ const std::vector<EnvKnob>& env_knobs() {
        "0 stops lending each kernel run the free part of the arena plan's block for its workspace (for A/B "
        "measurements).",
        valid_switch},
+      // kernels/cpu/conv_transpose.cc
+      {"KILN_DECONV_GEMM", "0, 1", "1",
+       "0 runs ConvTranspose with non-overlapping windows on oneDNN's deconvolution instead of Kiln's GEMM (for "
+       "A/B measurements).",
+       valid_switch},
+      // runtime/execution_pool.h
       {"KILN_ARENA_WORKSPACE", "0, 1", "1",
        "0 ignores the kernel workspaces a .kiln's arena plan places (the free part of the arena is lent "
        "instead; for A/B measurements).",

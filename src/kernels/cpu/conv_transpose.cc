@@ -7,12 +7,23 @@
 //
 // Left to the reference kernel: auto_pad other than NOTSET, output_shape, an output_padding
 // larger than the end pad (oneDNN takes no negative padding), 1-D and 3-D, other dtypes.
+//
+// Windows that do not overlap (strides equal to the kernel, no pads, dilations or groups: the
+// DB head's 2x2 / stride 2 upsampling of PP-OCR det) run first on Kiln's packed GEMM instead
+// (GemmDeconvKernel): each output pixel block is one input pixel times W, so Y is X^T W
+// scattered, computed a band of input rows at a time into the thread workspace (planned into the
+// arena at compile time). oneDNN's plain-layout deconvolution (gemm-based) mallocs its GEMM
+// packing buffers on every call, 5.1 MB per thread for det's first ConvTranspose (issue 33).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 
@@ -97,17 +108,39 @@ Expected<DeconvPlan> plan_deconv(const ir::Node& node) {
   return p;
 }
 
-class OnednnDeconvKernel final : public Kernel {
+// What both kernels keep of their node: the plan, the reference kernel for inputs other than
+// those prepared, and the initializers they were prepared with.
+struct DeconvKernelBase : Kernel {
+  // Fills in the above for `node`; fails when its op has no reference kernel.
+  Status init_base(const ir::Node& node, const DeconvPlan& p) {
+    KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
+    if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
+    plan = p;
+    reference = &schema->kernel_fn();
+    w_initializer = *p.weights;
+    if (p.bias) b_initializer = *p.bias;
+    return ok_status();
+  }
+  // The run's inputs are those prepared (X's dims, W and B the initializers).
+  bool as_prepared(const ops::KernelContext& ctx) const {
+    const Tensor* x = ctx.input(0);
+    const Tensor* w = ctx.input(1);
+    const Tensor* b = ctx.input(2);
+    return x && x->dtype() == DataType::kFloat32 && x->dims() == plan.x_dims && w &&
+           w->raw_data() == w_initializer.raw_data() &&
+           (b_initializer.defined() ? b && b->raw_data() == b_initializer.raw_data() : !b);
+  }
+  const ops::KernelFn* reference = nullptr;
+  Tensor w_initializer, b_initializer;  // compared by address: a fed W or B runs the reference
+  DeconvPlan plan;
+};
+
+class OnednnDeconvKernel final : public DeconvKernelBase {
  public:
   Status run(ops::KernelContext& ctx) const override {
     const ir::Node& node = ctx.node();
     const Tensor* x = ctx.input(0);
-    const Tensor* w = ctx.input(1);
-    const Tensor* b = ctx.input(2);
-    const bool as_prepared = x && x->dtype() == DataType::kFloat32 && x->dims() == plan.x_dims && w &&
-                             w->raw_data() == w_initializer.raw_data() &&
-                             (b_initializer.defined() ? b && b->raw_data() == b_initializer.raw_data() : !b);
-    if (!as_prepared) return (*reference)(ctx);
+    if (!as_prepared(ctx)) return (*reference)(ctx);
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims, TensorInit::kUninitialized));
     const onednn::LayoutBridge& lb = layouts;
     char* ws = static_cast<char*>(onednn::thread_workspace(lb.workspace_bytes));
@@ -125,9 +158,6 @@ class OnednnDeconvKernel final : public Kernel {
   }
   std::string implementation() const override { return impl; }
 
-  const ops::KernelFn* reference = nullptr;
-  Tensor w_initializer, b_initializer;  // compared by address: a fed W or B runs the reference
-  DeconvPlan plan;
   std::string impl;
   dnnl::deconvolution_forward deconv;
   onednn::LayoutBridge layouts;  // X's and Y's layouts to the primitive's
@@ -137,13 +167,8 @@ class OnednnDeconvKernel final : public Kernel {
 
 Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
   KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_deconv(node));
-  KILN_ASSIGN_OR_RETURN(const ops::OpSchema* schema, ops::schema_for(node));
-  if (!schema->kernel_fn()) return unsupported("node %s: no reference kernel", node.label().c_str());
   auto k = std::make_unique<OnednnDeconvKernel>();
-  k->plan = plan;
-  k->reference = &schema->kernel_fn();
-  k->w_initializer = *plan.weights;
-  if (plan.bias) k->b_initializer = *plan.bias;
+  KILN_RETURN_IF_ERROR(k->init_base(node, plan));
   const DeconvPlan& p = k->plan;
   const auto f32 = memory::data_type::f32;
   const dnnl::engine& eng = onednn::cpu_engine();
@@ -193,6 +218,118 @@ Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
 }
 
 }  // namespace
+
+// ---- Non-overlapping windows on Kiln's packed GEMM ----
+
+// The plan when every input pixel writes its own kH x kW block of Y: strides equal to the kernel,
+// no dilation, no pads, one group.
+Expected<DeconvPlan> plan_gemm_deconv(const ir::Node& node) {
+  static const bool enabled = [] {  // KILN_DECONV_GEMM=0: oneDNN's kernel only (A/B measurements)
+    const char* v = std::getenv("KILN_DECONV_GEMM");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  if (!enabled) return unsupported("node %s: KILN_DECONV_GEMM=0", node.label().c_str());
+  KILN_ASSIGN_OR_RETURN(DeconvPlan p, plan_deconv(node));
+  if (p.group != 1) return unsupported("node %s: groups run on oneDNN", node.label().c_str());
+  for (int d = 0; d < 2; ++d)
+    if (p.strides[static_cast<size_t>(d)] != p.w_dims[2 + d] || p.dilations[static_cast<size_t>(d)] != 0 ||
+        p.pad_l[static_cast<size_t>(d)] != 0 || p.pad_r[static_cast<size_t>(d)] != 0)
+      return unsupported("node %s: windows overlap or are padded (strides other than the kernel, pads, dilations)",
+                         node.label().c_str());
+  return p;
+}
+
+// A = X^T of one image from pixel p0 on: row i is pixel p0 + i, column k channel k.
+class PixelRows final : public gemm::ASource {
+ public:
+  PixelRows(const float* x, int64_t pixels) : x_(x), pixels_(pixels) {}
+  void pack(int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* out) const override {
+    const int64_t tile = gemm::tile_rows();
+    for (int64_t k = 0; k < kc; ++k)
+      std::memcpy(out + k * tile, x_ + (k0 + k) * pixels_ + i0, static_cast<size_t>(rows) * sizeof(float));
+  }
+
+ private:
+  const float* x_;  // channel 0 at the band's first pixel
+  int64_t pixels_;  // H * W: the channel stride
+};
+
+class GemmDeconvKernel final : public DeconvKernelBase {
+ public:
+  Status run(ops::KernelContext& ctx) const override {
+    const Tensor* x = ctx.input(0);
+    if (!as_prepared(ctx)) return (*reference)(ctx);
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims, TensorInit::kUninitialized));
+    auto* band = static_cast<float*>(onednn::thread_workspace(band_bytes));
+    if (!band)
+      return resource_exhausted("node %s: cannot allocate a %zu-byte workspace", ctx.node().label().c_str(), band_bytes);
+    const int64_t c = plan.x_dims[1], h = plan.x_dims[2], wd = plan.x_dims[3], m = plan.y_dims[1];
+    const int64_t kh = plan.w_dims[2], kw = plan.w_dims[3], n_cols = m * kh * kw;
+    const int64_t oh = plan.y_dims[2], ow = plan.y_dims[3];
+    gemm::Epilogue epilogue;
+    epilogue.row = bias_cols.empty() ? nullptr : bias_cols.data();
+    for (int64_t n = 0; n < plan.x_dims[0]; ++n) {
+      const float* xn = x->data<float>() + n * c * h * wd;
+      float* yn = y->data<float>() + n * m * oh * ow;
+      for (int64_t r0 = 0; r0 < h; r0 += band_rows) {
+        const int64_t rows = std::min(band_rows, h - r0);
+        // band[q, (o, a, b)] = sum_k X[k, pixel r0 * W + q] W[k, o, a, b] (+ B[o])
+        gemm::multiply(rows * wd, PixelRows(xn + r0 * wd, h * wd), *packed_w, {band, n_cols, gemm::vector_floats()},
+                       epilogue);
+        // Y[o, (r0 + i) kH + a, j kW + b] = band[i W + j, (o, a, b)]: one output row per (o, a, i).
+        parallel_for(0, m * kh, 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o = t / kh, a = t % kh;
+            for (int64_t i = 0; i < rows; ++i) {
+              float* dst = yn + (o * oh + (r0 + i) * kh + a) * ow;
+              const float* src = band + i * wd * n_cols + t * kw;
+              for (int64_t j = 0; j < wd; ++j)
+                for (int64_t bb = 0; bb < kw; ++bb) dst[j * kw + bb] = src[j * n_cols + bb];
+            }
+          }
+        });
+      }
+    }
+    return ok_status();
+  }
+  std::string implementation() const override { return std::string("kiln:gemm:") + gemm::target_name(); }
+
+  std::shared_ptr<const gemm::PackedB> packed_w;  // W as [C, M kH kW]
+  std::vector<float> bias_cols;                   // B[o] per column (o, a, b), or empty
+  int64_t band_rows = 1;                          // input rows per GEMM
+  size_t band_bytes = 0;                          // the workspace: band_rows * W pixels x M kH kW
+};
+
+// Bands of about this many bytes: a few L2-sized GEMM outputs, enough rows for both threads.
+constexpr size_t kBandBytes = size_t{1} << 20;
+
+Expected<std::unique_ptr<Kernel>> prepare_gemm_deconv(const ir::Node& node) {
+  KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_gemm_deconv(node));
+  auto k = std::make_unique<GemmDeconvKernel>();
+  KILN_RETURN_IF_ERROR(k->init_base(node, plan));
+  const int64_t c = plan.x_dims[1], wd = plan.x_dims[3], m = plan.y_dims[1];
+  const int64_t per_output = plan.w_dims[2] * plan.w_dims[3], n_cols = m * per_output;
+  // ONNX's W [C, M, kH, kW] is already B [C, M kH kW], row-major.
+  k->packed_w = gemm::PackedB::pack_shared(plan.weights->data<float>(), c, n_cols, n_cols, 1);
+  if (plan.bias) {
+    k->bias_cols.resize(static_cast<size_t>(n_cols));
+    for (int64_t col = 0; col < n_cols; ++col)
+      k->bias_cols[static_cast<size_t>(col)] = plan.bias->data<float>()[col / per_output];
+  }
+  const size_t row_bytes = static_cast<size_t>(wd * n_cols) * sizeof(float);
+  k->band_rows = std::clamp<int64_t>(static_cast<int64_t>(kBandBytes / row_bytes), 1, plan.x_dims[2]);
+  k->band_bytes = static_cast<size_t>(k->band_rows) * row_bytes;
+  note_workspace_need(k->band_bytes);
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
+                                    .op_type = "ConvTranspose",
+                                    .device = DeviceKind::kCpu,
+                                    .priority = 110,
+                                    .name = "gemm_nonoverlapping",
+                                    .applicable = [](const ir::Node& n) { return plan_gemm_deconv(n).status(); },
+                                    .prepare = prepare_gemm_deconv}));
 
 KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .op_type = "ConvTranspose",
