@@ -132,7 +132,10 @@ std::vector<ScheduleKnobs> knob_neighbours(const ScheduleKnobs& k, const std::ve
     const int differ = (p.fuse_rows != k.fuse_rows) + (p.keep != k.keep) + (p.row_split != k.row_split) +
                        (p.col_split != k.col_split) + (p.lanes != k.lanes) + (p.vec != k.vec) +
                        (p.row_tile != k.row_tile);
-    if (differ == 1) out.push_back(p);
+    // A row tile exists only without keep, so from a fused point with keep (LayerNorm's hand
+    // schedule) no single move reaches one: setting row_tile and clearing keep is one move too.
+    const bool tile_move = differ == 2 && p.keep != k.keep && p.row_tile != k.row_tile;
+    if (differ == 1 || tile_move) out.push_back(p);
   }
   return out;
 }

@@ -52,8 +52,9 @@ ScheduleKnobs default_knobs(bool stages = true);
 // chain): only row_split, col_split and vec, the knobs that change its loops (40 points).
 std::vector<ScheduleKnobs> knob_space(bool stages = true);
 
-// The points of `space` one knob away from `k` (one knob set to another of its values), in the
-// space's order: the moves of the search's local phase.
+// The points of `space` one knob away from `k` (one knob set to another of its values; a row
+// tile set or changed together with keep, which a tile requires off), in the space's order: the
+// moves of the search's local phase.
 std::vector<ScheduleKnobs> knob_neighbours(const ScheduleKnobs& k, const std::vector<ScheduleKnobs>& space);
 
 // The key of a database entry: the target is the CPU's ISA features the kernels are built for.

@@ -183,6 +183,26 @@ TEST(TuningKnobsTest, DefaultKnobsLowerToTheDefaultSchedule) {
   EXPECT_NE(std::find(one.begin(), one.end(), default_knobs(false)), one.end());
 }
 
+// The local phase's moves: one knob changed, or a row tile set with keep cleared (a tile needs
+// keep off, so LayerNorm's hand point, fused with keep, reaches the tiles in one move).
+TEST(TuningKnobsTest, NeighboursChangeOneKnobOrSetARowTileWithKeep) {
+  const auto space = knob_space(true);
+  const ScheduleKnobs hand = hand_knobs("layernorm");
+  const auto n = knob_neighbours(hand, space);
+  auto has = [&](const ScheduleKnobs& k) { return std::find(n.begin(), n.end(), k) != n.end(); };
+  ScheduleKnobs lanes128 = hand, tile4 = hand, unkept = hand, two_knobs = hand;
+  lanes128.lanes = 128;
+  tile4.keep = false, tile4.row_tile = 4;
+  unkept.keep = false;
+  two_knobs.lanes = 128, two_knobs.col_split = 64;
+  EXPECT_TRUE(has(lanes128));
+  EXPECT_TRUE(has(tile4));
+  EXPECT_TRUE(has(unkept));
+  EXPECT_FALSE(has(two_knobs));
+  EXPECT_FALSE(has(hand));
+  for (const ScheduleKnobs& k : n) EXPECT_NE(std::find(space.begin(), space.end(), k), space.end()) << knobs_text(k);
+}
+
 INSTANTIATE_TEST_SUITE_P(Schedules, ExamplesTest, ::testing::Values(Sched::kDefault, Sched::kTuned),
                          [](const auto& info) { return info.param == Sched::kDefault ? "Default" : "Tuned"; });
 
