@@ -118,7 +118,7 @@ void print_table(const video::VideoPipelineReport& r) {
               cpu, r.wall_s > 0 ? cpu / r.wall_s : 0, r.cpu_decode_s, percent(r.cpu_decode_s, cpu),
               r.cpu_preprocess_s, percent(r.cpu_preprocess_s, cpu),
               r.aipp ? (r.preprocess_from_profiler
-                            ? str_format("AIPP in the model: Aipp ops %.1f%% of op time", 100 * r.aipp_op_share).c_str()
+                            ? str_format("AIPP in the model: Aipp %.1f%% of op time", 100 * r.aipp_op_share).c_str()
                             : "AIPP in the model, profiler off")
                      : "OpenCV on the host",
               r.cpu_inference_s, percent(r.cpu_inference_s, cpu));

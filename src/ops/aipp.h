@@ -36,6 +36,10 @@ void aipp_fetch_pixel(const AippParams& p, const uint8_t* image, int64_t x, int6
 // into one node by compiler/passes/aipp_conv_fusion.cc. It carries the Aipp node's attributes,
 // so aipp_node_info and aipp_description read it as they read an Aipp node.
 inline constexpr const char* kAippConvOp = "AippConv";
+// The profiler's task record that AippConv's fast kernel writes around the Aipp part of each
+// strip (the Aipp rows into the strip buffer); the rest of the node's op time is the
+// convolution. `kiln video-bench` counts these records, not the node, as preprocessing.
+inline constexpr const char* kAippConvRowsTask = "AippConv: Aipp rows";
 // An Aipp or AippConv node: the node that reads a model input's raw image.
 bool is_aipp_node(const ir::Node& node);
 

@@ -5,7 +5,8 @@ decoded (ffprobe's count) and inferred; a truncated file, a corrupt one, one who
 changes mid-stream and a missing one each end their own stream with a one-line error naming
 the frame while the other streams run to the end (exit 1, no crash); --duration replays the
 file; usage errors exit 2; a model compiled with an AIPP config (NV12 in) runs with the
-preprocessing inside the model. Without ffmpeg/ffprobe the test is skipped (exit 77).
+preprocessing inside the model, and with the Aipp node folded into the first convolution
+(AippConv) only its Aipp rows count as preprocessing. Without ffmpeg/ffprobe the test is skipped (exit 77).
 
 usage: video_bench_test.py KILN_BINARY WORK_DIR
 """
@@ -166,6 +167,45 @@ class VideoBenchTest(unittest.TestCase):
                   "--json", "--queue", 50, code=EXIT_ERROR)
         self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
         self.assertIn("frame 25", r.stderr)
+
+    def test_folded_aipp_counts_only_its_aipp_rows(self):
+        # An image over 2 MiB (320x240 resized to 480x480) folds the Aipp node into the first
+        # convolution (kiln AippConv). The preprocessing share is its Aipp rows' time (the task
+        # records its kernel writes), not the whole node's: checked against the profile
+        # KILN_PROFILE writes of the same run (op_summary.csv, timeline.json).
+        help_text = subprocess.run([KILN, "compile", "--help"], capture_output=True, text=True, env=BASE_ENV).stdout
+        if "--insert-op-conf" not in help_text:
+            self.skipTest("this kiln has no --insert-op-conf")
+        import csv
+        onnx_path, cfg = os.path.join(WORK, "tiny480.onnx"), os.path.join(WORK, "aipp480.cfg")
+        tiny_model(onnx_path, size=480)
+        with open(cfg, "w") as f:
+            f.write("aipp_op {\n aipp_mode: static\n input_format: YUV420SP_U8\n src_image_size_w: 320\n"
+                    " src_image_size_h: 240\n resize: true\n resize_output_w: 480\n resize_output_h: 480\n"
+                    " csc_switch: true\n csc_preset: BT601_NARROW\n}\n")
+        model = os.path.join(WORK, "tiny480_aipp.kiln")
+        subprocess.run([KILN, "compile", onnx_path, "--insert-op-conf", cfg, "-o", model, "-q"], check=True,
+                       env=BASE_ENV)
+        profile = os.path.join(WORK, "profile_folded")
+        shutil.rmtree(profile, ignore_errors=True)
+        r = subprocess.run([KILN, "video-bench", model, "--video", video("small_320x240.mp4"), "--streams", "1",
+                            "--json", "--queue", "50"], capture_output=True, timeout=120, text=True,
+                           env=dict(BASE_ENV, KILN_PROFILE=profile))
+        self.assertEqual(r.returncode, EXIT_OK, r.stderr)
+        share = json.loads(r.stdout)["aipp_op_share"]
+        with open(os.path.join(profile, "op_summary.csv")) as f:
+            ops = list(csv.DictReader(f))
+        op_us = sum(float(o["duration us"]) for o in ops)
+        folded_us = sum(float(o["duration us"]) for o in ops if o["op type"] == "AippConv")
+        self.assertGreater(folded_us, 0, "the Aipp node was not folded into AippConv")
+        with open(os.path.join(profile, "timeline.json")) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        rows_us = sum(e.get("dur", 0) for e in events if e.get("name") == "AippConv: Aipp rows")
+        self.assertGreater(share, 0)
+        self.assertAlmostEqual(share, rows_us / op_us, delta=0.002)
+        # The convolution is not preprocessing: the share is well under the whole node's.
+        self.assertLess(share, 0.9 * folded_us / op_us)
 
 
 def main():

@@ -17,6 +17,7 @@
 
 #include "apps/video/video_decoder.h"
 #include "kiln/kiln.h"
+#include "ops/aipp.h"
 #include "profiler/profiler.h"
 #include "profiler/records.h"
 
@@ -449,14 +450,19 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-// Op time by kind from the profiler's records: all ops, and the Aipp ops.
+// Op time by kind from the profiler's records: all ops, and the preprocessing's part of it:
+// the Aipp ops, and of an AippConv (an Aipp folded into the first convolution) only its Aipp
+// rows, which its kernel records as tasks inside the op (ops::kAippConvRowsTask); the rest of
+// an AippConv's time is the convolution, inference.
 struct OpTimes {
   double all_ns = 0, aipp_ns = 0;
   void add(const profiler::Profile& p) {
     for (const profiler::Record& r : p.records) {
+      if (r.kind == profiler::RecordKind::kTask && r.name == ops::kAippConvRowsTask)
+        aipp_ns += static_cast<double>(r.dur_ns);
       if (r.kind != profiler::RecordKind::kOp || !r.op) continue;
       all_ns += static_cast<double>(r.dur_ns);
-      if (r.op->op_type.find("Aipp") != std::string::npos) aipp_ns += static_cast<double>(r.dur_ns);
+      if (r.op->op_type == ops::kAippOp) aipp_ns += static_cast<double>(r.dur_ns);
     }
   }
 };

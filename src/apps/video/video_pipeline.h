@@ -18,8 +18,8 @@
 // Measured: per stream frames decoded / inferred / dropped, achieved fps, latency from
 // decode-complete to the result on the host (p50, p99); process CPU time by stage: decode
 // (decode threads' CPU clocks), preprocessing (OpenCV: the worker's CPU clock around it;
-// AIPP: the Aipp ops' share of the model's op time in Kiln's profiler, applied to the
-// inference side's CPU time), inference (the rest of the process's CPU time).
+// AIPP: the Aipp ops' share of the model's op time in Kiln's profiler, of a folded AippConv
+// only its Aipp rows, applied to the inference side's CPU time), inference (the rest of the process's CPU time).
 #pragma once
 
 #include <cstdint>
@@ -67,7 +67,7 @@ struct VideoPipelineReport {
   std::vector<StreamReport> streams;
   // Process CPU seconds over the run, and the split.
   double cpu_process_s = 0, cpu_decode_s = 0, cpu_preprocess_s = 0, cpu_inference_s = 0;
-  double aipp_op_share = 0;  // Aipp ops' share of all op time in the profile (AIPP models)
+  double aipp_op_share = 0;  // Aipp ops' (AippConv's Aipp rows') share of all op time in the profile (AIPP models)
   bool preprocess_from_profiler = false;
   // Every stream inferred every frame at the target rate: no drops, no errors, fps >= 97%
   // of the target.

@@ -37,6 +37,7 @@
 #include "ops/fused_activation.h"
 #include "ops/layout.h"
 #include "ops/spatial_util.h"
+#include "profiler/profiler.h"
 
 namespace kiln::kernels {
 namespace {
@@ -237,6 +238,9 @@ void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k,
   char* ws = static_cast<char*>(onednn::thread_workspace(workspace_bytes_));
   if (!ws) throw dnnl::error(dnnl_out_of_memory, "cannot allocate the strip buffer");
   float* strip = reinterpret_cast<float*>(ws + src_offset_);
+  // Profiling: step 1 (the Aipp part) as a task record apart from the node's op record, so
+  // that the preprocessing's share of the op time can be told from the convolution's.
+  const int64_t aipp_start = KILN_UNLIKELY(profiler::enabled()) ? profiler::now_ns() : -1;
   // 1. Image rows [r0, r0 + in_rows): those inside the image from the Aipp rows, zeros around.
   // The first `reuse` of them (K - stride rows, dilated) are the previous strip's last ones
   // when this thread just ran strip k - 1 (always a full one): moved up, not recomputed.
@@ -263,6 +267,7 @@ void AippConvKernel::run_strip(const aipp_simd::Job& base, int64_t n, int64_t k,
     job.continues = continues;
     rows_(job, n * h + ya, n * h + yb);
   }
+  if (KILN_UNLIKELY(aipp_start >= 0)) profiler::record_task(ops::kAippConvRowsTask, aipp_start);
   // 2. The strip's convolution, into Y's rows [oy0, oy0 + out_rows) of image n: in place, or
   // through the workspace, one block of channels (a channel, plain) at a time.
   const int64_t block = p.y_block ? p.y_block : 1;
