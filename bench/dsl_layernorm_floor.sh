@@ -6,7 +6,7 @@
 #   bench/dsl_layernorm_floor.sh [ROWS...]      (default: 128 384 1024)
 set -eu
 here=$(dirname "$0")
-bin=$(mktemp "${TMPDIR:-/tmp}/kiln-ln-floor-XXXXXX")
+bin=$(mktemp)
 trap 'rm -f "$bin"' EXIT
 ${CXX:-c++} -std=c++17 -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math "$here/dsl_layernorm_floor.cc" -o "$bin"
 [ $# -gt 0 ] || set -- 128 384 1024
