@@ -109,9 +109,9 @@ const std::vector<EnvKnob>& env_knobs() {
        "measurements).",
        valid_switch},
       // kernels/cpu/conv_transpose.cc
-      {"KILN_DECONV_GEMM", "0, 1", "1",
-       "0 runs ConvTranspose with non-overlapping windows on oneDNN's deconvolution instead of Kiln's GEMM (for "
-       "A/B measurements).",
+      {"KILN_DECONV_DIRECT", "0, 1", "1",
+       "0 runs ConvTranspose with non-overlapping windows on oneDNN's deconvolution instead of Kiln's direct "
+       "kernel (for A/B measurements).",
        valid_switch},
       // runtime/execution_pool.h
       {"KILN_ARENA_WORKSPACE", "0, 1", "1",

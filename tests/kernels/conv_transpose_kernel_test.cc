@@ -1,4 +1,4 @@
-// The ConvTranspose kernels (src/kernels/cpu/conv_transpose.cc: oneDNN's, Kiln's GEMM for windows
+// The ConvTranspose kernels (src/kernels/cpu/conv_transpose.cc: oneDNN's, a direct one for windows
 // that do not overlap) against the reference
 // ConvTranspose kernel (src/ops/conv.cc, validated on the ONNX conformance data): strides,
 // pads, output_padding, dilations, groups, odd channel counts, with and without bias; and
@@ -95,7 +95,7 @@ TEST(OnednnConvTransposeTest, MatchesReference) {
       {"dilated", {1, 3, 6, 6}, {3, 2, 3, 3}, false, attrs({{"dilations", {2, 2}}})},
       {"grouped", {1, 8, 5, 5}, {8, 3, 3, 3}, true, attrs({{"group", {2}}, {"strides", {1, 2}}})},
       {"asym", {1, 7, 9, 4}, {7, 9, 4, 2}, true, attrs({{"strides", {3, 1}}, {"pads", {0, 1, 2, 0}}})},
-      // Windows that do not overlap run on Kiln's GEMM (below): odd sizes, a bias, two images.
+      // Windows that do not overlap run on the direct kernel (below): odd sizes, a bias, two images.
       {"nonoverlapping", {2, 5, 7, 6}, {5, 3, 2, 3}, true, attrs({{"strides", {2, 3}}})},
       {"ocr_head", {1, 24, 9, 10}, {24, 1, 2, 2}, true, attrs({{"strides", {2, 2}}})},
   };
@@ -117,13 +117,13 @@ TEST(OnednnConvTransposeTest, MatchesReference) {
   }
 }
 
-// Non-overlapping windows (strides equal to the kernel, no pads) take the GEMM kernel, others
+// Non-overlapping windows (strides equal to the kernel, no pads) take the direct kernel, others
 // oneDNN's.
-TEST(OnednnConvTransposeTest, NonOverlappingWindowsRunOnTheGemm) {
+TEST(OnednnConvTransposeTest, NonOverlappingWindowsRunOnTheDirectKernel) {
   auto upsample = make({"up", {1, 24, 40, 40}, {24, 24, 2, 2}, false, attrs({{"strides", {2, 2}}})});
   auto k = select_kernel(*upsample->node);
   ASSERT_TRUE(k);
-  EXPECT_EQ(k->implementation().rfind("kiln:gemm:", 0), 0u) << k->implementation();
+  EXPECT_EQ(k->implementation().rfind("kiln:direct", 0), 0u) << k->implementation();
   auto padded = make({"padded", {1, 5, 7, 6}, {5, 3, 3, 3}, true, attrs({{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}})});
   k = select_kernel(*padded->node);
   ASSERT_TRUE(k);

@@ -9,11 +9,12 @@
 // larger than the end pad (oneDNN takes no negative padding), 1-D and 3-D, other dtypes.
 //
 // Windows that do not overlap (strides equal to the kernel, no pads, dilations or groups: the
-// DB head's 2x2 / stride 2 upsampling of PP-OCR det) run first on Kiln's packed GEMM instead
-// (GemmDeconvKernel): each output pixel block is one input pixel times W, so Y is X^T W
-// scattered, computed a band of input rows at a time into the thread workspace (planned into the
-// arena at compile time). oneDNN's plain-layout deconvolution (gemm-based) mallocs its GEMM
-// packing buffers on every call, 5.1 MB per thread for det's first ConvTranspose (issue 33).
+// DB head's 2x2 / stride 2 upsampling of PP-OCR det) run first on a direct kernel instead
+// (DirectDeconvKernel): each input pixel writes its own kH x kW block of Y, a C-term dot product
+// per output, with no workspace at all. oneDNN's plain-layout deconvolution (gemm-based) mallocs
+// its GEMM packing buffers on every call, 5.1 MB per thread for det's first ConvTranspose (issue
+// 33); a first version of this kernel on Kiln's packed GEMM (X^T W into the workspace, then
+// scattered) took det's 24 -> 1 head 4.0-4.8 ms against oneDNN's 1.2 (a 4-column product).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,8 +23,6 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/lent_workspace.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/kernel_registry.h"
 
@@ -219,16 +218,16 @@ Expected<std::unique_ptr<Kernel>> prepare_deconv(const ir::Node& node) {
 
 }  // namespace
 
-// ---- Non-overlapping windows on Kiln's packed GEMM ----
+// ---- Non-overlapping windows, computed directly ----
 
 // The plan when every input pixel writes its own kH x kW block of Y: strides equal to the kernel,
 // no dilation, no pads, one group.
-Expected<DeconvPlan> plan_gemm_deconv(const ir::Node& node) {
-  static const bool enabled = [] {  // KILN_DECONV_GEMM=0: oneDNN's kernel only (A/B measurements)
-    const char* v = std::getenv("KILN_DECONV_GEMM");
+Expected<DeconvPlan> plan_direct_deconv(const ir::Node& node) {
+  static const bool enabled = [] {  // KILN_DECONV_DIRECT=0: oneDNN's kernel only (A/B measurements)
+    const char* v = std::getenv("KILN_DECONV_DIRECT");
     return !v || std::strcmp(v, "0") != 0;
   }();
-  if (!enabled) return unsupported("node %s: KILN_DECONV_GEMM=0", node.label().c_str());
+  if (!enabled) return unsupported("node %s: KILN_DECONV_DIRECT=0", node.label().c_str());
   KILN_ASSIGN_OR_RETURN(DeconvPlan p, plan_deconv(node));
   if (p.group != 1) return unsupported("node %s: groups run on oneDNN", node.label().c_str());
   for (int d = 0; d < 2; ++d)
@@ -239,87 +238,54 @@ Expected<DeconvPlan> plan_gemm_deconv(const ir::Node& node) {
   return p;
 }
 
-// A = X^T of one image from pixel p0 on: row i is pixel p0 + i, column k channel k.
-class PixelRows final : public gemm::ASource {
- public:
-  PixelRows(const float* x, int64_t pixels) : x_(x), pixels_(pixels) {}
-  void pack(int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* out) const override {
-    const int64_t tile = gemm::tile_rows();
-    for (int64_t k = 0; k < kc; ++k)
-      std::memcpy(out + k * tile, x_ + (k0 + k) * pixels_ + i0, static_cast<size_t>(rows) * sizeof(float));
-  }
-
- private:
-  const float* x_;  // channel 0 at the band's first pixel
-  int64_t pixels_;  // H * W: the channel stride
-};
-
-class GemmDeconvKernel final : public DeconvKernelBase {
+// Each output row (image n, channel o, kernel row a, input row i) is kW interleaved rows of
+// B[o] + sum_c W[c, o, a, b] X[n, c, i, :], each computed in a short accumulator (vectorised
+// over the pixels of the row, the channels' rows of X staying in L1) and stored at stride kW.
+class DirectDeconvKernel final : public DeconvKernelBase {
  public:
   Status run(ops::KernelContext& ctx) const override {
     const Tensor* x = ctx.input(0);
     if (!as_prepared(ctx)) return (*reference)(ctx);
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DataType::kFloat32, plan.y_dims, TensorInit::kUninitialized));
-    auto* band = static_cast<float*>(onednn::thread_workspace(band_bytes));
-    if (!band)
-      return resource_exhausted("node %s: cannot allocate a %zu-byte workspace", ctx.node().label().c_str(), band_bytes);
-    const int64_t c = plan.x_dims[1], h = plan.x_dims[2], wd = plan.x_dims[3], m = plan.y_dims[1];
-    const int64_t kh = plan.w_dims[2], kw = plan.w_dims[3], n_cols = m * kh * kw;
+    const int64_t images = plan.x_dims[0], c = plan.x_dims[1], h = plan.x_dims[2], wd = plan.x_dims[3];
+    const int64_t m = plan.y_dims[1], kh = plan.w_dims[2], kw = plan.w_dims[3];
     const int64_t oh = plan.y_dims[2], ow = plan.y_dims[3];
-    gemm::Epilogue epilogue;
-    epilogue.row = bias_cols.empty() ? nullptr : bias_cols.data();
-    for (int64_t n = 0; n < plan.x_dims[0]; ++n) {
-      const float* xn = x->data<float>() + n * c * h * wd;
-      float* yn = y->data<float>() + n * m * oh * ow;
-      for (int64_t r0 = 0; r0 < h; r0 += band_rows) {
-        const int64_t rows = std::min(band_rows, h - r0);
-        // band[q, (o, a, b)] = sum_k X[k, pixel r0 * W + q] W[k, o, a, b] (+ B[o])
-        gemm::multiply(rows * wd, PixelRows(xn + r0 * wd, h * wd), *packed_w, {band, n_cols, gemm::vector_floats()},
-                       epilogue);
-        // Y[o, (r0 + i) kH + a, j kW + b] = band[i W + j, (o, a, b)]: one output row per (o, a, i).
-        parallel_for(0, m * kh, 1, [&](int64_t t0, int64_t t1) {
-          for (int64_t t = t0; t < t1; ++t) {
-            const int64_t o = t / kh, a = t % kh;
-            for (int64_t i = 0; i < rows; ++i) {
-              float* dst = yn + (o * oh + (r0 + i) * kh + a) * ow;
-              const float* src = band + i * wd * n_cols + t * kw;
-              for (int64_t j = 0; j < wd; ++j)
-                for (int64_t bb = 0; bb < kw; ++bb) dst[j * kw + bb] = src[j * n_cols + bb];
+    const float* px = x->data<float>();
+    const float* pw = w_initializer.data<float>();
+    const float* pb = b_initializer.defined() ? b_initializer.data<float>() : nullptr;
+    float* py = y->data<float>();
+    parallel_for(0, images * m * kh * h, 4, [&](int64_t t0, int64_t t1) {
+      float acc[kAccFloats];
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t i = t % h, a = t / h % kh, o = t / (h * kh) % m, n = t / (h * kh * m);
+        const float* xn = px + (n * c * h + i) * wd;  // X[n, 0, i, 0]
+        float* dst_row = py + ((n * m + o) * oh + i * kh + a) * ow;
+        for (int64_t b = 0; b < kw; ++b)
+          for (int64_t j0 = 0; j0 < wd; j0 += kAccFloats) {
+            const int64_t len = std::min<int64_t>(kAccFloats, wd - j0);
+            std::fill(acc, acc + len, pb ? pb[o] : 0.0f);
+            for (int64_t k = 0; k < c; ++k) {
+              const float wv = pw[((k * m + o) * kh + a) * kw + b];
+              const float* xr = xn + k * h * wd + j0;
+              for (int64_t j = 0; j < len; ++j) acc[j] += wv * xr[j];
             }
+            float* dst = dst_row + j0 * kw + b;
+            for (int64_t j = 0; j < len; ++j) dst[j * kw] = acc[j];
           }
-        });
       }
-    }
+    });
     return ok_status();
   }
-  std::string implementation() const override { return std::string("kiln:gemm:") + gemm::target_name(); }
+  std::string implementation() const override { return "kiln:direct"; }
 
-  std::shared_ptr<const gemm::PackedB> packed_w;  // W as [C, M kH kW]
-  std::vector<float> bias_cols;                   // B[o] per column (o, a, b), or empty
-  int64_t band_rows = 1;                          // input rows per GEMM
-  size_t band_bytes = 0;                          // the workspace: band_rows * W pixels x M kH kW
+ private:
+  static constexpr int64_t kAccFloats = 256;  // pixels per accumulator: 1 KiB, in L1
 };
 
-// Bands of about this many bytes: a few L2-sized GEMM outputs, enough rows for both threads.
-constexpr size_t kBandBytes = size_t{1} << 20;
-
-Expected<std::unique_ptr<Kernel>> prepare_gemm_deconv(const ir::Node& node) {
-  KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_gemm_deconv(node));
-  auto k = std::make_unique<GemmDeconvKernel>();
+Expected<std::unique_ptr<Kernel>> prepare_direct_deconv(const ir::Node& node) {
+  KILN_ASSIGN_OR_RETURN(DeconvPlan plan, plan_direct_deconv(node));
+  auto k = std::make_unique<DirectDeconvKernel>();
   KILN_RETURN_IF_ERROR(k->init_base(node, plan));
-  const int64_t c = plan.x_dims[1], wd = plan.x_dims[3], m = plan.y_dims[1];
-  const int64_t per_output = plan.w_dims[2] * plan.w_dims[3], n_cols = m * per_output;
-  // ONNX's W [C, M, kH, kW] is already B [C, M kH kW], row-major.
-  k->packed_w = gemm::PackedB::pack_shared(plan.weights->data<float>(), c, n_cols, n_cols, 1);
-  if (plan.bias) {
-    k->bias_cols.resize(static_cast<size_t>(n_cols));
-    for (int64_t col = 0; col < n_cols; ++col)
-      k->bias_cols[static_cast<size_t>(col)] = plan.bias->data<float>()[col / per_output];
-  }
-  const size_t row_bytes = static_cast<size_t>(wd * n_cols) * sizeof(float);
-  k->band_rows = std::clamp<int64_t>(static_cast<int64_t>(kBandBytes / row_bytes), 1, plan.x_dims[2]);
-  k->band_bytes = static_cast<size_t>(k->band_rows) * row_bytes;
-  note_workspace_need(k->band_bytes);
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
@@ -327,9 +293,9 @@ KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .op_type = "ConvTranspose",
                                     .device = DeviceKind::kCpu,
                                     .priority = 110,
-                                    .name = "gemm_nonoverlapping",
-                                    .applicable = [](const ir::Node& n) { return plan_gemm_deconv(n).status(); },
-                                    .prepare = prepare_gemm_deconv}));
+                                    .name = "direct_nonoverlapping",
+                                    .applicable = [](const ir::Node& n) { return plan_direct_deconv(n).status(); },
+                                    .prepare = prepare_direct_deconv}));
 
 KILN_REGISTER_KERNEL((KernelFactory{.domain = ops::kOnnxDomain,
                                     .op_type = "ConvTranspose",
