@@ -10,22 +10,25 @@
 //      per SIMD vector of output columns, the source columns x0, x0+1 of each lane are
 //      fetched with 32-bit gathers at byte offsets (one gather brings Y[x0] and Y[x0+1], or
 //      the chroma pairs of both), or, for semi-planar YUV on AVX-512 VBMI, with byte permutes
-//      of 128-byte windows whose indices are made once per plan (the column taps are the same
-//      for every row); then a + wx (b - a) per channel;
-//   2. the vertical blend of the two cached rows, the colour conversion of the blended
-//      channels (with its clamp), the normalisation as one FMA, stored per channel plane
-//      (NCHW; non-temporal stores for outputs over kStreamBytes) or interleaved (NHWC);
-//      padding around the region.
+//      of 128-byte windows (made once per plan: the column taps are the same for every row)
+//      straight into each lane's low byte; then a + wx (b - a) per channel (only a where
+//      every weight of the vector is 0: integer downscales);
+//   2. the vertical blend of the two cached rows, then the colour conversion and the
+//      normalisation as one matrix (scaled by var_reci at plan time, the clamp mapped through
+//      it), or the normalisation as one FMA without CSC, stored per channel plane (NCHW;
+//      non-temporal stores for outputs over kStreamBytes) or interleaved (NHWC); padding
+//      around the region.
 // Taps at the right/bottom edge use x0 = in-2 with weight 1 on x0+1 (the same value as the
 // clamped tap), so x0+1 is always inside the crop; source rows whose vector loads could read
-// past the end of the image buffer (the last rows of the last image) and crops one pixel
-// wide or high take the scalar path, which computes the same steps per pixel.
+// past the end of the image buffer (the last rows of the last image, except through the byte
+// windows, which stay inside their row) and crops one pixel wide or high take the scalar
+// path, which computes the same steps per pixel.
 //
 // Where the time goes (1080p NV12 -> 640x640, one Zen 5 core, perf on
-// bench/aipp/preprocess_bench, about 0.6 ms): step 2 about half, bound by the stores of the
-// 4.9 MB output (a loop of nothing but stores takes 0.16-0.18 ms on this machine); step 1
-// (about 1000 luma and 540 chroma rows resampled) most of the rest; the prefetches of the
-// source rows about a tenth.
+// bench/aipp/preprocess_bench, about 0.36-0.50 ms; docs/aipp.md): the rows alone (output into
+// an L1 buffer) 0.34-0.40 ms, of which the luma rows about 40% (their loads of the source
+// rows, which are in L3 at best: 3.1 MB), the chroma rows and the region rows (step 2) about a
+// quarter each; the 4.9 MB output's non-temporal stores add 0.05-0.1 ms.
 //
 // Highway, AVX-512 / AVX2 / baseline picked at prepare (simd_dispatch.h). The arithmetic is
 // float32 (the reference computes in double): tests/preprocess/aipp_test.py allows 1e-5
