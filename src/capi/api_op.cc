@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -77,11 +78,52 @@ int onnx_elem_type(kilnDataType t) {
   }
 }
 
-// One compiled op: the loaded one-node model and the outputs inference gave.
+struct CompiledOp;
+
+// What a queued kilnopExecute needs: the model, the bound request, the token that keeps the
+// model counted in flight, and, while in flight, the op it goes back to.
+struct OpLaunch {
+  std::shared_ptr<Model> model;
+  ExecutionRequest request;
+  std::optional<ExecutionToken> token;
+  std::shared_ptr<const CompiledOp> op;
+};
+
+// One compiled op: the loaded one-node model and the outputs inference gave, and the launches
+// of its finished calls. A cached call reuses one (its request's vectors keep their capacity),
+// so it allocates nothing but the stream task's closure: the calls' allocations were made by
+// the caller's thread and freed by the stream's, which glibc's per-thread caches do not
+// recycle, and the allocator's slow path was most of a call (bench/op_bench).
 struct CompiledOp {
   std::shared_ptr<Model> model;
   std::vector<kilnDataType> out_dtypes;
   std::vector<std::vector<int64_t>> out_dims;
+
+  std::shared_ptr<OpLaunch> take_launch() const {
+    {
+      std::lock_guard lock(spare_mutex);
+      if (!spare.empty()) {
+        std::shared_ptr<OpLaunch> l = std::move(spare.back());
+        spare.pop_back();
+        return l;
+      }
+    }
+    auto l = std::make_shared<OpLaunch>();
+    l->model = model;
+    return l;
+  }
+  // A finished launch (its token released) comes back; beyond kMaxSpare it is freed.
+  void recycle(std::shared_ptr<OpLaunch> l) const {
+    l->token.reset();
+    l->op.reset();
+    std::lock_guard lock(spare_mutex);
+    if (spare.size() < kMaxSpare) spare.push_back(std::move(l));
+  }
+
+ private:
+  static constexpr size_t kMaxSpare = 64;
+  mutable std::mutex spare_mutex;
+  mutable std::vector<std::shared_ptr<OpLaunch>> spare;
 };
 
 // The compiled-op cache: LRU over a hash map; one mutex (a hit holds it for a lookup and a
@@ -511,15 +553,7 @@ kilnError kilnopExecute(const char* opType, const char* domain, int32_t opsetVer
     if (&s->device() != &m->device())
       return fail(KILN_ERROR_RT_STREAM_CONTEXT, "%s: %s is on %s, the current context on %s", api,
                   s->name().c_str(), s->device().name().c_str(), m->device().name().c_str());
-    // One allocation for what the queued task needs (the model, the request, the token that
-    // keeps the model counted in flight), captured as one pointer.
-    struct Launch {
-      std::shared_ptr<Model> model;
-      ExecutionRequest request;
-      std::shared_ptr<ExecutionToken> token;
-    };
-    auto launch = std::make_shared<Launch>();
-    launch->model = m;
+    std::shared_ptr<OpLaunch> launch = op->take_launch();
     ExecutionRequest* request = &launch->request;
     request->inputs.resize(numInputs);
     for (int i = 0; i < numInputs; ++i) {
@@ -530,9 +564,14 @@ kilnError kilnopExecute(const char* opType, const char* domain, int32_t opsetVer
     request->outputs.resize(numOutputs);
     for (int i = 0; i < numOutputs; ++i) request->outputs[i] = BufferRef{outputs[i]->data, outputs[i]->size};
     CodedStatus st = m->bind(*request);
-    if (!st.ok()) return fail(st.code, "%s: %s: %s", api, r.op_type.c_str(), st.status.to_string().c_str());
-    // The token keeps the model alive (an eviction or kilnopClearCache meanwhile is fine).
-    launch->token = m->begin_execution();
+    if (!st.ok()) {
+      op->recycle(std::move(launch));
+      return fail(st.code, "%s: %s: %s", api, r.op_type.c_str(), st.status.to_string().c_str());
+    }
+    // The token keeps the model alive (an eviction or kilnopClearCache meanwhile is fine). A
+    // task the stream skips drops its launch without recycling it: the token goes with it.
+    launch->token.emplace(m);
+    launch->op = op;
     s->submit(Engine::kCompute, [launch]() -> kiln::Status {
       kiln::Status result;
       try {
@@ -542,7 +581,8 @@ kilnError kilnopExecute(const char* opType, const char* domain, int32_t opsetVer
       } catch (const std::exception& e) {
         result = kiln::internal_error("kilnopExecute: unexpected exception: %s", e.what());
       }
-      launch->token->release();
+      std::shared_ptr<const CompiledOp> home = std::move(launch->op);
+      home->recycle(launch);
       return result;
     }, "OpExecute");
     return KILN_SUCCESS;
