@@ -124,6 +124,14 @@ Axis Stage::fuse(const Axis& outer, const Axis& inner) {
   return fused;
 }
 
+Stage::Tiled Stage::tile(const Axis& x, const Axis& y, int64_t x_factor, int64_t y_factor) {
+  auto [xo, xi] = split(x, x_factor);
+  auto [yo, yi] = split(y, y_factor);
+  // After a failed split the stage holds its first error already; the reorder adds none.
+  if (error_.empty()) reorder({xo, yo, xi, yi});
+  return {xo, yo, xi, yi};
+}
+
 void Stage::reorder(const std::vector<Axis>& order) {
   std::vector<size_t> pos;
   std::set<const AxisNode*> seen;

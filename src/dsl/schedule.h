@@ -1,4 +1,4 @@
-// Schedules: how each compute is looped (split, reorder, fuse, vectorize, unroll, parallel,
+// Schedules: how each compute is looped (split, tile, reorder, fuse, vectorize, unroll, parallel,
 // compute_inline, compute_at, cache_read, cache_write). Primitives record what they did (the trace) and keep the first error,
 // which lowering reports; so schedule code reads as a chain of calls, as in TVM.
 #pragma once
@@ -36,6 +36,12 @@ class Stage {
   const std::vector<Axis>& leaf_axes() const { return leaf_; }
 
   std::pair<Axis, Axis> split(const Axis& a, int64_t factor);
+  // Splits x and y and orders their four loops (x outer, y outer, x inner, y inner) where x and
+  // y were: TVM's tile, a 2-D block of x_factor x y_factor iterations innermost.
+  struct Tiled {
+    Axis x_outer, y_outer, x_inner, y_inner;
+  };
+  Tiled tile(const Axis& x, const Axis& y, int64_t x_factor, int64_t y_factor);
   Axis fuse(const Axis& outer, const Axis& inner);
   void reorder(const std::vector<Axis>& order);
   void vectorize(const Axis& a);

@@ -135,12 +135,17 @@ TEST(TuningKnobsTest, LanesAndFusedRowsMatchTheReference) {
       apply_knobs(s, *e, k);
       auto f = lower(s, e->args, e->name);
       ASSERT_TRUE(f.ok()) << f.status().to_string();
-      if (k.lanes > 1) EXPECT_NE(to_string(*f).find(std::to_string(k.lanes) + " lanes"), std::string::npos);
-      if (k.vec > 0) EXPECT_NE(to_string(*f).find(std::to_string(k.vec) + "-element vectors"), std::string::npos);
-      if (k.row_tile > 1)
+      if (k.lanes > 1) {
+        EXPECT_NE(to_string(*f).find(std::to_string(k.lanes) + " lanes"), std::string::npos);
+      }
+      if (k.vec > 0) {
+        EXPECT_NE(to_string(*f).find(std::to_string(k.vec) + "-element vectors"), std::string::npos);
+      }
+      if (k.row_tile > 1) {  // braces: an EXPECT is an if/else, and a bare one here warns
         EXPECT_NE(to_string(*f).find("allocate local " + std::string(op == std::string("layernorm") ? "sqdev" : "total") +
                                      ".local[float32 * " + std::to_string(k.row_tile) + "]"),
                   std::string::npos) << to_string(*f);
+      }
       auto kernel = build(*f);
       ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
       for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {3, 1000}, {4, 768}}) {

@@ -64,6 +64,35 @@ TEST_F(ScheduleTest, SplitWithATailReorderFuseUnrollStayCorrect) {
   check_matmul(m, s, 1);
 }
 
+TEST_F(ScheduleTest, TileBlocksTwoLoopsAndStaysCorrect) {
+  Matmul m;
+  Schedule s({m.d});
+  Stage& c = s[m.c];
+  auto t = c.tile(c.axes()[0], c.axes()[1], 2, 8);  // n = 5 and 19: tails on both
+  auto lowered = lower(s, {m.a, m.b, m.d}, "matmul");
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  std::string ir = to_string(*lowered);
+  // The four loops nest x outer, y outer, x inner, y inner, with the reduction inside.
+  size_t io = ir.find("for (i.outer"), jo = ir.find("for (j.outer"), ii = ir.find("for (i.inner"),
+         ji = ir.find("for (j.inner"), k = ir.find("for (k");
+  ASSERT_NE(io, std::string::npos) << ir;
+  EXPECT_LT(io, jo) << ir;
+  EXPECT_LT(jo, ii) << ir;
+  EXPECT_LT(ii, ji) << ir;
+  EXPECT_LT(ji, k) << ir;
+  check_matmul(m, s, 5);
+  check_matmul(m, s, 1);
+  // A bad factor is the split's error, reported at lowering.
+  Matmul bad;
+  Schedule sb({bad.d});
+  Stage& cb = sb[bad.c];
+  cb.tile(cb.axes()[0], cb.axes()[1], 2, 0);
+  auto refused = lower(sb, {bad.a, bad.b, bad.d}, "matmul");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().to_string().find("the factor must be >= 1"), std::string::npos)
+      << refused.status().to_string();
+}
+
 TEST_F(ScheduleTest, DefaultScheduleParallelisesOuterAndVectorisesInner) {
   Matmul m;
   Schedule s({m.d});
