@@ -88,7 +88,10 @@ std::string aipp_description(const ir::Node& node) {
   Expected<AippNodeInfo> info = aipp_node_info(node);
   if (!info.ok()) return "AIPP (invalid: " + info.status().message() + ")";
   std::string dims;
-  for (int64_t d : info->output_dims) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  for (int64_t d : info->output_dims) {
+    if (!dims.empty()) dims += ',';  // appended, not `"," + to_string(d)`: GCC 12 warns on that (-Wrestrict)
+    dims += std::to_string(d);
+  }
   const std::string out = std::string(info->out.nhwc ? "NHWC" : "NCHW") + " float32[" + dims + "]";
   if (info->dynamic) {
     const ir::Value* params = node.input(1);
