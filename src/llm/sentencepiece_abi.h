@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_SPM_ABI_VERSION 1u
+// 2: decode reports the text's length (a <0x00> byte piece decodes to a NUL inside the text).
+#define KILN_SPM_ABI_VERSION 2u
 
 enum { KILN_SPM_BOS = 0, KILN_SPM_EOS = 1, KILN_SPM_UNK = 2, KILN_SPM_PAD = 3 };
 
@@ -20,7 +21,9 @@ typedef int32_t (*kiln_spm_special_id_fn)(void* model, int32_t which);
 // 0 and *ids (*count of them), or -1 and *error.
 typedef int32_t (*kiln_spm_encode_fn)(void* model, const char* text, size_t len, int32_t** ids,
                                       size_t* count, char** error);
-typedef char* (*kiln_spm_decode_fn)(void* model, const int32_t* ids, size_t count, char** error);
+// The text (NUL-terminated, *length bytes without the NUL: it may hold NULs), or null and *error.
+typedef char* (*kiln_spm_decode_fn)(void* model, const int32_t* ids, size_t count, size_t* length,
+                                    char** error);
 typedef void (*kiln_spm_free_fn)(void* p);
 typedef void (*kiln_spm_unload_fn)(void* model);
 }

@@ -176,11 +176,12 @@ Expected<std::string> Tokenizer::decode(const std::vector<int64_t>& ids) const {
     in.push_back(static_cast<int32_t>(id));
   }
   char* error = nullptr;
-  char* text = api_->decode(model_, in.data(), in.size(), &error);
+  size_t length = 0;
+  char* text = api_->decode(model_, in.data(), in.size(), &length, &error);
   if (text == nullptr) {
     return invalid_argument("cannot detokenize: %s", take_error(api_, error).c_str());
   }
-  std::string out = text;
+  std::string out(text, length);  // by its length: a <0x00> piece puts a NUL inside the text
   api_->free(text);
   return out;
 }

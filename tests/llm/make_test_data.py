@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes the LLM tests' data into OUT_DIR (a CTest fixture, tests/llm/CMakeLists.txt):
 
-  gpt2-tiny/, llama-tiny/   exported by bench/llm/export_decoder.py with PyTorch's greedy
+  gpt2-tiny/, llama-tiny/   exported by bench/llm/export_decoder.py (the split segments and the
+                            same weights as one past-KV decoder.onnx) with PyTorch's greedy
                             decode of the test prompts (reference.json, reference_logits.npy)
                             and of 16 prompts behind one shared 200-token system prompt
                             (reference_shared.json, reference_shared_logits.npy);
@@ -177,10 +178,9 @@ def long_streams(sp, count=3, length=1200, every=37):
     rng = random.Random(1029)
     vocab = sp.get_piece_size()
     space = sp.piece_to_id("\u2581")
-    # Not the NUL byte piece: Kiln's texts are C strings through the SentencePiece shim (a NUL ends
-    # them), which the binding's are not.
+    # The NUL byte piece too (<0x00>): a NUL inside the text must not end it.
     nul = sp.piece_to_id("<0x00>")
-    byte_ids = [i for i in range(vocab) if sp.is_byte(i) and i != nul]
+    byte_ids = [i for i in range(vocab) if sp.is_byte(i)]
     texts = TOKENIZER_STRINGS + [" 東京", "  naïve ✓", "Zürich — café", " light"]
     cases = []
     for _ in range(count):
@@ -197,8 +197,10 @@ def long_streams(sp, count=3, length=1200, every=37):
                 ids += [rng.choice(byte_ids) for _ in range(rng.randint(1, 3))]
             elif kind < 0.8:
                 ids.append(rng.choice([sp.bos_id(), sp.eos_id(), sp.unk_id()]))
+            elif kind < 0.82 and nul != sp.unk_id():
+                ids.append(nul)
             else:
-                ids.append(rng.choice([i for i in range(vocab) if i != nul or nul == sp.unk_id()]))
+                ids.append(rng.randrange(vocab))
         cases.append({"ids": ids, "decoded": sp.decode(ids),
                       "checkpoints": {str(k): sp.decode(ids[:k]) for k in range(every, len(ids), every)}})
     return cases
@@ -215,7 +217,7 @@ def main():
     attention_case(os.path.join(out, "attention_wide"), heads=8, kv_heads=2, hd=64, bs=32, blocks=12,
                    shapes=((70, 1), (0, 40), (33, 20), (0, 1)), seed=11)
     for name in ("gpt2-tiny", "llama-tiny"):
-        subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name), "--no-past-kv",
+        subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name),
                         "--reference", str(PROMPTS), "--steps", str(STEPS),
                         "--shared-prefix", str(SHARED_PREFIX), "--bf16-kv-reference"], check=True)
 

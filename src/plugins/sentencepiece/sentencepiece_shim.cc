@@ -93,7 +93,8 @@ __attribute__((visibility("default"))) int32_t kiln_spm_encode(void* model, cons
 }
 
 __attribute__((visibility("default"))) char* kiln_spm_decode(void* model, const int32_t* ids,
-                                                             size_t count, char** error) {
+                                                             size_t count, size_t* length,
+                                                             char** error) {
   try {
     std::vector<int> in(ids, ids + count);
     std::string text;
@@ -105,6 +106,7 @@ __attribute__((visibility("default"))) char* kiln_spm_decode(void* model, const 
     }
     char* out = c_string(text);
     if (out == nullptr) set_error(error, "out of memory");
+    else *length = text.size();
     return out;
   } catch (const std::exception& e) {
     set_error(error, e.what());
