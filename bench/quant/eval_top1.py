@@ -17,8 +17,10 @@ Kiln runs through its Python package (`import kiln`, from PYTHONPATH=build/relea
 
 usage: eval_top1.py REF INT8 [--data models/quant-data/evaluation] [--limit N] [--threads 2]
                     [--precision P]   (Kiln --precision of REF, e.g. mixed; default fp32)
+                    [--also-ref REF2 ...]   (the INT8 outputs, computed once, against REF2 too)
        eval_top1.py M.onnx M.int8.onnx
        eval_top1.py ort:M.onnx kiln:M.int8.onnx
+       eval_top1.py kiln:M.onnx kiln:M.int8.onnx --also-ref ort:M.onnx
 """
 
 import argparse
@@ -110,8 +112,27 @@ def compare(ref, test):
         "cosine_p1": float(np.percentile(cos, 1)),
         "max_abs_diff_rel": float(np.abs(r - t).max() / max(np.abs(r).max(), 1e-30)),
         "ref_distinct_top1_classes": int(len(np.unique(top1_r))),
+        # the reference's class histogram, largest first: a near-constant argmax (an untrained
+        # network) makes agreement near-trivial, and this shows it
+        "ref_top1_counts": sorted(np.unique(top1_r, return_counts=True)[1].tolist(), reverse=True),
         "disagreeing_samples": [int(i) for i in np.nonzero(top1_r != top1_t)[0][:50]],
     }
+
+
+def report(ref_spec, args, res, run_r, load_r):
+    n = res["samples"]
+    print(f"reference: {ref_spec}  ({run_r / n * 1e3:.1f} ms/sample incl. I/O, load {load_r:.1f} s)")
+    print(f"samples:   {n} from {args.data}; the reference predicts "
+          f"{res['ref_distinct_top1_classes']} distinct classes, counts {res['ref_top1_counts']}")
+    print(f"top-1 agreement      {res['top1_agreement'] * 100:.2f}%  "
+          f"({round(res['top1_agreement'] * n)}/{n})")
+    print(f"top-1 in ref top-5   {res['top1_in_ref_top5'] * 100:.2f}%")
+    print(f"cosine of logits     mean {res['cosine_mean']:.6f}  min {res['cosine_min']:.6f}  "
+          f"p1 {res['cosine_p1']:.6f}")
+    print(f"max |diff| / max |ref| {res['max_abs_diff_rel']:.3e}")
+    if res["disagreeing_samples"]:
+        print(f"disagreeing samples (first 50): {res['disagreeing_samples']}")
+    print(json.dumps({"ref": ref_spec, "test": args.test, "data": args.data, **res}))
 
 
 def main(argv):
@@ -119,6 +140,8 @@ def main(argv):
     p.add_argument("ref", help="reference (fp32) model: PATH or kiln:PATH or ort:PATH")
     p.add_argument("test", help="model under test (int8): PATH or kiln:PATH or ort:PATH")
     p.add_argument("--data", default=os.path.join(SRC, "models", "quant-data", "evaluation"))
+    p.add_argument("--also-ref", action="append", default=[], metavar="SPEC",
+                   help="another reference the same test outputs are compared with (repeatable)")
     p.add_argument("--limit", type=int, default=0, help="first N samples only")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", default=None, help="Kiln precision for REF (e.g. mixed)")
@@ -133,23 +156,12 @@ def main(argv):
     if not files:
         sys.exit(f"no .npy samples in {args.data} (make them with bench/quant/collect_images.py)")
 
-    ref, load_r, run_r = run(args.ref, files, args, args.precision)
     test, load_t, run_t = run(args.test, files, args, args.test_precision)
-    res = compare(ref, test)
-    n = res["samples"]
-    print(f"reference: {args.ref}  ({run_r / n * 1e3:.1f} ms/sample incl. I/O, load {load_r:.1f} s)")
-    print(f"test:      {args.test}  ({run_t / n * 1e3:.1f} ms/sample incl. I/O, load {load_t:.1f} s)")
-    print(f"samples:   {n} from {args.data}; the reference predicts "
-          f"{res['ref_distinct_top1_classes']} distinct classes")
-    print(f"top-1 agreement      {res['top1_agreement'] * 100:.2f}%  "
-          f"({round(res['top1_agreement'] * n)}/{n})")
-    print(f"top-1 in ref top-5   {res['top1_in_ref_top5'] * 100:.2f}%")
-    print(f"cosine of logits     mean {res['cosine_mean']:.6f}  min {res['cosine_min']:.6f}  "
-          f"p1 {res['cosine_p1']:.6f}")
-    print(f"max |diff| / max |ref| {res['max_abs_diff_rel']:.3e}")
-    if res["disagreeing_samples"]:
-        print(f"disagreeing samples (first 50): {res['disagreeing_samples']}")
-    print(json.dumps({"ref": args.ref, "test": args.test, "data": args.data, **res}))
+    print(f"test:      {args.test}  ({run_t / len(files) * 1e3:.1f} ms/sample incl. I/O, "
+          f"load {load_t:.1f} s)")
+    for spec in [args.ref] + args.also_ref:   # one run of the test model, every reference
+        ref, load_r, run_r = run(spec, files, args, args.precision)
+        report(spec, args, compare(ref, test), run_r, load_r)
     return 0
 
 
