@@ -1,57 +1,91 @@
 // Loading and running the decoder's segments (decoder_model.h).
 #include "llm/decoder_model.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "compiler/compiler.h"
+#include "frontend/onnx/onnx_importer.h"
 
 namespace kiln::llm {
 
-Expected<std::unique_ptr<Segment>> Segment::load(const std::string& path, const std::vector<std::string>& inputs) {
+Status Segment::bind(std::vector<SegmentPort> inputs) {
+  const auto& graph_inputs = graph_->inputs();
+  for (SegmentPort& port : inputs)
+    for (size_t i = 0; i < graph_inputs.size(); ++i)
+      if (graph_inputs[i]->name() == port.name) {
+        input_index_.push_back(i);
+        inputs_.push_back(std::move(port));
+        break;
+      }
+  const auto& graph_outputs = graph_->outputs();
+  for (const SegmentPort& port : outputs_) {
+    size_t i = 0;
+    while (i < graph_outputs.size() && graph_outputs[i]->name() != port.name) ++i;
+    if (i == graph_outputs.size()) return internal_error("%s: no output '%s'", path_.c_str(), port.name.c_str());
+    output_index_.push_back(i);
+  }
+  KILN_ASSIGN_OR_RETURN(executor_, rt::GraphExecutor::create(graph_), "while preparing %s", path_.c_str());
+  state_ = std::make_unique<rt::ExecutionState>();
+  return ok_status();
+}
+
+Expected<std::unique_ptr<Segment>> Segment::load(const std::string& path, std::vector<SegmentPort> inputs,
+                                                 std::vector<SegmentPort> outputs) {
   auto seg = std::make_unique<Segment>();
   seg->path_ = path;
   KILN_ASSIGN_OR_RETURN(compiler::CompiledModel compiled, compiler::compile_onnx_file(path, {}),
                         "while compiling decoder segment %s", path.c_str());
   seg->graph_ = compiled.graph;
-  KILN_ASSIGN_OR_RETURN(seg->executor_, rt::GraphExecutor::create(seg->graph_), "while preparing %s", path.c_str());
-  seg->state_ = std::make_unique<rt::ExecutionState>();
-  const auto& graph_inputs = seg->graph_->inputs();
-  for (const std::string& name : inputs) {
-    bool found = false;
-    for (size_t i = 0; i < graph_inputs.size(); ++i) {
-      if (graph_inputs[i]->name() != name) continue;
-      seg->input_index_.emplace_back(name, i);
-      found = true;
-    }
-    if (!found) return invalid_argument("%s: config.json lists input '%s', which the model lacks", path.c_str(), name.c_str());
-  }
+  seg->outputs_ = std::move(outputs);
+  KILN_RETURN_IF_ERROR(seg->bind(std::move(inputs)));
   return seg;
 }
 
-Status Segment::run(const std::vector<SegmentFeed>& feeds, const std::vector<float*>& dsts,
-                    const std::vector<int64_t>& dsts_elements) {
-  for (const auto& [name, index] : input_index_) {
-    const SegmentFeed* feed = nullptr;
-    for (const SegmentFeed& f : feeds)
-      if (name == f.name) feed = &f;
-    if (!feed) return internal_error("%s: no data for input '%s'", path_.c_str(), name.c_str());
-    KILN_RETURN_IF_ERROR(executor_->bind_input(*state_, index, feed->dtype, feed->dims, const_cast<void*>(feed->data)),
+Expected<std::unique_ptr<Segment>> Segment::create(SegmentGraph segment) {
+  auto seg = std::make_unique<Segment>();
+  seg->path_ = segment.label;
+  seg->graph_ = segment.graph;
+  KILN_ASSIGN_OR_RETURN(auto executor, prepare_graph(seg->graph_, seg->path_));
+  (void)executor;  // bind() prepares the one the segment keeps
+  seg->outputs_ = std::move(segment.outputs);
+  KILN_RETURN_IF_ERROR(seg->bind(std::move(segment.inputs)));
+  return seg;
+}
+
+Status Segment::run(StepStore& store) {
+  for (size_t p = 0; p < inputs_.size(); ++p) {
+    const SegmentPort& port = inputs_[p];
+    auto it = store.find(port.key);
+    if (it == store.end()) return internal_error("%s: no data for input '%s'", path_.c_str(), port.key.c_str());
+    StepValue& v = it->second;
+    std::vector<int64_t> dims = port.dims.empty() ? v.dims : port.dims;
+    for (int64_t& d : dims)
+      if (d == -1) d = v.tokens();
+    KILN_RETURN_IF_ERROR(executor_->bind_input(*state_, input_index_[p], v.dtype, dims, v.bytes.data()),
                          "in %s", path_.c_str());
   }
   Status st = executor_->run_bound(*state_);
-  for (size_t i = 0; st.ok() && i < dsts.size(); ++i) {
-    const RuntimeValue& v = executor_->output(*state_, i);
-    if (!v.is_tensor() || v.tensor().dtype() != DataType::kFloat32 || v.tensor().num_elements() != dsts_elements[i]) {
-      st = internal_error("%s: output %zu is %s, expected %lld float32 elements", path_.c_str(), i,
-                          v.description().c_str(), (long long)dsts_elements[i]);
+  for (size_t p = 0; st.ok() && p < outputs_.size(); ++p) {
+    const RuntimeValue& r = executor_->output(*state_, output_index_[p]);
+    if (!r.is_tensor()) {
+      st = internal_error("%s: output '%s' is %s", path_.c_str(), outputs_[p].name.c_str(), r.description().c_str());
       break;
     }
-    std::copy(v.tensor().data<float>(), v.tensor().data<float>() + dsts_elements[i], dsts[i]);
+    const Tensor& t = r.tensor();
+    StepValue& v = store[outputs_[p].key];
+    v.dtype = t.dtype();
+    v.dims = t.dims();
+    v.token_axis = outputs_[p].token_axis;
+    const auto* bytes = static_cast<const unsigned char*>(t.raw_data());
+    v.bytes.assign(bytes, bytes + t.size_bytes());
   }
   executor_->end_run(*state_);
   if (!st.ok()) st.add_context("while running %s", path_.c_str());
@@ -69,6 +103,9 @@ std::string Segment::implementations() const {
 
 namespace {
 
+// The context of a decoder.onnx with no config.json beside it saying otherwise.
+constexpr int64_t kDefaultContext = 2048;
+
 Expected<nlohmann::json> read_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   if (!std::filesystem::is_directory(dir))
@@ -85,13 +122,12 @@ Expected<nlohmann::json> read_config(const std::string& dir) {
 
 }  // namespace
 
-Expected<std::unique_ptr<DecoderModel>> DecoderModel::load(const std::string& dir) {
+Expected<std::unique_ptr<DecoderModel>> DecoderModel::load_split(const std::string& dir) {
   KILN_ASSIGN_OR_RETURN(nlohmann::json j, read_config(dir));
   auto model = std::make_unique<DecoderModel>();
   DecoderConfig& c = model->config_;
   std::vector<std::string> layer_pre, layer_post;
   std::string embed_file, head_file;
-  nlohmann::json inputs;
   try {
     c.name = j.at("name").get<std::string>();
     c.style = j.at("style").get<std::string>();
@@ -109,7 +145,6 @@ Expected<std::unique_ptr<DecoderModel>> DecoderModel::load(const std::string& di
       layer_pre.push_back(layer.at("pre").get<std::string>());
       layer_post.push_back(layer.at("post").get<std::string>());
     }
-    inputs = files.at("inputs");
   } catch (const std::exception& e) {
     return invalid_argument("%s/config.json: %s", dir.c_str(), e.what());
   }
@@ -120,45 +155,224 @@ Expected<std::unique_ptr<DecoderModel>> DecoderModel::load(const std::string& di
     return invalid_argument("%s/config.json: inconsistent sizes (vocab, d_model, layers, heads %% kv_heads, "
                             "head_dim, context, one file pair per layer)", dir.c_str());
   const auto start = std::chrono::steady_clock::now();
-  auto load = [&](const std::string& file) -> Expected<std::unique_ptr<Segment>> {
-    std::vector<std::string> names;
-    if (inputs.contains(file)) names = inputs[file].get<std::vector<std::string>>();
-    return Segment::load((std::filesystem::path(dir) / file).string(), names);
+  auto load = [&](const std::string& file, std::vector<SegmentPort> in,
+                  std::vector<SegmentPort> out) -> Expected<std::unique_ptr<Segment>> {
+    return Segment::load((std::filesystem::path(dir) / file).string(), std::move(in), std::move(out));
   };
-  KILN_ASSIGN_OR_RETURN(model->embed_, load(embed_file));
-  KILN_ASSIGN_OR_RETURN(model->head_, load(head_file));
+  // The exporter's segments take [T] ids and positions and [T, width] activations.
+  const SegmentPort ids{"input_ids", "input_ids", {-1}}, positions{"position_ids", "position_ids", {-1}};
+  auto hidden = [](int64_t l) { return SegmentPort{"hidden", "hidden." + std::to_string(l), {}, 0}; };
+  model->stages_.resize(c.layers + 1);
+  KILN_ASSIGN_OR_RETURN(auto embed, load(embed_file, {ids, positions}, {{"hidden", "hidden.0", {}, 0}}));
+  model->stages_[0].push_back(std::move(embed));
   for (int64_t l = 0; l < c.layers; ++l) {
-    KILN_ASSIGN_OR_RETURN(auto pre, load(layer_pre[l]));
-    KILN_ASSIGN_OR_RETURN(auto post, load(layer_post[l]));
-    model->pre_.push_back(std::move(pre));
-    model->post_.push_back(std::move(post));
+    const std::string n = std::to_string(l);
+    KILN_ASSIGN_OR_RETURN(auto pre, load(layer_pre[l], {hidden(l), positions},
+                                         {{"q", "q." + n, {}, 0}, {"k", "k." + n, {}, 0}, {"v", "v." + n, {}, 0}}));
+    KILN_ASSIGN_OR_RETURN(auto post, load(layer_post[l], {hidden(l), {"attn", "attn." + n, {-1, c.heads * c.head_dim}}},
+                                          {{"hidden_out", "hidden." + std::to_string(l + 1), {}, 0}}));
+    model->stages_[l].push_back(std::move(pre));
+    model->stages_[l + 1].push_back(std::move(post));
   }
+  KILN_ASSIGN_OR_RETURN(auto head, load(head_file, {hidden(c.layers)}, {{"logits", "logits", {}, 0}}));
+  model->stages_[c.layers].push_back(std::move(head));
   model->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return model;
 }
 
-Status DecoderModel::embed(int64_t t, const int64_t* ids, const int64_t* positions, float* hidden) {
-  return embed_->run({{"input_ids", DataType::kInt64, {t}, ids}, {"position_ids", DataType::kInt64, {t}, positions}},
-                     {hidden}, {t * config_.d_model});
+Expected<std::unique_ptr<DecoderModel>> DecoderModel::load_recognised(const std::string& file) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(frontend::ImportResult imported, frontend::import_onnx_file(file));
+  KILN_ASSIGN_OR_RETURN(RecognisedDecoder rec, recognise_decoder(*imported.graph, file));
+  auto model = std::make_unique<DecoderModel>();
+  DecoderConfig& c = model->config_;
+  const std::filesystem::path path(file);
+  c.name = path.parent_path().filename().string();
+  if (c.name.empty()) c.name = path.stem().string();
+  c.style = "onnx";
+  c.vocab = rec.vocab;
+  c.layers = rec.layers;
+  c.heads = rec.heads;
+  c.kv_heads = rec.kv_heads;
+  c.head_dim = rec.head_dim;
+  c.d_model = rec.heads * rec.head_dim;
+  // The graph does not say how far positions go: config.json beside it may ("context").
+  c.context = kDefaultContext;
+  const auto config = path.parent_path() / "config.json";
+  if (std::filesystem::exists(config)) {
+    KILN_ASSIGN_OR_RETURN(nlohmann::json j, read_config(path.parent_path().string()));
+    if (j.contains("context") && j["context"].is_number_integer()) c.context = j["context"].get<int64_t>();
+    if (j.contains("name") && j["name"].is_string()) c.name = j["name"].get<std::string>();
+  }
+  for (SegmentGraph& seg : rec.stages) {
+    std::vector<std::unique_ptr<Segment>> stage;
+    KILN_ASSIGN_OR_RETURN(auto s, Segment::create(std::move(seg)));
+    stage.push_back(std::move(s));
+    model->stages_.push_back(std::move(stage));
+  }
+  KILN_RETURN_IF_ERROR(model->check_token_independence());
+  model->note_ = str_format("%s: recognised %lld layers of attention with past (heads %lld, kv_heads %lld, head_dim "
+                            "%lld, scale %.6g = 1/sqrt(%lld)); %lld stages run on Kiln's kernels, attention paged",
+                            file.c_str(), (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
+                            (long long)c.head_dim, rec.scale, (long long)c.head_dim, (long long)c.layers + 1);
+  model->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return model;
 }
 
-Status DecoderModel::attention_inputs(int64_t layer, int64_t t, const float* hidden, const int64_t* positions,
-                                      float* q, float* k, float* v) {
+Expected<std::unique_ptr<DecoderModel>> DecoderModel::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<DecoderModel> model;
+  if (fs::is_regular_file(path) && fs::path(path).extension() == ".onnx") {
+    KILN_ASSIGN_OR_RETURN(model, load_recognised(path));
+  } else if (fs::is_directory(path) && !fs::exists(fs::path(path) / "embed.onnx") &&
+             fs::exists(fs::path(path) / "decoder.onnx")) {
+    KILN_ASSIGN_OR_RETURN(model, load_recognised((fs::path(path) / "decoder.onnx").string()));
+  } else {
+    KILN_ASSIGN_OR_RETURN(model, load_split(path));
+  }
+  // What the last stage reads from earlier ones: the rows head() needs.
+  std::set<std::string> made_here;
+  for (const auto& seg : model->stages_.back()) {
+    for (const SegmentPort& in : seg->inputs())
+      if (!made_here.count(in.key) &&
+          std::find(model->head_inputs_.begin(), model->head_inputs_.end(), in.key) == model->head_inputs_.end())
+        model->head_inputs_.push_back(in.key);
+    for (const SegmentPort& out : seg->outputs()) made_here.insert(out.key);
+  }
+  return model;
+}
+
+Status DecoderModel::begin(int64_t t, const int64_t* ids, const int64_t* positions) {
+  auto put = [&](const char* key, const int64_t* data) {
+    StepValue& v = store_[key];
+    v.dtype = DataType::kInt64;
+    v.dims = {t};
+    v.token_axis = 0;
+    v.bytes.assign(reinterpret_cast<const unsigned char*>(data), reinterpret_cast<const unsigned char*>(data + t));
+  };
+  put("input_ids", ids);
+  put("position_ids", positions);
+  return ok_status();
+}
+
+Status DecoderModel::take(const std::string& key, float* dst, int64_t elements) const {
+  auto it = store_.find(key);
+  if (it == store_.end() || it->second.dtype != DataType::kFloat32 ||
+      static_cast<int64_t>(it->second.bytes.size()) != elements * 4)
+    return internal_error("%s: stage output '%s' is missing or not %lld float32 elements", config_.name.c_str(),
+                          key.c_str(), (long long)elements);
+  std::memcpy(dst, it->second.bytes.data(), elements * 4);
+  return ok_status();
+}
+
+Status DecoderModel::attention_inputs(int64_t layer, float* q, float* k, float* v) {
+  for (const auto& seg : stages_[layer]) KILN_RETURN_IF_ERROR(seg->run(store_));
+  const int64_t t = store_.at("input_ids").tokens();
+  const std::string n = std::to_string(layer);
   const int64_t q_row = config_.heads * config_.head_dim, kv_row = config_.kv_heads * config_.head_dim;
-  return pre_[layer]->run({{"hidden", DataType::kFloat32, {t, config_.d_model}, hidden},
-                           {"position_ids", DataType::kInt64, {t}, positions}},
-                          {q, k, v}, {t * q_row, t * kv_row, t * kv_row});
+  KILN_RETURN_IF_ERROR(take("q." + n, q, t * q_row));
+  KILN_RETURN_IF_ERROR(take("k." + n, k, t * kv_row));
+  return take("v." + n, v, t * kv_row);
 }
 
-Status DecoderModel::attention_output(int64_t layer, int64_t t, const float* hidden, const float* attn,
-                                      float* hidden_out) {
-  return post_[layer]->run({{"hidden", DataType::kFloat32, {t, config_.d_model}, hidden},
-                            {"attn", DataType::kFloat32, {t, config_.heads * config_.head_dim}, attn}},
-                           {hidden_out}, {t * config_.d_model});
+Status DecoderModel::attention_output(int64_t layer, const float* attn) {
+  const int64_t t = store_.at("input_ids").tokens();
+  StepValue& v = store_["attn." + std::to_string(layer)];
+  v.dtype = DataType::kFloat32;
+  v.dims = {t, config_.heads * config_.head_dim};
+  v.token_axis = 0;
+  v.bytes.assign(reinterpret_cast<const unsigned char*>(attn),
+                 reinterpret_cast<const unsigned char*>(attn + t * config_.heads * config_.head_dim));
+  return ok_status();
 }
 
-Status DecoderModel::head(int64_t t, const float* hidden, float* logits) {
-  return head_->run({{"hidden", DataType::kFloat32, {t, config_.d_model}, hidden}}, {logits}, {t * config_.vocab});
+Status DecoderModel::keep_rows(const std::vector<int64_t>& rows) {
+  for (const std::string& key : head_inputs_) {
+    auto it = store_.find(key);
+    if (it == store_.end()) return internal_error("%s: no '%s' for the head", config_.name.c_str(), key.c_str());
+    const StepValue& v = it->second;
+    // [outer, T, inner] around the token axis.
+    int64_t outer = 1, inner = dtype_bytes(v.dtype, 1);
+    for (int i = 0; i < v.token_axis; ++i) outer *= v.dims[i];
+    for (size_t i = v.token_axis + 1; i < v.dims.size(); ++i) inner *= v.dims[i];
+    const int64_t t = v.tokens(), n = static_cast<int64_t>(rows.size());
+    StepValue& kept = kept_[key];
+    const int64_t before = kept.dims.empty() ? 0 : kept.tokens();
+    std::vector<unsigned char> bytes(outer * (before + n) * inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      if (before)
+        std::memcpy(&bytes[o * (before + n) * inner], &kept.bytes[o * before * inner], before * inner);
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(&bytes[(o * (before + n) + before + r) * inner], &v.bytes[(o * t + rows[r]) * inner], inner);
+    }
+    kept.dtype = v.dtype;
+    kept.dims = v.dims;
+    kept.dims[v.token_axis] = before + n;
+    kept.token_axis = v.token_axis;
+    kept.bytes = std::move(bytes);
+  }
+  return ok_status();
+}
+
+Status DecoderModel::head(int64_t t, float* logits) {
+  // The kept rows, padded with zero rows to t, become the last stage's inputs.
+  for (auto& [key, v] : kept_) {
+    int64_t outer = 1, inner = dtype_bytes(v.dtype, 1);
+    for (int i = 0; i < v.token_axis; ++i) outer *= v.dims[i];
+    for (size_t i = v.token_axis + 1; i < v.dims.size(); ++i) inner *= v.dims[i];
+    const int64_t n = v.tokens();
+    if (n > t) return internal_error("%lld rows kept for a head of %lld", (long long)n, (long long)t);
+    StepValue& dst = store_[key];
+    dst.dtype = v.dtype;
+    dst.dims = v.dims;
+    dst.dims[v.token_axis] = t;
+    dst.token_axis = v.token_axis;
+    dst.bytes.assign(outer * t * inner, 0);
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(&dst.bytes[o * t * inner], &v.bytes[o * n * inner], n * inner);
+  }
+  kept_.clear();
+  for (const auto& seg : stages_.back()) KILN_RETURN_IF_ERROR(seg->run(store_));
+  return take("logits", logits, t * config_.vocab);
+}
+
+// Runs every stage (attention replaced by a per-token stand-in: the queries) over three
+// tokens together and over each alone: the logits must agree, or some op outside the
+// recognised cores mixes tokens along the sequence axis, which a flat batch of tokens from
+// many sequences cannot run.
+Status DecoderModel::check_token_independence() {
+  const int64_t tokens = 3, vocab = config_.vocab;
+  const int64_t q_row = config_.heads * config_.head_dim, kv_row = config_.kv_heads * config_.head_dim;
+  auto run = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& pos,
+                 std::vector<float>& logits) -> Status {
+    const int64_t t = static_cast<int64_t>(ids.size());
+    std::vector<float> q(t * q_row), k(t * kv_row), v(t * kv_row);
+    KILN_RETURN_IF_ERROR(begin(t, ids.data(), pos.data()));
+    for (int64_t l = 0; l < config_.layers; ++l) {
+      KILN_RETURN_IF_ERROR(attention_inputs(l, q.data(), k.data(), v.data()));
+      KILN_RETURN_IF_ERROR(attention_output(l, q.data()));
+    }
+    std::vector<int64_t> rows(t);
+    for (int64_t i = 0; i < t; ++i) rows[i] = i;
+    KILN_RETURN_IF_ERROR(keep_rows(rows));
+    logits.resize(t * vocab);
+    return head(t, logits.data());
+  };
+  const std::vector<int64_t> ids = {1 % vocab, 7 % vocab, 3 % vocab}, pos = {0, 1, 2};
+  std::vector<float> together, alone;
+  KILN_RETURN_IF_ERROR(run(ids, pos, together), "while checking that %s's stages are position-wise",
+                       config_.name.c_str());
+  for (int64_t i = 0; i < tokens; ++i) {
+    KILN_RETURN_IF_ERROR(run({ids[i]}, {pos[i]}, alone));
+    for (int64_t x = 0; x < vocab; ++x) {
+      const float a = together[i * vocab + x], b = alone[x];
+      if (std::abs(a - b) > 1e-4f * std::max(1.0f, std::abs(b)))
+        return unsupported("%s: outside the recognised attention cores, the graph mixes tokens along the sequence "
+                           "axis (token %lld's logit %lld is %g run with 3 tokens, %g alone): it cannot run over a "
+                           "flat batch of tokens from many sequences", config_.name.c_str(), (long long)i,
+                           (long long)x, a, b);
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace kiln::llm

@@ -255,7 +255,8 @@ Status Engine::step_budgeted() {
   // 4. The head on the rows that sample: every decode row, and the last row of a prefill that
   //    completed (unless resuming after preemption: its next token is already chosen).
   std::vector<int64_t> sampling = decoding;
-  last_hidden_.assign(hidden_.begin(), hidden_.begin() + d * c.d_model);
+  std::vector<int64_t> sampling_rows;
+  for (int64_t i = 0; i < d; ++i) sampling_rows.push_back(i);
   for (int64_t i = 0; i < d; ++i) {
     const int64_t id = decoding[i];
     bm.set_length(id, positions_[i] + 1);
@@ -272,14 +273,13 @@ Status Engine::step_budgeted() {
     bm.register_blocks(p.id, contexts[i].data(), end);
     Sequence& seq = sequences_.at(p.id);
     if (end < seq.context_len || !seq.state.tokens.empty()) continue;
-    const float* h = hidden_.data() + (seqs[d + i].row + p.count - 1) * c.d_model;
-    last_hidden_.insert(last_hidden_.end(), h, h + c.d_model);
+    sampling_rows.push_back(seqs[d + i].row + p.count - 1);
     sampling.push_back(p.id);
   }
   const int64_t heads = next_power_of_two(static_cast<int64_t>(sampling.size()));
-  last_hidden_.resize(heads * c.d_model, 0.0f);
   logits_.resize(heads * c.vocab);
-  KILN_RETURN_IF_ERROR(model_->head(heads, last_hidden_.data(), logits_.data()));
+  KILN_RETURN_IF_ERROR(model_->keep_rows(sampling_rows));
+  KILN_RETURN_IF_ERROR(model_->head(heads, logits_.data()));
   // Statistics before accept() retires anything.
   const BlockStats kv = bm.stats();
   counters_.peak_blocks_used = std::max(counters_.peak_blocks_used, kv.blocks_used);
@@ -309,25 +309,21 @@ Status Engine::run_to_completion() {
 Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
   const DecoderConfig& c = config();
   const int64_t q_row = c.heads * c.head_dim, kv_row = c.kv_heads * c.head_dim;
-  hidden_.resize(t * c.d_model);
-  hidden_next_.resize(t * c.d_model);
   q_.resize(t * q_row);
   k_.resize(t * kv_row);
   v_.resize(t * kv_row);
   // Zeroed each pass: attention never writes the rows of padding, so the projections after
   // it must see defined values there.
   attn_.assign(t * q_row, 0.0f);
-  KILN_RETURN_IF_ERROR(model_->embed(t, ids_.data(), positions_.data(), hidden_.data()));
+  KILN_RETURN_IF_ERROR(model_->begin(t, ids_.data(), positions_.data()));
   const AttentionShape shape{c.heads, c.kv_heads, c.head_dim, options_.block_size};
   for (int64_t layer = 0; layer < c.layers; ++layer) {
-    KILN_RETURN_IF_ERROR(model_->attention_inputs(layer, t, hidden_.data(), positions_.data(), q_.data(), k_.data(),
-                                                  v_.data()));
+    KILN_RETURN_IF_ERROR(model_->attention_inputs(layer, q_.data(), k_.data(), v_.data()));
     for (const AttentionSequence& s : seqs)
       for (int64_t r = 0; r < s.count; ++r)
         cache_->write(layer, s.block_table, s.start + r, k_.data() + (s.row + r) * kv_row, v_.data() + (s.row + r) * kv_row);
     paged_attention(shape, q_.data(), cache_->pools(layer), seqs, attn_.data());
-    KILN_RETURN_IF_ERROR(model_->attention_output(layer, t, hidden_.data(), attn_.data(), hidden_next_.data()));
-    std::swap(hidden_, hidden_next_);
+    KILN_RETURN_IF_ERROR(model_->attention_output(layer, attn_.data()));
   }
   return ok_status();
 }
@@ -368,7 +364,6 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
   // The last hidden row of each sequence that samples now (not one resuming after preemption,
   // whose pending token is already chosen).
   std::vector<int64_t> sampling;
-  last_hidden_.clear();
   for (const auto& pass : passes) {
     int64_t count = 0;
     for (const Piece& p : pass) count += p.count;
@@ -390,22 +385,22 @@ Status Engine::prefill(const std::vector<int64_t>& group) {
     counters_.prefill_tokens += count;
     counters_.peak_step_tokens = std::max(counters_.peak_step_tokens, count);
     counters_.prefill_padded_tokens += t;
+    std::vector<int64_t> pass_rows;
     for (size_t i = 0; i < pass.size(); ++i) {
       const Piece& p = pass[i];
       bm.set_length(p.id, p.begin + p.count);
       const bool last = p.begin + p.count == static_cast<int64_t>(context_of(p.id).size());
       if (!last || !sequences_.at(p.id).state.tokens.empty()) continue;
-      const float* h = hidden_.data() + (seqs[i].row + p.count - 1) * c.d_model;
-      last_hidden_.insert(last_hidden_.end(), h, h + c.d_model);
+      pass_rows.push_back(seqs[i].row + p.count - 1);
       sampling.push_back(p.id);
     }
+    KILN_RETURN_IF_ERROR(model_->keep_rows(pass_rows));
   }
   // Only those rows' logits matter: the head runs on them alone, padded to a decode bucket.
   if (!sampling.empty()) {
     const int64_t t = next_power_of_two(static_cast<int64_t>(sampling.size()));
-    last_hidden_.resize(t * c.d_model, 0.0f);
     logits_.resize(t * c.vocab);
-    KILN_RETURN_IF_ERROR(model_->head(t, last_hidden_.data(), logits_.data()));
+    KILN_RETURN_IF_ERROR(model_->head(t, logits_.data()));
     for (size_t i = 0; i < sampling.size(); ++i) accept(sampling[i], logits_.data() + i * c.vocab);
   }
   counters_.prefill_ms += ms_since(start_time);
@@ -448,7 +443,10 @@ Status Engine::decode() {
   KILN_RETURN_IF_ERROR(forward(t, seqs), "while decoding a batch of %lld", (long long)b);
   const DecoderConfig& c = config();
   logits_.resize(t * c.vocab);
-  KILN_RETURN_IF_ERROR(model_->head(t, hidden_.data(), logits_.data()));
+  std::vector<int64_t> rows(t);
+  for (int64_t i = 0; i < t; ++i) rows[i] = i;
+  KILN_RETURN_IF_ERROR(model_->keep_rows(rows));
+  KILN_RETURN_IF_ERROR(model_->head(t, logits_.data()));
   counters_.decode_tokens += b;
   counters_.peak_step_tokens = std::max(counters_.peak_step_tokens, b);
   ++counters_.decode_steps;

@@ -154,8 +154,8 @@ class Engine {
   Status reserve_decode_slots();
   std::vector<int64_t> context_of(int64_t id) const;
   Status decode();
-  // Runs the layers over `t` rows of ids_/positions_ (the first `rows` real) into hidden_,
-  // with attention over `seqs`.
+  // Runs the layers over `t` rows of ids_/positions_ with attention over `seqs`; the caller
+  // keeps the rows that sample (DecoderModel::keep_rows) for the head.
   Status forward(int64_t t, const std::vector<AttentionSequence>& seqs);
   void accept(int64_t id, const float* logits);
   void retire(int64_t id, RequestState::Phase phase);
@@ -172,7 +172,7 @@ class Engine {
   EngineStats counters_;
   // Step buffers, grown as needed and reused.
   std::vector<int64_t> ids_, positions_;
-  std::vector<float> hidden_, hidden_next_, q_, k_, v_, attn_, logits_, last_hidden_;
+  std::vector<float> q_, k_, v_, attn_, logits_;
 };
 
 }  // namespace kiln::llm
