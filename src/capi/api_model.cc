@@ -20,6 +20,7 @@
 #include "capi/api_guard.h"
 #include "capi/api_internal.h"
 #include "runtime/device.h"
+#include "runtime/execution_cancel.h"
 #include "runtime/memory.h"
 #include "runtime/model_runtime.h"
 #include "runtime/stream.h"
@@ -515,6 +516,7 @@ kilnError kilnmdlExecute(uint32_t modelId, const kilnmdlDataset* input, kilnmdlD
       Device& device = m->device();
       std::lock_guard engine(device.compute_engine());
       ComputeScope scope(device);
+      // Runs on this thread: an ExecutionCancelScope the caller opened applies as it is.
       s = m->run(request, &scratch.dims);
     }
     if (!s.ok()) return fail_coded(api, s);
@@ -544,9 +546,12 @@ kilnError kilnmdlExecuteAsync(uint32_t modelId, const kilnmdlDataset* input, kil
     CodedStatus st = make_request(*m, input, output, request.get(), output_descs.get());
     if (st.ok()) st = m->bind(*request);
     if (!st.ok()) return fail_coded(api, st);
-    s->submit(Engine::kCompute, [m, request, output_descs, token]() -> kiln::Status {
+    // The submitting thread's cancellation flag goes with the task (execution_cancel.h).
+    const std::atomic<bool>* cancel = ExecutionCancelScope::current();
+    s->submit(Engine::kCompute, [m, request, output_descs, token, cancel]() -> kiln::Status {
       kiln::Status result;
       try {
+        ExecutionCancelScope cancel_scope(cancel);
         std::vector<std::vector<int64_t>> dims;
         CodedStatus r = m->run(*request, &dims);
         if (r.ok()) {

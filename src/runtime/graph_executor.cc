@@ -12,6 +12,7 @@
 #include "core/offset_assignment.h"
 #include "kernels/kernel_registry.h"
 #include "profiler/profiler.h"
+#include "runtime/execution_cancel.h"
 #include "runtime/execution_pool.h"
 #include "runtime/plan_memory.h"
 
@@ -313,8 +314,12 @@ Status GraphExecutor::execute(std::vector<RuntimeValue>& slots, const Scope* out
   std::vector<const RuntimeValue*>& in = state ? state->step_inputs_ : own_in;
   std::vector<RuntimeValue>& out = state ? state->step_outputs_ : own_out;
   ops::OutputRecycler* recycler = state ? state->pool_.get() : nullptr;
+  // The caller's cancellation flag (execution_cancel.h), read once: a relaxed load per node.
+  const std::atomic<bool>* cancel = ExecutionCancelScope::current();
   for (size_t step_index = 0; step_index < steps_.size(); ++step_index) {
     const Step& step = steps_[step_index];
+    if (KILN_UNLIKELY(cancel != nullptr) && cancel->load(std::memory_order_relaxed))
+      return execution_cancelled(step.node->label(), step_index, steps_.size());
     if (state) state->pool_->begin_step(step_index);
     in.clear();
     for (int s : step.inputs) in.push_back(s >= 0 ? &slots[static_cast<size_t>(s)] : nullptr);

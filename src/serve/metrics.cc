@@ -54,6 +54,9 @@ std::string Metrics::text(const std::vector<DeviceMemoryStats>& devices,
   per_model("kiln_inference_prefetched_total", "counter",
             "Executions whose inputs were copied while the worker's previous batch executed (prefetch).",
             [&](const ModelMetrics& m) { return count(m.prefetched); });
+  per_model("kiln_inference_interrupted_total", "counter",
+            "Executions stopped at a node boundary because every request of the batch had passed its timeout.",
+            [&](const ModelMetrics& m) { return count(m.interrupted); });
   per_model("kiln_inference_queue_seconds_total", "counter", "Time requests waited until their execution began, summed.",
             [&](const ModelMetrics& m) { return seconds(m.queue_ns.load()); });
   per_model("kiln_inference_compute_seconds_total", "counter",

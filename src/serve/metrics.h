@@ -24,6 +24,7 @@ struct ModelMetrics {
   std::atomic<int64_t> timed_out{0};  // parameters.timeout passed in the queue or executing
   std::atomic<int64_t> executions{0};
   std::atomic<int64_t> prefetched{0};  // executions whose inputs were copied during another's
+  std::atomic<int64_t> interrupted{0};  // executions stopped early: every request's timeout had passed
   std::atomic<int64_t> queue_ns{0};   // summed over requests: enqueue -> execution start
   std::atomic<int64_t> compute_ns{0}; // summed over executions: (copy in,) run, copy out
   std::array<std::atomic<int64_t>, kBatchBuckets.size() + 1> batch_buckets{};  // not cumulative

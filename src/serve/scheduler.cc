@@ -150,6 +150,8 @@ void ModelScheduler::stage(Slot& slot, DeviceBuffers& buffers, std::vector<std::
   slot.batch = std::move(batch);
   slot.requests.clear();
   for (const auto& p : slot.batch) slot.requests.push_back(&p->request);
+  slot.expiry = Clock::time_point::min();
+  for (const auto& p : slot.batch) slot.expiry = std::max(slot.expiry, p->deadline);
   slot.status = model_->stage(buffers, slot.requests, &slot.staged);
 }
 
@@ -187,7 +189,8 @@ void ModelScheduler::work_prefetching(int device, size_t queue, kilnrtStream str
       end.done = !slot.status.ok();
     }
     if (!slot.status.ok()) return;
-    model_->launch(device, slot.staged, stream);
+    slot.cancel.store(false, std::memory_order_relaxed);
+    model_->launch(device, slot.staged, stream, &slot.cancel);
     if (kilnrtLaunchCallback(&ExecutionEnd::signal, &end, KILN_CALLBACK_BLOCK, stream) != KILN_SUCCESS) {
       std::lock_guard lock(mutex_);
       end.done = true;  // no signal to wait for: finish() waits for the stream
@@ -216,8 +219,19 @@ void ModelScheduler::work_prefetching(int device, size_t queue, kilnrtStream str
         next = take_batch(queue, lock, /*wait=*/false);
         if (!next.empty()) break;
       }
-      auto until = Clock::now() + std::chrono::milliseconds(20);
-      if (!q.empty() && q.front()->enqueued + delay > Clock::now()) until = std::min(until, q.front()->enqueued + delay);
+      const auto now = Clock::now();
+      auto until = now + std::chrono::milliseconds(20);
+      if (!q.empty() && q.front()->enqueued + delay > now) until = std::min(until, q.front()->enqueued + delay);
+      // Every request of the running batch past its deadline (answered 503 already): stop
+      // the execution at its next node. A failed task skips the callback, so from then on
+      // the stream is asked every millisecond.
+      Slot& running_slot = slots[cur];
+      if (!running_slot.cancel.load(std::memory_order_relaxed) && running_slot.expiry <= now)
+        running_slot.cancel.store(true, std::memory_order_relaxed);
+      if (running_slot.cancel.load(std::memory_order_relaxed))
+        until = std::min(until, now + std::chrono::milliseconds(1));
+      else
+        until = std::min(until, running_slot.expiry);
       if (cv_.wait_until(lock, until) == std::cv_status::timeout && !end.done) {
         kilnrtStreamStatus st = KILN_STREAM_STATUS_NOT_READY;
         if (kilnrtStreamQuery(stream, &st) != KILN_SUCCESS || st == KILN_STREAM_STATUS_COMPLETE) break;
@@ -232,6 +246,8 @@ void ModelScheduler::work_prefetching(int device, size_t queue, kilnrtStream str
     std::vector<std::vector<TensorData>> outputs;
     Status status = slots[cur].status;
     if (status.ok()) status = model_->finish(device, slots[cur].staged, stream, &outputs);
+    if (status.code() == StatusCode::kDeadlineExceeded && slots[cur].cancel.load(std::memory_order_relaxed))
+      ++model_metrics_.interrupted;
     // The device is free: the prefetched batch goes first, the answers after.
     running = !slots[other].batch.empty();
     if (running) launch(slots[other]);

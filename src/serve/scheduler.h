@@ -21,8 +21,16 @@
 // (an idle device takes the batch instead) and only a batch that is ready (full, or its
 // batching delay passed): prefetch does not make batches smaller. A prefetched request has
 // started: its timeout no longer drops it unrun.
+//
+// Interruption (prefetch only): while its batch executes, the worker also waits for the
+// latest deadline of the batch's requests; once every one has passed (each was answered 503
+// by its HTTP thread), it sets the batch's cancellation flag and the execution stops at its
+// next node boundary, so the device takes the next batch instead of finishing work nobody
+// waits for. Counted in ModelMetrics::interrupted. Without prefetch the worker is inside the
+// synchronous execution and nothing watches the deadlines: the batch runs to its end.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -88,6 +96,11 @@ class ModelScheduler {
     StagedBatch staged;
     Status status;  // of stage(); a batch that failed to stage is not launched
     Clock::time_point launched;
+    // The latest deadline of the batch's requests (max() when one has none): past it every
+    // request has been answered 503, and the worker sets `cancel`, which stops the execution
+    // at its next node (runtime/execution_cancel.h).
+    Clock::time_point expiry = Clock::time_point::max();
+    std::atomic<bool> cancel{false};
   };
   void work(int device, size_t queue);
   void work_prefetching(int device, size_t queue, kilnrtStream stream);

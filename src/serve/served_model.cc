@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "compiler/compiler.h"
+#include "runtime/execution_cancel.h"
 #include "runtime/model_runtime.h"
 
 namespace kiln::serve {
@@ -254,6 +255,7 @@ Status ServedModel::stage(DeviceBuffers& buffers, const std::vector<const InferR
   b.rows_.clear();
   b.total_ = 0;
   b.launched_ = ok_status();
+  b.cancel_ = nullptr;
   for (const InferRequest* r : requests) {
     b.rows_.push_back(batched() ? r->inputs[0].shape[0] : 1);
     b.total_ += b.rows_.back();
@@ -319,14 +321,22 @@ Status ServedModel::execute_staged(int device, StagedBatch& b) const {
   }
 }
 
-void ServedModel::launch(int device, StagedBatch& b, kilnrtStream stream) const {
+void ServedModel::launch(int device, StagedBatch& b, kilnrtStream stream, const std::atomic<bool>* cancel) const {
+  b.cancel_ = cancel;
+  rt::ExecutionCancelScope scope(cancel);  // the execution watches the flag (read at submission)
   kilnError e = kilnmdlExecuteAsync(ids_[static_cast<size_t>(device)], b.in_, b.out_, stream);
   b.launched_ = e == KILN_SUCCESS ? ok_status() : api_status(e, "kilnmdlExecuteAsync");
 }
 
 Status ServedModel::finish(int device, StagedBatch& b, kilnrtStream stream,
                            std::vector<std::vector<TensorData>>* outputs) const {
-  bool ran = b.launched_.ok() && kilnrtSynchronizeStream(stream) == KILN_SUCCESS;
+  kilnError synced = b.launched_.ok() ? kilnrtSynchronizeStream(stream) : KILN_SUCCESS;
+  bool ran = b.launched_.ok() && synced == KILN_SUCCESS;
+  // Stopped by its flag (or failed after it was set): nobody waits for the outputs, and
+  // running it again would keep the device from the next batch.
+  if (!ran && b.launched_.ok() && b.cancel_ && b.cancel_->load(std::memory_order_relaxed))
+    return deadline_exceeded("model '%s': the execution was interrupted, every request of its batch having passed its "
+                             "timeout (%s)", name().c_str(), api_status(synced, "kilnrtSynchronizeStream").to_string().c_str());
   // The stream's error does not keep the runtime's code (an output larger than planned is
   // KILN_ERROR_MODEL_OUTPUT_NOT_MATCH only from kilnmdlExecute): run it again here, which
   // grows the outputs or reports the failure as execute() does.

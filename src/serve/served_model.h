@@ -4,6 +4,7 @@
 // without a host copy), the model runs once, and each request gets its rows of every output.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,6 +69,7 @@ class StagedBatch {
   std::vector<size_t> out_bytes_;
   DeviceBuffers* buffers_ = nullptr;
   Status launched_;  // kilnmdlExecuteAsync's answer
+  const std::atomic<bool>* cancel_ = nullptr;  // launch()'s
 };
 
 class ServedModel {
@@ -109,7 +111,10 @@ class ServedModel {
   // synchronously by finish(), which grows output buffers a model reports too small and
   // gives the runtime's error code in its message. `requests` must outlive the batch.
   Status stage(DeviceBuffers& buffers, const std::vector<const InferRequest*>& requests, StagedBatch* batch) const;
-  void launch(int device, StagedBatch& batch, kilnrtStream stream) const;
+  // With `cancel`, setting it stops the execution at its next node (runtime/execution_cancel.h);
+  // finish() then returns deadline_exceeded without running the batch again. It must
+  // outlive the batch.
+  void launch(int device, StagedBatch& batch, kilnrtStream stream, const std::atomic<bool>* cancel = nullptr) const;
   Status finish(int device, StagedBatch& batch, kilnrtStream stream, std::vector<std::vector<TensorData>>* outputs) const;
 
  private:

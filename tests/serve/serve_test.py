@@ -1103,6 +1103,97 @@ class CommandTest(unittest.TestCase):
             s.close()
 
 
+CHAIN_LENGTH = 100
+# An orthogonal matrix: a hundred products by it keep the rows' norms, so fp32 stays accurate.
+CHAIN_W = np.linalg.qr(RNG.standard_normal((1024, 1024)))[0].astype(np.float32)
+
+
+def chain_model():
+    """y = x @ W @ W ... (100 MatMuls), x float[N, 1024]: its cost is proportional to N, so one
+    model (one worker) runs a long execution (N = 256, about 0.5 GFLOP a node) and a short one."""
+    nodes = [helper.make_node("MatMul", [f"h{i}" if i else "x", "W"], [f"h{i + 1}" if i + 1 < CHAIN_LENGTH else "y"])
+             for i in range(CHAIN_LENGTH)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+                          [numpy_helper.from_array(CHAIN_W, "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+class InterruptTest(unittest.TestCase):
+    """An execution whose every request has passed its timeout is stopped between two nodes,
+    so that the worker takes the next request instead of finishing work nobody waits for."""
+
+    # Rows of the long request's output checked against NumPy (each row of a MatMul chain
+    # depends on its input row only; NumPy's 100 products of 256 rows would take longer than
+    # the test).
+    CHECKED_ROWS = [0, 1, 128, 255]
+
+    def chain_reference(self, x):
+        y = x.astype(np.float64)
+        w = CHAIN_W.astype(np.float64)
+        for _ in range(CHAIN_LENGTH):
+            y = y @ w
+        return y
+
+    def infer(self, server, x, timeout_us=None):
+        body, headers = infer_binary([("x", "FP32", x)], outputs=["y"])
+        if timeout_us is not None:
+            n = int(headers["Inference-Header-Content-Length"])
+            header = json.loads(body[:n])
+            header["parameters"] = {"timeout": timeout_us}
+            h = json.dumps(header).encode()
+            body, headers = h + body[n:], {**headers, "Inference-Header-Content-Length": str(len(h))}
+        start = time.monotonic()
+        status, h, data = server.request("POST", "/v2/models/chain/infer", body, headers)
+        return status, h, data, time.monotonic() - start
+
+    def test_an_execution_whose_requests_all_timed_out_stops_and_frees_the_worker(self):
+        repo = os.path.join(WORK, "repo_interrupt")
+        shutil.rmtree(repo, ignore_errors=True)
+        save(chain_model(), repo, "chain", "1", "model.onnx")
+        server = Server(repo, "--devices", "1", "--threads", "1")
+        try:
+            def count(name):
+                return metric(server.request("GET", "/metrics")[2].decode(), name, model="chain") or 0
+
+            big = RNG.standard_normal((256, 1024)).astype(np.float32)
+            small = RNG.standard_normal((1, 1024)).astype(np.float32)
+            # The whole long execution, once for its first-run costs and once timed.
+            for _ in range(2):
+                status, h, data, full_s = self.infer(server, big)
+                self.assertEqual(status, 200, data)
+            rows = self.CHECKED_ROWS
+            big_reference = self.chain_reference(big[rows])
+            np.testing.assert_allclose(binary_outputs(h, data)[1]["y"][rows], big_reference, rtol=1e-4, atol=1e-4)
+            before = {n: count(n) for n in ("kiln_inference_interrupted_total", "kiln_inference_executions_total",
+                                            "kiln_inference_timeouts_total", "kiln_inference_requests_total")}
+            # A timeout of a tenth of the execution: answered 503 at it, and the execution stops at
+            # the next node; the short request after it is answered (right) long before the long
+            # execution would have ended. Without the interruption it would wait for it: at least
+            # 0.9 of full_s after the 503.
+            timeout_s = full_s / 10
+            status, h, data, first_s = self.infer(server, big, timeout_us=int(timeout_s * 1e6))
+            self.assertEqual(status, 503, data)
+            self.assertIn("timed out", json.loads(data)["error"])
+            status, h, data, second_s = self.infer(server, small, timeout_us=60_000_000)
+            self.assertEqual(status, 200, data)
+            np.testing.assert_allclose(binary_outputs(h, data)[1]["y"], self.chain_reference(small), rtol=1e-4,
+                                       atol=1e-4)
+            self.assertLess(first_s + second_s, full_s / 2,
+                            f"the short request was answered {first_s + second_s:.3f} s after the long one was sent, "
+                            f"whose whole execution takes {full_s:.3f} s")
+            self.assertEqual(count("kiln_inference_interrupted_total"), before["kiln_inference_interrupted_total"] + 1)
+            self.assertEqual(count("kiln_inference_executions_total"), before["kiln_inference_executions_total"] + 2)
+            self.assertEqual(count("kiln_inference_timeouts_total"), before["kiln_inference_timeouts_total"] + 1)
+            self.assertEqual(count("kiln_inference_requests_total"), before["kiln_inference_requests_total"] + 1)
+            # The worker's stream is usable again: a long execution runs to its end, right.
+            status, h, data, _ = self.infer(server, big, timeout_us=60_000_000)
+            self.assertEqual(status, 200, data)
+            np.testing.assert_allclose(binary_outputs(h, data)[1]["y"][rows], big_reference, rtol=1e-4, atol=1e-4)
+        finally:
+            server.stop()
+
+
 if __name__ == "__main__":
     KILN = sys.argv[1]
     WORK = sys.argv[2]
