@@ -264,6 +264,13 @@ LoadedApiModel::~LoadedApiModel() {
   if (loaded_) kilnmdlUnload(id_);
 }
 
+Status LoadedApiModel::unload() {
+  if (!loaded_) return ok_status();
+  loaded_ = false;
+  KILN_API_RETURN_IF_ERROR(kilnmdlUnload(id_));
+  return ok_status();
+}
+
 Expected<ModelSource> read_model_source(const std::string& path, const compiler::CompileOptions& options) {
   ModelSource source;
   source.path = path;

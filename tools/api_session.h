@@ -150,6 +150,9 @@ class LoadedApiModel {
   uint32_t id() const { return id_; }
   const std::vector<TensorSpec>& inputs() const { return inputs_; }
   const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  // Unloads the model now (kilnmdlUnload), keeping its descriptions: outputs written to the
+  // caller's buffers can then be read back after the model's arena and weights are returned.
+  Status unload();
 
  private:
   LoadedApiModel() = default;
