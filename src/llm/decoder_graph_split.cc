@@ -130,7 +130,9 @@ class Recogniser {
   Status probe_core(const Core& core, int64_t past, int64_t tokens);
   Status assign_stages();
   Expected<SegmentGraph> build_stage(int s);
-  Expected<int> token_axis(const Value* v) const;
+  // The axis named after input_ids' sequence dim, or -1 where inference lost the name (the
+  // model finds it on a probe: DecoderModel::find_token_axes).
+  int token_axis(const Value* v) const;
   ir::TensorType batch_one(ir::TensorType t) const {
     for (Dim& d : t.shape.dims())
       if (!d.symbol.empty() && d.symbol == batch_sym_) d = Dim(1);
@@ -224,7 +226,7 @@ Expected<Core> Recogniser::match(int64_t layer, const Value* past_k, const Value
       if (axis < 0) axis += 4;
       if (axis != 3)
         return refuse(layer, "Softmax %s normalises over axis %lld of the scores [B, H, T, past+T], not the keys' "
-                      "axis 3", n->label().c_str(), (long long)n->attr_int("axis", n->opset() >= 13 ? -1 : 1));
+                      "axis 3", n->label().c_str(), (long long)axis);
       core.softmax = n;
     } else if (auto s = scale_of(n, cur)) {
       core.scale *= *s;
@@ -391,19 +393,15 @@ Status Recogniser::probe_core(const Core& core, int64_t past, int64_t tokens) {
   return ok_status();
 }
 
-Expected<int> Recogniser::token_axis(const Value* v) const {
-  int axis = -1;
+int Recogniser::token_axis(const Value* v) const {
+  int axis = -1, found = 0;
   const Shape& s = v->shape();
   for (int i = 0; s.has_rank() && i < s.rank(); ++i)
     if (s[i].symbol == seq_sym_) {
-      if (axis >= 0) axis = -2;
-      if (axis == -1) axis = i;
+      axis = i;
+      ++found;
     }
-  if (axis < 0)
-    return unsupported("%s: value %s (%s) passes between stages but has no single sequence axis ('%s'): the "
-                       "stages cannot be run over a flat batch of tokens", file_.c_str(), v->name().c_str(),
-                       v->type().to_string().c_str(), seq_sym_.c_str());
-  return axis;
+  return found == 1 ? axis : -1;
 }
 
 Status Recogniser::assign_stages() {
@@ -533,9 +531,8 @@ Expected<SegmentGraph> Recogniser::build_stage(int s) {
       g->outputs().push_back(t);
       seg.outputs.push_back({o.key, o.key, {}, 1});
     } else {
-      KILN_ASSIGN_OR_RETURN(const int axis, token_axis(o.v));
       g->outputs().push_back(v);
-      seg.outputs.push_back({o.key, o.key, {}, axis});
+      seg.outputs.push_back({o.key, o.key, {}, token_axis(o.v)});
     }
   }
   seg.graph = std::move(g);

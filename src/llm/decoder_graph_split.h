@@ -41,7 +41,7 @@ struct SegmentPort {
   // Inputs the engine feeds (ids, positions, attention outputs): the dims to bind, -1 for T.
   // Empty: the stored tensor's own dims (values an earlier segment computed).
   std::vector<int64_t> dims;
-  int token_axis = 0;  // outputs: the axis of the tokens
+  int token_axis = 0;  // outputs: the axis of the tokens; -1: not known yet (found on a probe)
 };
 
 struct SegmentGraph {

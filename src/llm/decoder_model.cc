@@ -210,6 +210,7 @@ Expected<std::unique_ptr<DecoderModel>> DecoderModel::load_recognised(const std:
     stage.push_back(std::move(s));
     model->stages_.push_back(std::move(stage));
   }
+  KILN_RETURN_IF_ERROR(model->find_token_axes());
   KILN_RETURN_IF_ERROR(model->check_token_independence());
   model->note_ = str_format("%s: recognised %lld layers of attention with past (heads %lld, kv_heads %lld, head_dim "
                             "%lld, scale %.6g = 1/sqrt(%lld)); %lld stages run on Kiln's kernels, attention paged",
@@ -333,6 +334,48 @@ Status DecoderModel::head(int64_t t, float* logits) {
   kept_.clear();
   for (const auto& seg : stages_.back()) KILN_RETURN_IF_ERROR(seg->run(store_));
   return take("logits", logits, t * config_.vocab);
+}
+
+// Where inference lost the sequence dim's name (a view of flattened tokens, as Hugging Face's
+// Conv1D writes), the token axis of a value passed between stages is the one axis whose
+// extent follows T: every stage runs on 2 and on 3 tokens (attention replaced by the queries).
+Status DecoderModel::find_token_axes() {
+  const int64_t q_row = config_.heads * config_.head_dim, kv_row = config_.kv_heads * config_.head_dim;
+  std::map<std::string, std::vector<int64_t>> dims[2];
+  for (int64_t t : {2, 3}) {
+    std::vector<int64_t> ids(t, 0), pos(t);
+    for (int64_t i = 0; i < t; ++i) pos[i] = i;
+    std::vector<float> q(t * q_row), k(t * kv_row), v(t * kv_row);
+    KILN_RETURN_IF_ERROR(begin(t, ids.data(), pos.data()));
+    for (int64_t l = 0; l < config_.layers; ++l) {
+      KILN_RETURN_IF_ERROR(attention_inputs(l, q.data(), k.data(), v.data()));
+      KILN_RETURN_IF_ERROR(attention_output(l, q.data()));
+    }
+    for (const auto& seg : stages_.back()) KILN_RETURN_IF_ERROR(seg->run(store_));
+    for (const auto& [key, value] : store_) dims[t - 2][key] = value.dims;
+  }
+  for (auto& stage : stages_)
+    for (auto& seg : stage)
+      for (size_t o = 0; o < seg->outputs().size(); ++o) {
+        const SegmentPort& port = seg->outputs()[o];
+        if (port.token_axis >= 0) continue;
+        const auto& a = dims[0][port.key];
+        const auto& b = dims[1][port.key];
+        int axis = -1, differ = 0;
+        for (size_t i = 0; i < a.size() && a.size() == b.size(); ++i)
+          if (a[i] != b[i]) {
+            ++differ;
+            axis = a[i] == 2 && b[i] == 3 ? static_cast<int>(i) : -1;
+          }
+        if (differ != 1 || axis < 0)
+          return unsupported("%s: value %s, passed between stages, has no single axis of the tokens (dims with 2 "
+                             "and 3 tokens: %s and %s): the stages cannot run over a flat batch of tokens",
+                             config_.name.c_str(), port.key.c_str(), Shape::from_static(a).to_string().c_str(),
+                             Shape::from_static(b).to_string().c_str());
+        seg->set_token_axis(o, axis);
+      }
+  store_.clear();
+  return ok_status();
 }
 
 // Runs every stage (attention replaced by a per-token stand-in: the queries) over three

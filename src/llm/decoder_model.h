@@ -46,7 +46,7 @@ struct StepValue {
   std::vector<int64_t> dims;
   int token_axis = 0;
   std::vector<unsigned char> bytes;
-  int64_t tokens() const { return dims.empty() ? 0 : dims[token_axis]; }
+  int64_t tokens() const { return token_axis < 0 || dims.empty() ? 0 : dims[token_axis]; }
 };
 using StepStore = std::unordered_map<std::string, StepValue>;
 
@@ -64,6 +64,7 @@ class Segment {
   Status run(StepStore& store);
   const std::vector<SegmentPort>& inputs() const { return inputs_; }
   const std::vector<SegmentPort>& outputs() const { return outputs_; }
+  void set_token_axis(size_t output, int axis) { outputs_[output].token_axis = axis; }
   // "implementation xN" for each distinct kernel implementation the segment runs on.
   std::string implementations() const;
 
@@ -111,6 +112,7 @@ class DecoderModel {
   static Expected<std::unique_ptr<DecoderModel>> load_split(const std::string& dir);
   static Expected<std::unique_ptr<DecoderModel>> load_recognised(const std::string& file);
   Status take(const std::string& key, float* dst, int64_t elements) const;
+  Status find_token_axes();
   Status check_token_independence();
 
   DecoderConfig config_;

@@ -29,7 +29,11 @@ struct Reference {
 
 // "gpt2-tiny" (the exporter's split) or "gpt2-tiny/decoder.onnx" (the same weights as one
 // past-KV graph, its attention recognised): the reference is the directory's.
-std::string model_dir(const std::string& model) { return model.substr(0, model.find('/')); }
+std::string model_dir(const std::string& model) {
+  const std::string file = "/decoder.onnx";
+  const bool is_file = model.size() > file.size() && model.compare(model.size() - file.size(), file.size(), file) == 0;
+  return is_file ? model.substr(0, model.size() - file.size()) : model;
+}
 
 Reference load_reference(const std::string& param, const std::string& name = "reference") {
   Reference r;
@@ -406,6 +410,63 @@ TEST(EngineOptions, UnsupportedKvElementTypeIsAClearError) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("must be fp32 or bf16"), std::string::npos) << engine.status().message();
+}
+
+// A GPT-2 written as Hugging Face writes it (tests/llm/make_decoder_variants.py: fused QKV as
+// Conv1D, the scale on q, causality by Where from a sliced constant buffer, the padding mask
+// added), not by our exporter: recognised from its directory and exact to PyTorch, 16 requests
+// batched, and under preemption.
+TEST(RecognisedDecoder, HfGpt2WrittenDifferentlyMatchesPyTorchBatched) {
+  const Reference ref = load_reference("variants/hf-gpt2");
+  ASSERT_EQ(ref.prompts.size(), 20u);
+  auto decoder = DecoderModel::load(test::data_dir() + "/variants/hf-gpt2");
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  EXPECT_NE((*decoder)->recognition_note().find("recognised 2 layers of attention with past (heads 4, kv_heads 4, "
+                                                "head_dim 16, scale 0.25 = 1/sqrt(16))"),
+            std::string::npos)
+      << (*decoder)->recognition_note();
+  EngineOptions options;
+  options.max_batch = 16;
+  auto engine = make_engine("variants/hf-gpt2", options);
+  ASSERT_TRUE(engine);
+  int64_t most_running = 0;
+  engine->on_token = [&](int64_t, int64_t) { most_running = std::max(most_running, engine->stats().running); };
+  expect_matches_pytorch(*engine, ref, ref.prompts.size(), [&](size_t i) { return ref.steps - static_cast<int64_t>(3 * (i % 4)); });
+  EXPECT_EQ(most_running, 16);
+}
+
+TEST(RecognisedDecoder, HfGpt2WrittenDifferentlyStaysExactWhenPreempted) {
+  const Reference ref = load_reference("variants/hf-gpt2");
+  EngineOptions options;
+  options.max_batch = 8;
+  options.block_size = 8;
+  options.kv_blocks = 12;  // 96 token slots for 8 sequences of up to ~64 tokens
+  auto engine = make_engine("variants/hf-gpt2/decoder.onnx", options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref, ref.prompts.size(), [&](size_t) { return ref.steps; });
+  EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().kv.blocks_used, 0);
+}
+
+// Attention the paged kernel does not compute is refused at load, naming the layer and node.
+TEST(RecognisedDecoder, SoftmaxOverTheWrongAxisIsRefused) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/variants/refuse-softmax-axis/decoder.onnx");
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), StatusCode::kUnsupported);
+  const std::string message = decoder.status().to_string();
+  EXPECT_NE(message.find("layer 0: Softmax '"), std::string::npos) << message;
+  EXPECT_NE(message.find("normalises over axis 2 of the scores [B, H, T, past+T], not the keys' axis 3"),
+            std::string::npos) << message;
+}
+
+TEST(RecognisedDecoder, NonCausalMaskIsRefused) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/variants/refuse-noncausal/decoder.onnx");
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), StatusCode::kUnsupported);
+  const std::string message = decoder.status().to_string();
+  EXPECT_NE(message.find("layer 0: on a probe of 4 past and 3 new tokens, the core ending in '"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("differs from causal attention with scale 1/sqrt(16)"), std::string::npos) << message;
 }
 
 TEST(DecoderModel, NotADecoderDirectoryIsAClearError) {
