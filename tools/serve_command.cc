@@ -13,6 +13,7 @@
 #include "runtime/device.h"
 #include "serve/affinity.h"
 #include "serve/http_server.h"
+#include "serve/malloc_tuning.h"
 #include "tools/api_session.h"
 #include "tools/cli_options.h"
 #include "tools/subcommand.h"
@@ -95,6 +96,8 @@ Status serve(const ServeArgs& args, int devices_wanted) {
   serve::LogFile* log = log_file.get();
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> names, serve::list_repository(args.repository));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::init({.devices = devices_wanted, .threads = args.threads}));
+  // After the runtime's own malloc policy (kilnInit), which it overrides for a server.
+  const std::string malloc_policy = serve::apply_server_malloc_policy();
   std::vector<std::unique_ptr<DeviceGuard>> guards;
   std::vector<kilnrtContext> contexts;
   for (int d = 0; d < runtime->device_count(); ++d) {
@@ -139,9 +142,10 @@ Status serve(const ServeArgs& args, int devices_wanted) {
     say(stdout, log, str_format("kiln serve: HTTP threads on cores %s, inference on cores %s",
                                 serve::core_list_text(args.cores.http).c_str(),
                                 serve::core_list_text(args.cores.inference).c_str()));
-  say(stdout, log, str_format("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling, prefetch %s)", args.host.c_str(),
+  say(stdout, log, str_format("kiln serve: listening on http://%s:%d (%d device%s x %d thread%s, %s scheduling, prefetch %s%s%s)", args.host.c_str(),
               port, runtime->device_count(), runtime->device_count() == 1 ? "" : "s", runtime->threads_per_device(),
-              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str(), args.prefetch.c_str()));
+              runtime->threads_per_device() == 1 ? "" : "s", args.scheduling.c_str(), args.prefetch.c_str(),
+              malloc_policy.empty() ? "" : ", ", malloc_policy.c_str()));
   // From here this thread is the accept loop: on the HTTP cores, as the watcher it starts.
   KILN_RETURN_IF_ERROR(serve::pin_this_thread(args.cores.http), "the HTTP threads");
   std::atomic<bool> done{false};
