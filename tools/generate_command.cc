@@ -72,8 +72,11 @@ Expected<std::vector<int64_t>> parse_ids(const std::string& text, const char* op
 // neither (ids in and out).
 Expected<std::unique_ptr<llm::Tokenizer>> load_tokenizer(const GenerateArgs& args) {
   std::string path = args.tokenizer;
-  if (path.empty() && std::filesystem::is_regular_file(args.model + "/tokenizer.model"))
-    path = args.model + "/tokenizer.model";
+  // MODEL is a directory, or a decoder.onnx file in one.
+  const std::filesystem::path dir = std::filesystem::is_regular_file(args.model)
+                                        ? std::filesystem::path(args.model).parent_path()
+                                        : std::filesystem::path(args.model);
+  if (path.empty() && std::filesystem::is_regular_file(dir / "tokenizer.model")) path = (dir / "tokenizer.model").string();
   if (path.empty()) return std::unique_ptr<llm::Tokenizer>();
   return llm::Tokenizer::load(path);
 }
@@ -139,6 +142,8 @@ int run_generate(const GenerateArgs& args) {
 
   auto model = llm::DecoderModel::load(args.model);
   if (!model.ok()) return report_error(cmd, model.status().to_string());
+  // What the attention matcher recognised in a plain decoder.onnx, on stderr (stdout is the text).
+  if (!(*model)->recognition_note().empty()) std::fprintf(stderr, "%s\n", (*model)->recognition_note().c_str());
   if (tok != nullptr) {
     if (Status fits = llm::check_tokenizer_fits(*tok, (*model)->config().vocab); !fits.ok())
       return report_error(cmd, fits.to_string());
@@ -252,7 +257,9 @@ int run_generate(const GenerateArgs& args) {
 
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  app.add_option("model", args->model, "Decoder directory (bench/llm/export_decoder.py's config.json and segments)")
+  app.add_option("model", args->model,
+                 "Decoder directory (bench/llm/export_decoder.py's config.json and segments), or a past-KV "
+                 "decoder.onnx (or a directory holding one) whose attention Kiln recognises")
       ->required();
   app.add_option("--prompt", args->prompts,
                  "A prompt as text, encoded by the tokenizer with its <s> in front; repeat for more requests");

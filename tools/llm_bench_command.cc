@@ -243,6 +243,7 @@ int run_llm_bench(const LlmBenchArgs& a) {
   auto probe = llm::DecoderModel::load(a.model);
   if (!probe.ok()) return report_error(cmd, probe.status().to_string());
   const llm::DecoderConfig c = (*probe)->config();
+  if (!(*probe)->recognition_note().empty()) std::printf("%s\n", (*probe)->recognition_note().c_str());
   probe->reset();
   const int64_t fixed_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, kFixedLength,
                                                         kv_dtype_for(kConfigs[0], a));
@@ -370,7 +371,9 @@ int run_llm_bench(const LlmBenchArgs& a) {
 
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<LlmBenchArgs>();
-  app.add_option("model", args->model, "Decoder directory (bench/llm/export_decoder.py's config.json and segments)")
+  app.add_option("model", args->model,
+                 "Decoder directory (bench/llm/export_decoder.py's config.json and segments), or a past-KV "
+                 "decoder.onnx (or a directory holding one) whose attention Kiln recognises")
       ->required();
   app.add_option("--mode", args->mode, "paged, fixed (the padded-to-2048 baseline) or both (default), alternated");
   app.add_option("--requests", args->requests, "Requests in the workload (default 16)");
