@@ -243,7 +243,10 @@ int run_llm_bench(const LlmBenchArgs& a) {
   auto probe = llm::DecoderModel::load(a.model);
   if (!probe.ok()) return report_error(cmd, probe.status().to_string());
   const llm::DecoderConfig c = (*probe)->config();
-  if (!(*probe)->recognition_note().empty()) std::printf("%s\n", (*probe)->recognition_note().c_str());
+  // What the attention matcher recognised in a plain decoder.onnx: the report's first line (on
+  // stderr with --json, whose stdout is one JSON object).
+  if (!(*probe)->recognition_note().empty())
+    std::fprintf(a.json ? stderr : stdout, "%s\n", (*probe)->recognition_note().c_str());
   probe->reset();
   const int64_t fixed_bytes = llm::KvCache::block_bytes(c.layers, c.kv_heads, c.head_dim, kFixedLength,
                                                         kv_dtype_for(kConfigs[0], a));

@@ -469,6 +469,15 @@ TEST(RecognisedDecoder, NonCausalMaskIsRefused) {
   EXPECT_NE(message.find("differs from causal attention with scale 1/sqrt(16)"), std::string::npos) << message;
 }
 
+TEST(RecognisedDecoder, TokenMixingOutsideAttentionIsRefused) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/variants/refuse-token-mixing/decoder.onnx");
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), StatusCode::kUnsupported);
+  const std::string message = decoder.status().to_string();
+  EXPECT_NE(message.find("outside the recognised attention cores, the graph mixes tokens along the sequence axis"),
+            std::string::npos) << message;
+}
+
 TEST(DecoderModel, NotADecoderDirectoryIsAClearError) {
   auto missing = DecoderModel::load("no/such/dir");
   ASSERT_FALSE(missing.ok());

@@ -13,7 +13,10 @@
                       with its own contiguous cache, batch 1) and config.json (context);
   refuse-softmax-axis/ the same model normalising over the queries' axis (Softmax axis 2);
   refuse-noncausal/   the same model without the causal buffer (every token sees every
-                      other): both must be refused by the matcher, with the node named.
+                      other): both must be refused by the matcher, with the node named;
+  refuse-token-mixing/ the same model adding the mean over the sequence to the embeddings
+                      (outside attention, an op that mixes tokens): refused by the probe that
+                      runs the stages on 3 tokens together and on each alone.
 """
 import json
 import math
@@ -78,9 +81,10 @@ class Block(nn.Module):
 
 
 class HfGpt2(nn.Module):
-    def __init__(self, c, softmax_axis=-1, causal=True):
+    def __init__(self, c, softmax_axis=-1, causal=True, mix_tokens=False):
         super().__init__()
         self.c = c
+        self.mix_tokens = mix_tokens
         self.wte = nn.Embedding(c["vocab"], c["d_model"])
         self.wpe = nn.Embedding(c["context"], c["d_model"])
         self.h = nn.ModuleList([Block(c, softmax_axis, causal) for _ in range(c["layers"])])
@@ -90,6 +94,8 @@ class HfGpt2(nn.Module):
         mask = attention_mask[:, None, None, :].to(torch.float32)
         mask = (1.0 - mask) * torch.finfo(torch.float32).min
         x = self.wte(input_ids) + self.wpe(position_ids)
+        if self.mix_tokens:
+            x = x + x.mean(dim=1, keepdim=True)
         presents = []
         for i, blk in enumerate(self.h):
             x, k, v = blk(x, mask, past[2 * i], past[2 * i + 1])
@@ -130,6 +136,7 @@ def main():
     write(os.path.join(out, "hf-gpt2"), build(99), reference=True)
     write(os.path.join(out, "refuse-softmax-axis"), build(99, softmax_axis=-2), reference=False)
     write(os.path.join(out, "refuse-noncausal"), build(99, causal=False), reference=False)
+    write(os.path.join(out, "refuse-token-mixing"), build(99, mix_tokens=True), reference=False)
 
 
 if __name__ == "__main__":
