@@ -525,7 +525,18 @@ Expected<SegmentGraph> Recogniser::build_stage(int s) {
   for (const Out& o : outs) {
     Value* v = g->find_value(o.v->name());
     if (!v) return internal_error("%s: output %s was not built", seg.label.c_str(), o.v->name().c_str());
-    if (o.transpose) {
+    // Where the model itself made q/k/v head-major from token-major ([B, T, H, D] ->
+    // Transpose(0, 2, 1, 3)), the stage outputs what that transpose reads: no transpose there
+    // and back.
+    const Node* made = o.transpose ? o.v->producer() : nullptr;
+    Value* token_major = made && made->op_type() == "Transpose" &&
+                                 made->attr_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}
+                             ? g->find_value(made->input(0)->name())
+                             : nullptr;
+    if (token_major) {
+      g->outputs().push_back(token_major);
+      seg.outputs.push_back({token_major->name(), o.key, {}, 1});
+    } else if (o.transpose) {
       Value* t = g->get_or_add_value(o.key);
       add_transpose(v, t);
       g->outputs().push_back(t);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compiler.h"
+#include "core/logging.h"
 #include "frontend/onnx/onnx_importer.h"
 
 namespace kiln::llm {
@@ -57,6 +58,7 @@ Expected<std::unique_ptr<Segment>> Segment::create(SegmentGraph segment) {
   (void)executor;  // bind() prepares the one the segment keeps
   seg->outputs_ = std::move(segment.outputs);
   KILN_RETURN_IF_ERROR(seg->bind(std::move(segment.inputs)));
+  KILN_LOG(kDebug, "%s runs on %s", seg->path_.c_str(), seg->implementations().c_str());
   return seg;
 }
 
