@@ -77,6 +77,7 @@ build_target() {
   for word in "${words[@]:1}"; do
     case $word in
       "&&" | ":") ;;
+      -fuse-ld=*) ;;  # the release tree links with gold, which warns on clang's ASan runtime
       fuzz/CMakeFiles/$replay.dir/*.o) ;;
       -o) args+=(-o) ;;
       fuzz/$replay) args+=("$dir/fuzzer") ;;
