@@ -215,7 +215,10 @@ Status parse_input(const json& in, size_t index, std::string_view* binary, Tenso
       return invalid_argument("input '%s': binary_data_size %llu, but shape %s of %s takes %zu bytes", t->name.c_str(),
                               static_cast<unsigned long long>(n), json_brief(*shape).c_str(), datatype->get<std::string>().c_str(),
                               expected);
-    t->bytes.assign(binary->begin(), binary->begin() + static_cast<ptrdiff_t>(n));
+    // From uint8_t pointers, a memmove: char iterators into a uint8_t vector were copied
+    // element by element (3% of the server's CPU time at saturation, docs/serve.md).
+    const auto* src = reinterpret_cast<const uint8_t*>(binary->data());
+    t->bytes.assign(src, src + n);
     binary->remove_prefix(n);
     return ok_status();
   }
