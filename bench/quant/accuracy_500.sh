@@ -8,7 +8,8 @@
 #      nearly constant; both the seeded and the fitted models are evaluated;
 #   4. ResNet-50: `kiln quantize --method entropy` on the calibration images only, then
 #      eval_top1.py on the 600 evaluation images: Kiln int8 against Kiln fp32 and against
-#      ONNX Runtime fp32 (top-1 agreement, cosine);
+#      ONNX Runtime fp32 (top-1 agreement, cosine), and ONNX Runtime's int8 on the same QDQ file
+#      against ONNX Runtime fp32 and against Kiln's int8 (is a disagreement the model's or Kiln's);
 #   5. MobileNetV2: `kiln quantize --accuracy-budget BUDGET --sensitivity` (the budget held to
 #      on the last 20% of the calibration images, which the ranges and the fit did not use;
 #      the evaluation images are not seen), eval_top1.py as for ResNet-50, the kept layers;
@@ -16,10 +17,12 @@
 #      and 2 threads, Kiln with OMP_WAIT_POLICY=passive (skipped with --no-bench);
 #   then steps 4 and 5 again on the seeded models as exported.
 # Goals: ResNet-50 top-1 agreement >= 99%; MobileNetV2 >= 98.5% and latency <= 0.6x ORT fp32.
-# Heavy for a shared machine: everything runs at nice 10 and one step at a time (about
-# 25 minutes on 2 busy cores).
+# Heavy for a shared machine: everything runs at nice 10 and one step at a time (each
+# ResNet-50 quantisation about 7 minutes and each evaluation 4-7, each MobileNetV2 sensitivity
+# analysis about 3, on the 2 cores at load 6-13: about an hour in all).
 #
 # usage: bench/quant/accuracy_500.sh [WORK_DIR] [--budget 1%] [--no-bench]
+#   (a QDQ model already in WORK_DIR with its report is kept: remove it to quantise again)
 set -e
 here=$(dirname "$0")
 src=$(cd "$here/../.." && pwd)
@@ -37,6 +40,9 @@ kiln="$src/build/release/tools/kiln"
 py="nice -n 10 /usr/bin/python3"
 data="$work/quant-data"
 export PYTHONPATH="$src/build/release/python"
+# Kiln's OpenMP threads sleep when idle: spinning, they make every fork-join wait for a preempted
+# thread when other work keeps the cores busy (docs/quantization.md, "Threads on a shared machine")
+export OMP_WAIT_POLICY=passive
 step() { echo; echo "== $* ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 
 step models
@@ -50,13 +56,16 @@ for m in resnet50 mobilenet_v2; do
 done
 
 # kiln quantize's calibration and evaluation with the same inputs for every model
-quantize() {   # MODEL.onnx OUT_PREFIX [options...]
+quantize() {   # MODEL.onnx OUT_PREFIX [options...]; a model quantised before is kept
   model=$1 out=$2; shift 2
+  if [ -s "$out.int8.onnx" ] && [ -s "$out.quant.json" ]; then echo "kept $out.int8.onnx"; return; fi
   nice -n 10 "$kiln" quantize "$model" --calibration "$data/calibration" --method entropy \
     --threads 2 -o "$out.int8.onnx" --report "$out.quant.json" "$@"
 }
-evaluate() {   # FP32.onnx INT8.onnx
+evaluate() {   # FP32.onnx INT8.onnx: Kiln's int8, then ONNX Runtime's int8 on the same file
   $py "$here/eval_top1.py" "kiln:$1" "kiln:$2" --also-ref "ort:$1" \
+    --data "$data/evaluation" --threads 2
+  $py "$here/eval_top1.py" "ort:$1" "ort:$2" --also-ref "kiln:$2" \
     --data "$data/evaluation" --threads 2
 }
 
@@ -88,7 +97,7 @@ if [ $bench = yes ]; then
   x=$(ls "$data/evaluation/"*.npy | head -1)
   $py "$here/int8_bench.py" --fp32 "$work/mobilenet_v2.fit.onnx" \
     --qdq "$work/mobilenet_v2.fit.int8.onnx" --input "input=$x" --input-shape input:1,3,224,224 \
-    --threads 1,2 --runs 15 --work-dir "$work/bench" --kiln-omp-wait-policy passive
+    --threads 1,2 --runs 15 --work-dir "$work/bench" --kiln-omp-wait-policy passive --no-build
 fi
 evaluate_variant model
 step done
