@@ -187,6 +187,8 @@ const std::vector<EnvKnob>& env_knobs() {
        nullptr},
       {"KILN_SOURCE_DIR", "a directory", "set by CTest", "tests/api: the source tree, for test models.", nullptr},
       {"KILN_STRESS_SECONDS", "seconds", "10", "tests/api: how long the stress test runs.", nullptr},
+      {"KILN_LLM_TEST_DATA", "a directory", "the CTest fixture's", "tests/llm: the data make_test_data.py wrote.",
+       nullptr},
       {"KILN_E2E_PYTHON", "a python3", "/usr/bin/python3", "tests/e2e: the Python with torch and onnx.", nullptr},
       {"KILN_E2E_NODE", "a node", "node", "tests/e2e: Node.js for ONNX Runtime.", nullptr},
       {"KILN_E2E_NO_PIL", "any value", "unset", "tests/e2e: decode test images without PIL.", nullptr},

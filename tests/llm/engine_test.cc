@@ -132,7 +132,9 @@ TEST_P(EngineVsPyTorch, GreedyUnderMemoryPressurePreemptsAndStaysExact) {
   EngineOptions options;
   options.max_batch = 8;
   options.block_size = 8;
-  options.kv_blocks = 16;  // 128 token slots for 8 sequences of up to ~90 tokens
+  // 128 token slots for 8 sequences of up to ~90 tokens (48 steps; more at a larger scale, as
+  // exactness_full_scale.sh runs it, still far fewer than the 8 sequences need together).
+  options.kv_blocks = 16 * ((ref_.steps + 47) / 48);
   auto engine = make_engine(GetParam(), options);
   ASSERT_TRUE(engine);
   expect_matches_pytorch(*engine, ref_, ref_.prompts.size(), [&](size_t) { return ref_.steps; });
@@ -218,7 +220,7 @@ TEST_P(EngineVsPyTorch, ChunkedPrefillPreemptedOrSharingAPrefixStaysExact) {
   EngineOptions options;
   options.max_batch = 8;
   options.block_size = 8;
-  options.kv_blocks = 16;
+  options.kv_blocks = 16 * ((ref_.steps + 47) / 48);  // as above
   options.max_step_tokens = 8;
   auto engine = make_engine(GetParam(), options);
   ASSERT_TRUE(engine);

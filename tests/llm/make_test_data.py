@@ -207,7 +207,13 @@ def long_streams(sp, count=3, length=1200, every=37):
 
 
 def main():
-    out = sys.argv[1]
+    import argparse
+    ap = argparse.ArgumentParser(description="Writes the LLM tests' data (see the module's doc).")
+    ap.add_argument("out_dir")
+    ap.add_argument("--steps", type=int, default=STEPS,
+                    help=f"greedy tokens per reference prompt (default {STEPS}; the acceptance's scale is 256)")
+    args = ap.parse_args()
+    out, steps = args.out_dir, args.steps
     tokenizer_case(os.path.join(out, "tokenizer"))
     tokenizer_case(os.path.join(out, "tokenizer_bytes"), byte_fallback=True)
     # More pieces than the tiny decoders' 512: not their tokenizer (refused at load).
@@ -218,7 +224,7 @@ def main():
                    shapes=((70, 1), (0, 40), (33, 20), (0, 1)), seed=11)
     for name in ("gpt2-tiny", "llama-tiny"):
         subprocess.run([sys.executable, EXPORTER, name, os.path.join(out, name),
-                        "--reference", str(PROMPTS), "--steps", str(STEPS),
+                        "--reference", str(PROMPTS), "--steps", str(steps),
                         "--shared-prefix", str(SHARED_PREFIX), "--bf16-kv-reference"], check=True)
 
 
