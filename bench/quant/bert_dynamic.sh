@@ -23,5 +23,5 @@ if [ "$kind" = per-column ]; then pc=--per-channel; else pc=; fi
 /usr/bin/python3 "$here/quantize_dynamic.py" "$model" "$q" $pc
 /usr/bin/python3 "$here/int8_bench.py" --fp32 "$model" --qdq "$q" --input "input_ids=$ids" \
   --input "attention_mask=$mask" --threads 1,2 --runs 15 --work-dir "$work/bench" \
-  --kiln-omp-wait-policy "$policy"
+  --kiln-omp-wait-policy "$policy" --no-build
 PYTHONPATH="$src/build/release/python" /usr/bin/python3 "$here/bert_cosine.py" "$model" "$q" --n 100 --threads 2
