@@ -22,7 +22,8 @@
 # analysis about 3, on the 2 cores at load 6-13: about an hour in all).
 #
 # usage: bench/quant/accuracy_500.sh [WORK_DIR] [--budget 1%] [--no-bench]
-#   (a QDQ model already in WORK_DIR with its report is kept: remove it to quantise again)
+#   (a QDQ model already in WORK_DIR with its report is kept: remove it to quantise again;
+#   kiln, kiln_session and the Python module are used as built: build them first)
 set -e
 here=$(dirname "$0")
 src=$(cd "$here/../.." && pwd)

@@ -8,6 +8,7 @@
 #   2. bert_cosine.py: cosine of the pooled output, Kiln int8 vs Kiln fp32, over 100 inputs
 #      shaped like real text.
 # Goal (issue 28): cosine >= 0.99 and Kiln int8 <= 0.45x ORT fp32.
+# Build kiln and kiln_session first (through the build lock): the bench times them as they are.
 #
 # usage: bench/quant/bert_dynamic.sh BERT.onnx INPUT_IDS.npy ATTENTION_MASK.npy [per-tensor|per-column]
 #        [WORK_DIR] [default|passive]   (the e2e export: build/release/e2e/models/bert/{model.onnx,
