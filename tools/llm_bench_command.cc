@@ -4,9 +4,10 @@
 //
 //   fixed           every request alone (no batching across sessions), its prefill padded to
 //                   2048 rows, its KV one contiguous region of 2048 token slots (one block of
-//                   2048 tokens per session);
-//   fixed-buckets   the same with the prefill padded to the buckets 128/512/1024/2048 instead:
-//                   the buckets alone;
+//                   2048 tokens per session), its attention over all 2048 slots at every step
+//                   (the padded ones at weight 0), as one static graph of length 2048 runs it;
+//   fixed-buckets   the same with the prefill and the attention padded to the bucket of the
+//                   context, 128/512/1024/2048 (a static graph per bucket): the buckets alone;
 //   paged-nobuckets paged KV (blocks of --block-size), continuous batching of up to --batch
 //                   sessions, prefill padded to 2048;
 //   paged           paged KV, continuous batching, prefill buckets (the engine's default);
@@ -23,8 +24,8 @@
 // the sessions that fit in --kv-memory at their final lengths, fragmentation averaged over
 // decode steps, and the latencies a user sees: time to first token (from the request's arrival)
 // and time per output token after the first, p50 and p99 over the requests of every run.
-// Note the baseline is favoured: its decode attention reads only the tokens written, where a
-// static graph would attend over all 2048 padded slots.
+// The fixed modes attend over their padded lengths (llm::EngineOptions::attention_buckets) with
+// the paged modes' kernel, so the two differ in what they compute, not in how well.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,6 +144,7 @@ llm::EngineOptions options_for(const Config& cfg, const LlmBenchArgs& a) {
   o.block_size = cfg.paged ? a.block_size : kFixedLength;
   o.max_batch = cfg.paged ? a.batch : 1;
   if (!cfg.buckets) o.prefill_buckets = {kFixedLength};
+  if (!cfg.paged) o.attention_buckets = cfg.buckets ? o.prefill_buckets : std::vector<int64_t>{kFixedLength};
   if (cfg.chunked) o.max_step_tokens = a.step_tokens;
   o.kv_dtype = kv_dtype_for(cfg, a);
   return o;

@@ -31,6 +31,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DecoderModel> m
     return invalid_argument("max step tokens %lld: must be 0 (no budget) or at least the max batch %lld, so that "
                             "every decoding sequence's row fits a step",
                             (long long)options.max_step_tokens, (long long)options.max_batch);
+  if (!options.attention_buckets.empty() &&
+      (!std::is_sorted(options.attention_buckets.begin(), options.attention_buckets.end()) ||
+       options.attention_buckets.front() <= 0 || options.attention_buckets.back() > options.block_size))
+    return invalid_argument("attention buckets must be positive, ascending and at most the KV block size %lld (one "
+                            "block holds a sequence's padded keys)", (long long)options.block_size);
   if (!kv_dtype_supported(options.kv_dtype))
     return invalid_argument("KV cache element type %s: must be fp32 or bf16", dtype_name(options.kv_dtype));
   int64_t blocks = options.kv_blocks;
@@ -43,7 +48,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DecoderModel> m
                               (long long)block_bytes);
   }
   KILN_ASSIGN_OR_RETURN(auto cache, KvCache::create(c.layers, c.kv_heads, c.head_dim, blocks, options.block_size,
-                                                        options.kv_dtype));
+                                                        options.kv_dtype, !options.attention_buckets.empty()));
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(cache), options));
 }
 
@@ -306,6 +311,20 @@ Status Engine::run_to_completion() {
   return ok_status();
 }
 
+std::vector<AttentionSequence> Engine::static_shape_sequences(int64_t t, std::vector<AttentionSequence> seqs) const {
+  const std::vector<int64_t>& buckets = options_.attention_buckets;
+  if (buckets.empty()) return seqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    AttentionSequence& s = seqs[i];
+    const int64_t context = s.start + s.count;
+    const auto fits = std::lower_bound(buckets.begin(), buckets.end(), context);
+    s.padded_keys = fits == buckets.end() ? buckets.back() : *fits;
+    // The pass's padding rows follow its last sequence: attended too, within its padded keys.
+    if (i + 1 == seqs.size()) s.count = std::max(s.count, std::min(t - s.row, s.padded_keys - s.start));
+  }
+  return seqs;
+}
+
 Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
   const DecoderConfig& c = config();
   const int64_t q_row = c.heads * c.head_dim, kv_row = c.kv_heads * c.head_dim;
@@ -317,12 +336,13 @@ Status Engine::forward(int64_t t, const std::vector<AttentionSequence>& seqs) {
   attn_.assign(t * q_row, 0.0f);
   KILN_RETURN_IF_ERROR(model_->begin(t, ids_.data(), positions_.data()));
   const AttentionShape shape{c.heads, c.kv_heads, c.head_dim, options_.block_size};
+  const std::vector<AttentionSequence> attended = static_shape_sequences(t, seqs);
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     KILN_RETURN_IF_ERROR(model_->attention_inputs(layer, q_.data(), k_.data(), v_.data()));
     for (const AttentionSequence& s : seqs)
       for (int64_t r = 0; r < s.count; ++r)
         cache_->write(layer, s.block_table, s.start + r, k_.data() + (s.row + r) * kv_row, v_.data() + (s.row + r) * kv_row);
-    paged_attention(shape, q_.data(), cache_->pools(layer), seqs, attn_.data());
+    paged_attention(shape, q_.data(), cache_->pools(layer), attended, attn_.data());
     KILN_RETURN_IF_ERROR(model_->attention_output(layer, attn_.data()));
   }
   return ok_status();

@@ -63,6 +63,14 @@ struct EngineOptions {
   // Element type of the KV pool: kFloat32, or kBFloat16 (half the bytes per block, so twice the
   // blocks in kv_cache_mib; K/V rounded to nearest even as stored, attention math in fp32).
   DataType kv_dtype = DataType::kFloat32;
+  // Static-shape emulation, for kiln llm-bench's fixed-length baselines (a graph compiled per
+  // sequence length, as issue 29's baseline and the articles' buckets are). Empty (the
+  // default): attention reads each token's causal keys only. Else each sequence's attention
+  // scores keys up to the smallest of these lengths that holds its context (at weight 0 past
+  // the causal ones), and a prefill pass's padding rows are attended too, as the compiled
+  // graph of that length computes them; the pool is zero-filled, and its blocks must hold the
+  // largest length (one block per sequence). Results are the same; only the cost differs.
+  std::vector<int64_t> attention_buckets;
 };
 
 struct Request {
@@ -157,6 +165,9 @@ class Engine {
   // Runs the layers over `t` rows of ids_/positions_ with attention over `seqs`; the caller
   // keeps the rows that sample (DecoderModel::keep_rows) for the head.
   Status forward(int64_t t, const std::vector<AttentionSequence>& seqs);
+  // With attention_buckets, `seqs` as a static graph of the bucket's length attends them (each
+  // sequence's padded keys, the pass's padding rows); without, `seqs` itself.
+  std::vector<AttentionSequence> static_shape_sequences(int64_t t, std::vector<AttentionSequence> seqs) const;
   void accept(int64_t id, const float* logits);
   void retire(int64_t id, RequestState::Phase phase);
   void preempt(int64_t id);

@@ -32,7 +32,8 @@ std::optional<DataType> kv_dtype_from_name(std::string_view name) {
 const char* kv_dtype_name(DataType dtype) { return dtype == DataType::kBFloat16 ? "bf16" : "fp32"; }
 
 Expected<std::unique_ptr<KvCache>> KvCache::create(int64_t layers, int64_t kv_heads, int64_t head_dim,
-                                                   int64_t num_blocks, int64_t block_size, DataType dtype) {
+                                                   int64_t num_blocks, int64_t block_size, DataType dtype,
+                                                   bool zero_filled) {
   if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || num_blocks <= 0 || block_size <= 0)
     return invalid_argument("KV cache: layers, heads, head_dim, blocks and block size must be positive");
   if (!kv_dtype_supported(dtype))
@@ -43,10 +44,12 @@ Expected<std::unique_ptr<KvCache>> KvCache::create(int64_t layers, int64_t kv_he
   cache->elem_bytes_ = dtype == DataType::kBFloat16 ? 2 : 4;
   const size_t bytes = static_cast<size_t>(num_blocks * block_size * cache->row_ * cache->elem_bytes_);
   for (int64_t l = 0; l < layers; ++l) {
-    // Not zeroed: attention reads only slots written before, and untouched pages of a large
-    // pool then cost nothing (zeroing 256 MiB took most of a short run).
-    auto k = std::unique_ptr<std::byte[]>(new (std::nothrow) std::byte[bytes]);
-    auto v = std::unique_ptr<std::byte[]>(new (std::nothrow) std::byte[bytes]);
+    // Not zeroed unless asked: attention reads only slots written before, and untouched pages
+    // of a large pool then cost nothing (zeroing 256 MiB took most of a short run).
+    auto k = std::unique_ptr<std::byte[]>(zero_filled ? new (std::nothrow) std::byte[bytes]()
+                                                      : new (std::nothrow) std::byte[bytes]);
+    auto v = std::unique_ptr<std::byte[]>(zero_filled ? new (std::nothrow) std::byte[bytes]()
+                                                      : new (std::nothrow) std::byte[bytes]);
     if (!k || !v)
       return resource_exhausted(
           "KV cache: cannot allocate %lld blocks (%lld MiB)", (long long)num_blocks,

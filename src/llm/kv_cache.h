@@ -29,9 +29,11 @@ class KvCache {
  public:
   // Invalid argument for a non-positive size or a dtype kv_dtype_supported refuses; resource
   // exhausted when the pool cannot be allocated.
+  // `zero_filled`: every slot starts at 0 (padded attention reads slots never written, at weight
+  // 0, which must be finite); otherwise the pool is left untouched until used.
   static Expected<std::unique_ptr<KvCache>> create(int64_t layers, int64_t kv_heads, int64_t head_dim,
                                                    int64_t num_blocks, int64_t block_size,
-                                                   DataType dtype = DataType::kFloat32);
+                                                   DataType dtype = DataType::kFloat32, bool zero_filled = false);
   // Bytes one block takes over all layers, K and V.
   static int64_t block_bytes(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size,
                              DataType dtype = DataType::kFloat32) {

@@ -109,8 +109,9 @@ void attend(const AttentionShape& shape, const float* q, const T* k_pool, const 
       const int64_t g0 = part * kv_heads / parts, g1 = (part + 1) * kv_heads / parts;
       const int64_t h0 = g0 * group, nh = (g1 - g0) * group;  // query heads h0 .. h0 + nh - 1
       const int64_t row = seq.row + i;
-      const int64_t keys = seq.start + i + 1;
-      const int64_t stride = (keys + lanes - 1) / lanes * lanes;  // scores of head h0 + hl: [hl * stride, + keys)
+      const int64_t keys = seq.start + i + 1;                   // the causal keys
+      const int64_t computed = std::max(keys, seq.padded_keys);  // keys scored and summed (padded_keys)
+      const int64_t stride = (computed + lanes - 1) / lanes * lanes;  // scores of head h0 + hl: [hl * stride, + computed)
       const float* qrow = q + (row * heads + h0) * hd;
       float* dst = out + (row * heads + h0) * hd;
       if (static_cast<int64_t>(scores.size()) < nh * stride) scores.resize(nh * stride);
@@ -119,16 +120,16 @@ void attend(const AttentionShape& shape, const float* q, const T* k_pool, const 
         return pool + (static_cast<int64_t>(seq.block_table[j / bs]) * bs + j % bs) * row_elems + g0 * hd;
       };
       // Keys [j, j + chunk(j)) lie in one block.
-      auto chunk = [&](int64_t j) { return std::min({lanes, bs - j % bs, keys - j}); };
+      auto chunk = [&](int64_t j) { return std::min({lanes, bs - j % bs, computed - j}); };
       // Prefetches KV head gl's part of the rows of the chunk at j (none past the keys).
       auto prefetch = [&](const T* pool, int64_t j, int64_t gl) {
-        if (j >= keys) return;
+        if (j >= computed) return;
         const char* p = reinterpret_cast<const char*>(at(pool, j) + gl * hd);
         const int64_t n = chunk(j), bytes = hd * static_cast<int64_t>(sizeof(T));
         for (int64_t r = 0; r < n; ++r)
           for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + (r * row_elems * sizeof(T)) + b);
       };
-      for (int64_t j = 0; j < keys;) {
+      for (int64_t j = 0; j < computed;) {
         const int64_t n = chunk(j);
         const T* k = at(k_pool, j);
         for (int64_t hl = 0; hl < nh; ++hl) {
@@ -150,7 +151,8 @@ void attend(const AttentionShape& shape, const float* q, const T* k_pool, const 
         }
         j += n;
       }
-      // Softmax per head; the padding lanes past the keys hold -inf, which Exp takes to 0.
+      // Softmax per head; the padding lanes past the keys (and the padded keys' scores) hold
+      // -inf, which Exp takes to 0.
       const auto neg_inf = hn::Set(d, -INFINITY);
       for (int64_t hl = 0; hl < nh; ++hl) {
         float* sc = scores.data() + hl * stride;
@@ -169,7 +171,7 @@ void attend(const AttentionShape& shape, const float* q, const T* k_pool, const 
       }
       std::fill(dst, dst + nh * hd, 0.0f);
       for (int64_t hl = 0; hl < nh; hl += group) prefetch(v_pool, 0, hl / group);
-      for (int64_t j = 0; j < keys;) {
+      for (int64_t j = 0; j < computed;) {
         const int64_t n = chunk(j);
         const T* v = at(v_pool, j);
         for (int64_t hl = 0; hl < nh; ++hl) {

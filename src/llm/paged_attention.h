@@ -27,6 +27,12 @@ struct AttentionSequence {
   int64_t start = 0;
   int64_t count = 0;
   int64_t row = 0;
+  // Static-shape emulation (kiln llm-bench's fixed-length baselines): when larger than a token's
+  // causal keys, the token also scores positions up to padded_keys - 1 and takes them through
+  // the softmax and the weighted sum of values at weight 0, as a graph compiled for a padded
+  // length computes them. The block table must cover padded_keys positions, whose slots hold
+  // finite values (a zero-filled pool); the result is the same as without. 0: causal keys only.
+  int64_t padded_keys = 0;
 };
 
 // One layer's K and V pools, [block][slot][kv_head][head_dim] elements of `dtype` each:

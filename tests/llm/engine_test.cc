@@ -110,6 +110,22 @@ TEST_P(EngineVsPyTorch, GreedyOneRequestAtATime) {
   expect_matches_pytorch(*engine, ref_, 8, [&](size_t) { return ref_.steps; });
 }
 
+// kiln llm-bench's fixed-length baselines (EngineOptions::attention_buckets): one sequence at a
+// time in one 512-token block, prefill and attention padded to the bucket of the context (64 or
+// 512: both taken, as prompt + tokens pass 64), the padded keys and rows computed at weight 0:
+// still PyTorch's tokens and logits.
+TEST_P(EngineVsPyTorch, StaticShapeEmulationStaysExact) {
+  EngineOptions options;
+  options.max_batch = 1;
+  options.block_size = 512;
+  options.kv_blocks = 2;
+  options.prefill_buckets = {64, 512};
+  options.attention_buckets = {64, 512};
+  auto engine = make_engine(GetParam(), options);
+  ASSERT_TRUE(engine);
+  expect_matches_pytorch(*engine, ref_, 4, [&](size_t) { return ref_.steps; });
+}
+
 TEST_P(EngineVsPyTorch, GreedyBatchedContinuously) {
   EngineOptions options;
   options.max_batch = 16;
@@ -401,6 +417,19 @@ TEST(EngineOptions, StepTokenBudgetBelowTheBatchIsAClearError) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("max step tokens 15"), std::string::npos) << engine.status().message();
+}
+
+TEST(EngineOptions, AttentionBucketsBeyondTheBlockAreAClearError) {
+  auto decoder = DecoderModel::load(test::data_dir() + "/gpt2-tiny");
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  EngineOptions options;
+  options.block_size = 256;
+  options.attention_buckets = {128, 512};
+  auto engine = Engine::create(std::move(*decoder), options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("at most the KV block size 256"), std::string::npos)
+      << engine.status().message();
 }
 
 TEST(EngineOptions, UnsupportedKvElementTypeIsAClearError) {

@@ -96,6 +96,44 @@ void check_bf16(const std::string& dir, const AttentionShape& shape) {
   EXPECT_LT(worst, 1e-5) << "max abs difference from NumPy over the bf16-rounded K/V";
 }
 
+// padded_keys (the fixed-length baselines of kiln llm-bench): every token also scores keys past
+// its causal ones, up to a padded length that is neither a multiple of the block nor of the
+// vector, read from other sequences' blocks (finite, nonzero, unrelated values): weight 0, so
+// the result is NumPy's causal attention as before. A masking slip would mix those values in.
+void check_padded(const std::string& dir, const AttentionShape& shape) {
+  ASSERT_TRUE(std::filesystem::is_directory(test::data_dir())) << test::data_dir() << ": no test data";
+  Tensor k = test::npy(dir + "/k_pool.npy"), v = test::npy(dir + "/v_pool.npy");
+  Tensor tables = test::npy(dir + "/tables.npy"), seqs = test::npy(dir + "/sequences.npy");
+  Tensor q = test::npy(dir + "/q.npy"), expected = test::npy(dir + "/expected.npy");
+  const int64_t blocks = k.dims()[0], bs = shape.block_size, width = tables.dims()[1];
+  int64_t longest = 0;
+  for (int64_t s = 0; s < seqs.dims()[0]; ++s)
+    longest = std::max(longest, seqs.data<int64_t>()[s * 3] + seqs.data<int64_t>()[s * 3 + 1]);
+  const int64_t padded = longest + 2 * bs + 3;
+  const int64_t padded_width = (padded + bs - 1) / bs;
+  std::vector<int32_t> wide(seqs.dims()[0] * padded_width);
+  std::vector<AttentionSequence> list;
+  for (int64_t s = 0; s < seqs.dims()[0]; ++s) {
+    for (int64_t b = 0; b < padded_width; ++b) {
+      const int32_t own = b < width ? tables.data<int32_t>()[s * width + b] : -1;
+      wide[s * padded_width + b] = own >= 0 ? own : static_cast<int32_t>((7 * s + 3 * b + 1) % blocks);
+    }
+    const int64_t* row = seqs.data<int64_t>() + s * 3;
+    list.push_back({wide.data() + s * padded_width, row[0], row[1], row[2], padded});
+  }
+  std::vector<float> out(q.num_elements(), 0.0f);
+  paged_attention(shape, q.data<float>(), {k.data<float>(), v.data<float>(), DataType::kFloat32}, list, out.data());
+  double worst = 0;
+  for (int64_t i = 0; i < q.num_elements(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(out[i]) - expected.data<float>()[i]));
+  EXPECT_LT(worst, 1e-5) << "max abs difference from NumPy with " << padded << " padded keys";
+}
+
+TEST(PagedAttention, PaddedKeysWeighNothing) {
+  check_padded("attention", {4, 2, 40, 4});
+  check_padded("attention_wide", {8, 2, 64, 32});
+}
+
 TEST(PagedAttention, MatchesNumPyThroughShuffledBlockTables) { check_fp32("attention", {4, 2, 40, 4}); }
 
 TEST(PagedAttention, Bf16PoolRoundsToNearestEvenAndMatchesNumPy) { check_bf16("attention", {4, 2, 40, 4}); }
