@@ -74,6 +74,9 @@ void watch_signals(serve::HttpServer& server, serve::ModelRegistry& registry, se
       say(stderr, log, str_format("kiln serve: %s: finishing the requests in flight, then stopping",
                                   sig == SIGINT ? "SIGINT" : "SIGTERM"));
       registry.stop_waiting();  // queued requests must not wait out their batching delay
+      // A signal right after "listening" may come before the accept loop runs, when stopping
+      // would not stop it (the server then served on and SIGTERM hung a CI run): wait for it.
+      while (!done.load() && !server.listening()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       server.stop();
       return;
     }

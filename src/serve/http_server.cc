@@ -555,6 +555,8 @@ void HttpServer::stop() {
   impl_->server.stop();
 }
 
+bool HttpServer::listening() const { return impl_->server.is_running(); }
+
 std::string HttpServer::serve_bytes(std::string_view bytes, std::vector<int>* statuses, int max_requests) {
   ByteStream stream(bytes);
   tls_statuses = statuses;

@@ -47,8 +47,12 @@ class HttpServer {
   // thread (the accept loop) is pinned to options.cores, and the connection threads it
   // starts (named kiln-http) inherit them.
   Status listen();
-  // Safe from any thread; health/ready turns false at once.
+  // Safe from any thread; health/ready turns false at once. Before listen() has begun accepting
+  // it does not stop the accept loop about to start (httplib's stop() acts on a running loop
+  // only): callers wait for listening() first.
   void stop();
+  // True from the moment listen()'s accept loop runs until it ends.
+  bool listening() const;
 
   // One connection served without a socket (the fuzz target fuzz/serve_http.cc, tests):
   // httplib's parser reads the requests out of `bytes` (keep-alive: one after another until
