@@ -41,8 +41,10 @@ run() {
   echo "== $binary --gtest_filter=$filter"
   KILN_LLM_TEST_DATA="$work" "$build/tests/llm/$binary" --gtest_filter="$filter" --gtest_brief=1 || status=1
 }
-# Every test that compares with PyTorch's references (the others do not read the steps).
-run kiln_llm_tests '*EngineVsPyTorch.*'
+# Every test that compares with PyTorch's references (the others do not read the steps), but
+# Bf16KvStaysNearFp32PyTorch: a bf16 KV pool against the fp32 model, whose greedy paths may part
+# on a near tie over a long generation (docs/llm.md); its exactness against a bf16 cache runs.
+run kiln_llm_tests '*EngineVsPyTorch.*:-*Bf16KvStaysNearFp32PyTorch*'
 run kiln_llm_capi_tests '*LlmCApi.*'
 [ $status -eq 0 ] && echo "exactness at $steps tokens: all passed" || echo "exactness at $steps tokens: FAILED"
 exit $status
