@@ -192,6 +192,7 @@ const std::vector<EnvKnob>& env_knobs() {
       {"KILN_E2E_PYTHON", "a python3", "/usr/bin/python3", "tests/e2e: the Python with torch and onnx.", nullptr},
       {"KILN_E2E_NODE", "a node", "node", "tests/e2e: Node.js for ONNX Runtime.", nullptr},
       {"KILN_E2E_NO_PIL", "any value", "unset", "tests/e2e: decode test images without PIL.", nullptr},
+      {"KILN_E2E_KEEP", "0|1", "0", "tests/e2e: 1 keeps the -O0, mixed and open-dims .kiln files.", nullptr},
       {"KILN_BIN", "a kiln executable", "unset", "bench/ scripts: the kiln command to measure.", nullptr},
       {"KILN_BENCH_PYTHON", "a python3", "/usr/bin/python3", "bench/ scripts: the Python with numpy and onnx.",
        nullptr},

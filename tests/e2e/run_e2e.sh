@@ -106,6 +106,10 @@ case $model in
 esac
 step "reference"
 
+# The variants' .kiln files (BERT's are 0.4-0.8 GB each) go once their outputs are written, so
+# a run of every e2e test needs about 2 GB less disk; KILN_E2E_KEEP=1 keeps them to look into.
+drop_model() { [[ ${KILN_E2E_KEEP:-0} == 1 ]] || rm -f "$1"; }
+
 # 2. Compile. 3. Run with every input_<name>.npy of the reference folder.
 rm -rf "$out_dir"
 mkdir -p "$out_dir"
@@ -140,6 +144,7 @@ echo "[e2e $model] $kiln ${o0_args[*]}"
 "$kiln" "${o0_args[@]}" || die "kiln compile -O0 failed for $model"
 "$kiln" run "$out_dir/model_O0.kiln" --output-dir "$out_dir/outputs_O0" "${run_args[@]:4}" >/dev/null ||
   die "kiln run of the -O0 model failed for $model"
+drop_model "$out_dir/model_O0.kiln"
 echo "[e2e $model] -O3 vs -O0:"
 if ! "$python" "$here/compare.py" "$out_dir/outputs_O0" "$out_dir/outputs" --kiln-reference --rel "$rel" |
   tee "$out_dir/compare_levels.txt"; then
@@ -159,6 +164,7 @@ echo "[e2e $model] $kiln ${mixed_args[*]}"
 "$kiln" "${mixed_args[@]}" || die "kiln compile --precision mixed failed for $model"
 "$kiln" run "$out_dir/model_mixed.kiln" --output-dir "$out_dir/outputs_mixed" "${run_args[@]:4}" >/dev/null ||
   die "kiln run of the mixed-precision model failed for $model"
+drop_model "$out_dir/model_mixed.kiln"
 mixed_check=(--min-cosine 0.999)
 case $model in resnet50 | mobilenet_v2 | ocr_cls) mixed_check+=(--same-argmax) ;; esac
 echo "[e2e $model] --precision mixed vs reference:"
@@ -200,6 +206,7 @@ if [[ -n $input_shape ]]; then
     "$python" "$here/compare.py" "$d" "$out_dir/outputs_dynamic_$tag" --rel "$rel" ||
       die "$model: the open-dims model's outputs differ from the reference ($tag; see above)"
   done
+  drop_model "$out_dir/model_dynamic.kiln"
   step "open-dims compile, run and compare"
 fi
 # 8. Allocations of steady-state executions of the -O3 model (tests/api/hot_path_allocations_test.cc).
