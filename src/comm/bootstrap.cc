@@ -4,11 +4,8 @@
 #include "comm/bootstrap.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "comm/hmac_sha256.h"
 #include "core/logging.h"
 
 namespace kiln::comm {
@@ -73,8 +71,9 @@ std::string world_key(const std::string& secret, uint64_t unique_id) {
 
 std::string auth_nonce() {
   std::string n(kAuthNonceBytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1) {
-    // OpenSSL's generator failed (no entropy source): fall back to std::random_device.
+  // The kernel's generator (what OpenSSL's seeds from), so that no nonce needs libcrypto.
+  if (getrandom(n.data(), n.size(), 0) != static_cast<ssize_t>(n.size())) {
+    // No entropy source: fall back to std::random_device.
     std::random_device rd;
     for (char& c : n) c = static_cast<char>(rd());
   }
@@ -90,17 +89,18 @@ std::string auth_mac(const std::string& key, std::string_view label, std::string
   data.append(nonce);
   data.append(message);
   std::string mac(kAuthMacBytes, '\0');
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-       reinterpret_cast<unsigned char*>(mac.data()), &len);
-  mac.resize(len);
+  // Without libcrypto (the handshake entries returned its error before) no MAC is made: an
+  // empty one, which auth_mac_matches never accepts.
+  if (!hmac_sha256(key, data, reinterpret_cast<unsigned char*>(mac.data()))) return {};
   return mac;
 }
 
 bool auth_mac_matches(const std::string& got, const std::string& want) {
-  return got.size() == want.size() && !want.empty() &&
-         CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0;
+  if (got.size() != want.size() || want.empty()) return false;
+  // Constant time: every byte is compared, whatever the first difference.
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(got[i] ^ want[i]);
+  return diff == 0;
 }
 
 std::string encode_hello_auth(const HelloAuth& a) {
@@ -485,6 +485,7 @@ uint64_t random_id() {
 Expected<RootInfo> start_root_with_id(const std::string& bind, uint64_t unique_id,
                                       const std::string& rendezvous_file,
                                       const std::string& secret) {
+  KILN_RETURN_IF_ERROR(load_hmac_sha256(), "starting the root listener");
   std::string host;
   int port = 0;
   if (!bind.empty()) {
@@ -578,6 +579,7 @@ Expected<std::unique_ptr<Transport>> join_world(const JoinOptions& options,
   if (size <= 0 || static_cast<size_t>(size) > kMaxRanks || rank < 0 || rank >= size) {
     return invalid_argument("join: rank %d is out of range for a world of %d ranks", rank, size);
   }
+  KILN_RETURN_IF_ERROR(load_hmac_sha256(), "joining the world");
   struct StopRootOnFailure {
     uint64_t id;
     bool active;
