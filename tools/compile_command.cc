@@ -23,8 +23,7 @@
 #include "tools/dsl_tuning.h"
 #include "tools/model_source.h"
 #include "tools/shape_options.h"
-#include "quant/qdq_plan.h"
-#include "tools/quantize_command.h"
+#include "tools/apps_module.h"
 #include "tools/subcommand.h"
 
 namespace kiln::tools {
@@ -145,6 +144,9 @@ int quantize_for_compile(const CompileArgs& args, std::string* qdq_path, std::st
   std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-int8-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) return report_error("compile", "cannot create a temporary folder for the int8 model");
   *work_dir = tmpl;
+  // Quantisation is `kiln quantize`'s code, in the apps module (apps_module.h).
+  auto quant = load_apps_module();
+  if (!quant.ok()) return report_error("compile", "--precision int8: " + quant.status().to_string());
   QuantizeArgs q;
   q.model = args.model;
   q.calibration = args.calibration;
@@ -154,7 +156,7 @@ int quantize_for_compile(const CompileArgs& args, std::string* qdq_path, std::st
   if (!args.keep_dtype.empty()) {
     auto keep = compiler::parse_keep_dtype(args.keep_dtype);
     if (!keep.ok()) return report_error("compile", keep.status().to_string());
-    std::vector<std::string> ops = quant::default_op_types();
+    std::vector<std::string> ops = (*quant)->default_quant_op_types();
     for (const std::string& k : *keep) {
       auto it = std::find(ops.begin(), ops.end(), k);
       if (it != ops.end())
@@ -166,7 +168,7 @@ int quantize_for_compile(const CompileArgs& args, std::string* qdq_path, std::st
     for (const std::string& op : ops) q.op_types += (q.op_types.empty() ? "" : ",") + op;
   }
   if (!args.quiet) std::printf("quantising %s to int8 (calibration: %s)\n", args.model.c_str(), args.calibration.c_str());
-  const int rc = run_quantize(q);
+  const int rc = (*quant)->run_quantize(q);
   if (rc == 0) *qdq_path = q.output;
   return rc;
 }

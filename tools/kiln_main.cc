@@ -6,6 +6,7 @@
 #include "core/env_knobs.h"
 #include "core/status.h"
 #include "core/version.h"
+#include "tools/apps_module.h"
 #include "tools/cli_options.h"
 #include "tools/subcommand.h"
 
@@ -26,6 +27,14 @@ size_t utf8_sequence_length(const std::string& s, size_t i) {
   for (size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
   return n;
+}
+
+// The subcommand the arguments name: the first that is not an option (the command's own
+// options, --help and --version, take no value).
+std::string_view named_subcommand(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] != '-') return argv[i];
+  return {};
 }
 
 }  // namespace
@@ -75,6 +84,15 @@ int main(int argc, char** argv) {
   app.footer("Run 'kiln <command> --help' for the options of a command. Every option may also be spelt with "
              "underscores, as ATC's (--input_shape). Exit codes: 0 ok, 1 model or run error, 2 usage error, "
              "3 results differ (compare, conformance); docs/cli.md has the table and the KILN_* variables.");
+  // The module's subcommands register when it loads (apps_module.h): for one of them, and for
+  // the list of every command (`kiln`, `kiln --help`), which leaves them out when it is missing.
+  const std::string_view named = named_subcommand(argc, argv);
+  if (is_apps_module_command(named)) {
+    auto module = load_apps_module();
+    if (!module.ok()) return report_error(std::string(named), module.status().to_string());
+  } else if (named.empty()) {
+    load_apps_module().status().ignore_error();
+  }
   std::function<int()> action;
   std::string chosen;
   for (const Subcommand& sc : subcommands()) {

@@ -54,7 +54,7 @@ def check_install_tree(prefix, source_dir):
                 "include/kiln/llm.hpp", "include/kiln/custom_op.h", "lib/libkiln.so",
                 "lib/libkiln.so.0", "lib/libkiln.so.0.1.0", "lib/pkgconfig/kiln.pc",
                 "lib/cmake/kiln/kilnConfig.cmake", "lib/cmake/kiln/kilnConfigVersion.cmake",
-                "lib/cmake/kiln/kilnTargets.cmake", "bin/kiln"]:
+                "lib/cmake/kiln/kilnTargets.cmake", "bin/kiln", "lib/libkiln_apps.so"]:
         check(os.path.exists(os.path.join(prefix, rel)), "not installed: " + rel)
     lib = os.path.join(prefix, "lib/libkiln.so.0.1.0")
 
@@ -203,6 +203,11 @@ def main():
         onnx_path, raw_path, reference = make_model(work)
         model = os.path.join(work, "tiny_classifier.kiln")
         run([os.path.join(prefix, "bin/kiln"), "compile", onnx_path, "-o", model], env=env)
+        # The installed kiln finds its apps module (tools/apps_module.h) beside libkiln.so.
+        r = subprocess.run([os.path.join(prefix, "bin/kiln"), "quantize", "--help"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(r.returncode == 0 and "--calibration" in r.stdout,
+              "the installed kiln cannot run `quantize --help`: " + r.stdout[-500:])
 
         # 3. classify built with find_package(kiln).
         example_src = os.path.join(args.source_dir, "examples/c")
