@@ -1,4 +1,5 @@
 // The `kiln` command: compile, run and inspect models.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -85,12 +86,14 @@ int main(int argc, char** argv) {
              "underscores, as ATC's (--input_shape). Exit codes: 0 ok, 1 model or run error, 2 usage error, "
              "3 results differ (compare, conformance); docs/cli.md has the table and the KILN_* variables.");
   // The module's subcommands register when it loads (apps_module.h): for one of them, and for
-  // the list of every command (`kiln`, `kiln --help`), which leaves them out when it is missing.
+  // the list of every command (`kiln`, `kiln --help`, not `kiln --version`), which leaves them
+  // out when it is missing.
   const std::string_view named = named_subcommand(argc, argv);
+  const bool version_only = std::find(argv + 1, argv + argc, std::string_view("--version")) != argv + argc;
   if (is_apps_module_command(named)) {
     auto module = load_apps_module();
     if (!module.ok()) return report_error(std::string(named), module.status().to_string());
-  } else if (named.empty()) {
+  } else if (named.empty() && !version_only) {
     load_apps_module().status().ignore_error();
   }
   std::function<int()> action;

@@ -583,6 +583,11 @@ class StartupTest(unittest.TestCase):
         r = subprocess.run([KILN, "ocr", "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("--det", r.stdout)
+        # --version lists nothing: the module stays unloaded.
+        r = subprocess.run([KILN, "--version"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, LD_DEBUG="files"))
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertNotIn("libkiln_apps.so", r.stderr)
 
     def test_a_missing_module_is_an_error_naming_it(self):
         # A kiln without its module (copied alone): the module's commands say what is missing,
