@@ -119,9 +119,10 @@ const std::vector<EnvKnob>& env_knobs() {
        "instead; for A/B measurements).",
        valid_switch},
       // runtime/malloc_policy.cc
-      {"KILN_MALLOC_MMAP_THRESHOLD", "bytes, an integer 0..33554432", "131072",
-       "glibc's mmap threshold, fixed at kilnInit so that large freed blocks go back to the system; 0 leaves "
-       "glibc's dynamic one (as does setting MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES).",
+      {"KILN_MALLOC_MMAP_THRESHOLD", "bytes, an integer 0..33554432", "0",
+       "glibc's mmap threshold (and trim threshold, twice it), fixed at kilnInit so that large freed blocks go "
+       "back to the system; 0 leaves glibc's dynamic one (as does setting MALLOC_MMAP_THRESHOLD_ or "
+       "GLIBC_TUNABLES).",
        valid_mmap_threshold},
       // compiler/pass_manager.cc
       {"KILN_VERIFY_PASSES", "0, 1", "1 in debug builds, 0 in release builds",

@@ -1,4 +1,4 @@
-// glibc's mmap threshold fixed once at runtime initialisation (see malloc_policy.h).
+// glibc's mmap threshold, fixed once at runtime initialisation when asked (see malloc_policy.h).
 #include "runtime/malloc_policy.h"
 
 #include <atomic>
@@ -44,8 +44,11 @@ void apply_malloc_policy() {
 #if defined(__GLIBC__)
     size_t bytes = threshold_from_env();
     if (bytes == 0 || glibc_tuned_by_user()) return;
-    // Setting M_MMAP_THRESHOLD also turns glibc's dynamic raising of it off.
-    if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) == 1) g_applied.store(bytes);
+    // Setting M_MMAP_THRESHOLD also turns glibc's dynamic raising of it (and of the trim
+    // threshold) off; the trim threshold follows at glibc's own ratio.
+    if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) != 1) return;
+    mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * bytes));
+    g_applied.store(bytes);
 #endif
   });
 }

@@ -8,7 +8,7 @@
 namespace kiln::serve {
 
 // Raises glibc's mmap threshold to 32 MiB and its trim threshold to 128 MiB, once the runtime
-// has started (call after kilnInit, which fixes the threshold at KILN_MALLOC_MMAP_THRESHOLD).
+// has started (call after kilnInit, which fixes the threshold when KILN_MALLOC_MMAP_THRESHOLD is set).
 // Why: with the runtime's 128 KiB threshold every body and tensor of a request (600 KB for a
 // MobileNetV2 input) was mmap'ed, page-faulted in 4 KiB at a time and unmapped again when the
 // request ended (each unmap a TLB shootdown on the other cores), and blocks freed at the top of
