@@ -231,7 +231,7 @@ void wino_attributes(const dnnl::engine& eng) {
           {1, 1}, {1, 1});
       verdict = "accepted: " + std::string(dnnl::convolution_forward::primitive_desc(d, attr, eng).impl_info_str());
     } catch (const dnnl::error&) {
-      verdict = "unimplemented";
+      verdict = "refused (oneDNN has no implementation for it)";
     }
     std::printf("  %-60s %s\n", c.what, verdict.c_str());
   }
